@@ -1,0 +1,55 @@
+"""hermes-session-guard: session-stable context compression for Hermes Agent.
+
+Hermes loads this module through the ``hermes_agent.plugins`` entry point
+``session-guard`` and calls :func:`register`. Embedders and tests can switch the
+guard on without plugin discovery with :func:`install` / :func:`uninstall`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .config import ConfigError, GuardConfig, load_config, parse_config
+from .hostinfo import hermes_home
+from .instrumentation import current_runtime, is_installed, uninstall
+from .instrumentation import install as _install
+
+__version__ = "0.1.0"
+__all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]
+
+log = logging.getLogger("hermes_session_guard")
+
+
+def install(config: GuardConfig | dict[str, Any] | None = None) -> Any:
+    """Patch the installed Hermes. ``config`` is a :class:`GuardConfig`, the raw
+    ``session_guard`` mapping, or ``None`` for the defaults. Idempotent."""
+    if not isinstance(config, GuardConfig):
+        config = parse_config(config)
+    if not config.enabled:
+        log.info("session guard: disabled by session_guard.enabled: false")
+        uninstall()
+        return None
+    return _install(config)
+
+
+def register(ctx: Any) -> None:
+    """Hermes plugin entry point: read ``session_guard:`` from config.yaml, patch the
+    seams, and add ``hermes session-guard ...``. Never raises into the host."""
+    try:
+        from .cli import register_cli
+
+        register_cli(ctx)
+    except Exception as exc:
+        log.warning("session guard: could not register the `hermes session-guard` command: %s", exc)
+    try:
+        config = load_config(hermes_home())
+    except ConfigError as exc:
+        log.error("session guard DISABLED: invalid config.yaml option %s (%s). Hermes continues unguarded; "
+                  "fix the option and restart.", exc.key, exc)
+        return
+    try:
+        install(config)
+    except Exception as exc:
+        log.error("session guard DISABLED: install failed (%s: %s). Hermes continues unguarded; "
+                  "run `hermes-session-guard selftest`.", type(exc).__name__, exc)

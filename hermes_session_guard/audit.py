@@ -1,0 +1,127 @@
+"""Audit trail: structlog events written as JSON lines and bridged to stdlib logging.
+
+Every event is one JSON object per line in ``$HERMES_HOME/logs/session_guard.jsonl``
+with at least ``event``, ``session_id``, ``op_id`` and ``ts``. The same event is
+forwarded to the stdlib logger ``hermes_session_guard`` so it lands in Hermes's
+own log files (agent.log / gateway.log) next to the host's lines.
+
+Loggers are bound explicitly per operation (``audit.operation(session_id)``),
+not through contextvars or thread-locals, so the session id an operation names
+cannot drift when the work hops to an executor thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+stdlib_logger = logging.getLogger("hermes_session_guard")
+
+_WARNING_EVENTS = ("failed", "refused", "overflow", "disabled", "error")
+
+
+class JsonlSink:
+    """Appends one JSON object per line; safe across threads of one process.
+
+    Each write opens the file in append mode, so several processes sharing a
+    ``HERMES_HOME`` interleave whole lines rather than clobbering each other.
+    """
+
+    def __init__(self, path: Path | Callable[[], Path]) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._path() if callable(self._path) else self._path
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
+        with self._lock:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "a", encoding="utf-8") as fh:
+                    fh.write(line)
+            except OSError as exc:  # a full disk must not take the host down
+                stdlib_logger.warning("session guard audit write failed (%s): %s", self.path, exc)
+
+
+def _add_ts(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    event_dict.setdefault("ts", datetime.now(UTC).isoformat(timespec="microseconds"))
+    return event_dict
+
+
+class _SinkLogger:
+    """The structlog "logger" at the end of the chain: writes and bridges."""
+
+    def __init__(self, sink: JsonlSink | None) -> None:
+        self._sink = sink
+
+    def msg(self, event_dict: dict[str, Any]) -> None:  # called for every level
+        level = event_dict.pop("_level", "info")
+        if self._sink is not None:
+            self._sink.write(event_dict)
+        event = str(event_dict.get("event", ""))
+        pylevel = logging.WARNING if level in ("warning", "error") else logging.INFO
+        if pylevel == logging.INFO and any(word in event for word in _WARNING_EVENTS):
+            pylevel = logging.WARNING
+        if stdlib_logger.isEnabledFor(pylevel):
+            extras = " ".join(
+                f"{k}={v}" for k, v in event_dict.items() if k not in ("event", "ts") and v is not None
+            )
+            stdlib_logger.log(pylevel, "session guard %s: %s", event, extras)
+
+    info = warning = error = debug = critical = msg
+
+
+def _level_to_key(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    event_dict["_level"] = method_name
+    return event_dict
+
+
+def _passthrough(_: Any, __: str, event_dict: dict[str, Any]) -> Any:
+    return (event_dict,), {}
+
+
+class AuditLog:
+    """Factory for per-operation bound loggers."""
+
+    def __init__(self, path: Path | Callable[[], Path] | None) -> None:
+        self.sink = JsonlSink(path) if path is not None else None
+
+    def logger(self, **bound: Any) -> Any:
+        return structlog.wrap_logger(
+            _SinkLogger(self.sink),
+            processors=[_add_ts, _level_to_key, _passthrough],
+            wrapper_class=structlog.BoundLogger,
+            cache_logger_on_first_use=False,
+        ).bind(**bound)
+
+    def operation(self, session_id: str, op_id: str | None = None, **extra: Any) -> Any:
+        """A logger pinned to one session id and one operation id."""
+        return self.logger(session_id=session_id, op_id=op_id or new_op_id(), **extra)
+
+
+def new_op_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every audit event in ``path`` (malformed lines are skipped)."""
+    if not path.exists():
+        return []
+    out: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out

@@ -1,0 +1,17 @@
+"""Built-in behaviour of the guard, registered as ordinary pluggy hook implementations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from .hookspecs import hookimpl
+
+
+def snapshot_timestamp(created_at: float) -> str:
+    """UTC timestamp used in snapshot ids, e.g. ``20260528T161635.123456Z``."""
+    return datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+@hookimpl(trylast=True)
+def session_guard_snapshot_id(session_id: str, created_at: float) -> str:
+    return f"{session_id}.snapshot.{snapshot_timestamp(created_at)}"

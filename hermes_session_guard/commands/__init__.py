@@ -1,0 +1,1 @@
+"""One module per operator command: ``HELP``, ``add_arguments(parser)``, ``run(args) -> int``."""

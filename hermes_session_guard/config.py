@@ -1,0 +1,151 @@
+"""The ``session_guard:`` section of Hermes's config.yaml, validated.
+
+Every option has a default, so an absent section means "guard on, defaults".
+A bad value raises :class:`ConfigError` naming the dotted key; callers turn
+that into one log line and a disabled guard, never a crash of the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A ``session_guard`` option is invalid. ``key`` is the dotted path."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"session_guard.{key}: {message}")
+        self.key = f"session_guard.{key}"
+
+
+@dataclass(frozen=True)
+class LockConfig:
+    wait_seconds: float = 2.0
+    lease_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    max_messages: int = 0  # 0 = unbounded
+    receipt: bool = True
+    receipt_text: str = "Queued while I compact the conversation; I will answer in order."
+
+
+@dataclass(frozen=True)
+class SummariesConfig:
+    visible: str = "false"  # "false" | "tagged"
+    recall_header: bool = True
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    max_chars: int = 8000
+
+
+@dataclass(frozen=True)
+class HandoffConfig:
+    enabled: bool = False
+    after_compressions: int = 3
+    max_auto_handoffs: int = 1
+    mode: str = "prompt_user"  # "prompt_user" | "fresh_session"
+    artifact_dir: str = "handoffs"
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    path: str = "logs/session_guard.jsonl"
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    enabled: bool = True
+    lock: LockConfig = field(default_factory=LockConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    summaries: SummariesConfig = field(default_factory=SummariesConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    handoff: HandoffConfig = field(default_factory=HandoffConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "summaries.visible": ("false", "tagged"),
+    "handoff.mode": ("prompt_user", "fresh_session"),
+}
+_MINIMUMS: dict[str, float] = {
+    "lock.wait_seconds": 0,
+    "lock.lease_seconds": 1,
+    "buffer.max_messages": 0,
+    "recall.max_chars": 200,
+    "handoff.after_compressions": 1,
+    "handoff.max_auto_handoffs": 0,
+}
+
+
+def _coerce(key: str, expected: type, value: Any) -> Any:
+    if expected is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(key, f"expected true or false, got {value!r}")
+    if expected is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected a whole number, got {value!r}")
+    elif expected is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        value = float(value)
+    elif expected is str:
+        if key == "summaries.visible" and isinstance(value, bool):
+            value = "tagged" if value else "false"
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {value!r}")
+    if key in _MINIMUMS and value < _MINIMUMS[key]:
+        raise ConfigError(key, f"must be >= {_MINIMUMS[key]:g}; got {value!r}")
+    return value
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        where = prefix.rstrip(".") or "(section)"
+        raise ConfigError(where, f"expected a mapping, got {type(raw).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown option (known: {', '.join(known)})")
+    kwargs: dict[str, Any] = {}
+    for name, value in raw.items():
+        f = known[name]
+        key = f"{prefix}{name}"
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        if is_dataclass(default):
+            kwargs[name] = _build(type(default), value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(key, type(default), value)
+    return cls(**kwargs)
+
+
+def parse_config(raw: Any) -> GuardConfig:
+    """Validate the raw ``session_guard`` mapping (``None`` means defaults)."""
+    return _build(GuardConfig, raw, "")
+
+
+def load_config(hermes_home: Any) -> GuardConfig:
+    """Read ``session_guard:`` from ``<hermes_home>/config.yaml``."""
+    from pathlib import Path
+
+    path = Path(hermes_home) / "config.yaml"
+    if not path.exists():
+        return GuardConfig()
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError("(file)", f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        return GuardConfig()
+    return parse_config(data.get("session_guard"))

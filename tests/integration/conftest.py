@@ -1,0 +1,100 @@
+"""Fixtures that drive the real Hermes installed in this environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import probe
+from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.hostinfo import parse_version
+
+try:
+    HERMES_VERSION = metadata.version("hermes-agent")
+except metadata.PackageNotFoundError:  # the matrix script always installs one
+    HERMES_VERSION = None
+
+pytestmark = pytest.mark.host
+
+requires_host = pytest.mark.skipif(HERMES_VERSION is None, reason="hermes-agent is not installed here")
+HOST = parse_version(HERMES_VERSION) if HERMES_VERSION else (0, 0, 0)
+HOST_HAS_IN_PLACE = HOST >= (0, 18, 2)
+
+# Host modes worth running: 0.18.2+ keeps the id by default (in_place) and rotates
+# with ``compression.in_place: false``; older hosts always rotate.
+MODES = ["in_place", "rotate"] if HOST_HAS_IN_PLACE else ["rotate"]
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    if HERMES_VERSION is None:
+        skip = pytest.mark.skip(reason="hermes-agent is not installed in this environment")
+        for item in items:
+            if "integration" in str(item.fspath):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def discovered(llm: FakeLLMServer) -> Any:
+    """Hermes's own plugin discovery loads the guard once per process, from the
+    config.yaml of the session-wide HERMES_HOME (plugins.enabled: [session-guard])."""
+    probe.write_config(Path(os.environ["HERMES_HOME"]), llm.base_url)
+    return probe.discover_guard()
+
+
+@pytest.fixture
+def home(tmp_path: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "hermes_home"
+    probe.write_config(h, llm.base_url)
+    monkeypatch.setenv("HERMES_HOME", str(h))
+    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    llm.reset()
+    return h
+
+
+@pytest.fixture
+def guard(discovered: Any, home: Path) -> Iterator[Any]:
+    """The guard as Hermes loaded it (patched seams, default config)."""
+    import hermes_session_guard
+
+    runtime = hermes_session_guard.current_runtime() or hermes_session_guard.install()
+    yield runtime
+
+
+@pytest.fixture
+def no_guard(discovered: Any, home: Path) -> Iterator[None]:
+    """Hermes exactly as shipped: the guard's patches removed for this test."""
+    import hermes_session_guard
+
+    hermes_session_guard.uninstall()
+    try:
+        yield
+    finally:
+        hermes_session_guard.install()
+
+
+@pytest.fixture
+def db(home: Path) -> Iterator[Any]:
+    database = probe.open_db(home / "state.db")
+    yield database
+    try:
+        database.close()
+    except Exception:
+        pass
+
+
+def new_agent(db: Any, llm: FakeLLMServer, sid: str, mode: str, **kwargs: Any) -> Any:
+    agent = probe.make_agent(db, llm.base_url, sid, **kwargs)
+    if HOST_HAS_IN_PLACE:
+        agent.compression_in_place = mode == "in_place"
+    return agent
