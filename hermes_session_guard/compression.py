@@ -21,7 +21,7 @@ one ``compression.*`` event per step, all naming the same session id.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +76,13 @@ def guarded_compression(
     agent: Any,
     messages: list[Any],
     call_host: Callable[[], tuple[list[Any], str]],
+    *,
+    behaviour: Mapping[str, str] | None = None,
 ) -> tuple[list[Any], str]:
-    """Run one host compression under the contract; returns the host's result shape."""
+    """Run one host compression under the contract; returns the host's result shape.
+
+    ``behaviour`` is the seam row's version data (``flush_cursor``, ``lock``, ...)."""
+    behaviour = behaviour or {}
     sid = host.session_id(agent)
     if not sid or not isinstance(messages, list):
         return call_host()
@@ -144,7 +149,8 @@ def guarded_compression(
             )
             if strategy == DETACH_DB:
                 host.commit_memory(agent, before)
-                host.persist_compacted(agent, sid, compressed, system_prompt)
+                host.persist_compacted(agent, sid, compressed, system_prompt,
+                                      flush_cursor=behaviour.get("flush_cursor"))
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:

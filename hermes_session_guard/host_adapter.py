@@ -204,7 +204,30 @@ def commit_memory(agent: Any, messages: list[Any]) -> None:
             log.debug("session guard: commit_memory_session failed: %s", exc)
 
 
-def persist_compacted(agent: Any, sid: str, compressed: list[Any], system_prompt: str | None) -> None:
+FLUSH_CURSORS = ("index", "identity", "marker")
+
+
+def rebase_flush_cursor(agent: Any, sid: str, compressed: list[Any], kind: str | None) -> None:
+    """Tell the host's flush that ``compressed`` is already in state.db, so the next
+    flush appends only what comes after it.
+
+    ``index`` hosts slice at ``_last_flushed_db_idx``; ``identity`` hosts skip the
+    ``id()`` of every dict in ``_flushed_db_message_ids`` while
+    ``_flushed_db_message_session_id`` names the current session (and reset the
+    set otherwise, so both must be set even on an agent that never flushed);
+    ``marker`` hosts take that set as a one-shot seed and stamp the dicts.
+    ``None`` (no row data): set whatever the agent already has."""
+    agent._last_flushed_db_idx = len(compressed)
+    if kind == "index":
+        return
+    if kind in ("identity", "marker") or hasattr(agent, "_flushed_db_message_ids"):
+        agent._flushed_db_message_ids = {id(m) for m in compressed if isinstance(m, dict)}
+        agent._flushed_db_message_session_id = sid
+
+
+def persist_compacted(
+    agent: Any, sid: str, compressed: list[Any], system_prompt: str | None, *, flush_cursor: str | None = None
+) -> None:
     """Make ``compressed`` the live transcript of ``sid`` and re-base the flush cursor
     so the next turn appends after it (the host skipped all of this: its DB was detached)."""
     db = session_db(agent)
@@ -216,11 +239,7 @@ def persist_compacted(agent: Any, sid: str, compressed: list[Any], system_prompt
             db.update_system_prompt(sid, system_prompt)
         except Exception as exc:
             log.debug("session guard: update_system_prompt failed: %s", exc)
-    agent._last_flushed_db_idx = len(compressed)
-    if hasattr(agent, "_flushed_db_message_ids"):
-        agent._flushed_db_message_ids = {id(m) for m in compressed if isinstance(m, dict)}
-    if hasattr(agent, "_flushed_db_message_session_id"):
-        agent._flushed_db_message_session_id = sid
+    rebase_flush_cursor(agent, sid, compressed, flush_cursor)
 
 
 def notify_boundary(agent: Any, sid: str) -> None:

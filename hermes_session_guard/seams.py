@@ -2,9 +2,42 @@
 
 A row says: for Hermes versions in ``[since, until)``, wrap ``module:attribute``
 (whose parameters must start with ``params``) with the wrapper built by
-``wrapper``; what to do when the guard itself fails inside it
-(``failure_policy``); and version-specific behaviour as data (``behaviour``).
-Adding a Hermes release is adding or widening rows here, plus tests.
+``wrapper``; which other host names the row leans on (``requires``, each
+``module:attribute``, verified before anything is patched); what to do when the
+guard itself fails inside it (``failure_policy``); and version-specific
+behaviour as data (``behaviour``). Adding a Hermes release is adding or widening
+rows here, plus tests.
+
+Behaviour keys of the ``compression`` rows (every value read off the release's wheel):
+
+``strategy``
+    how the host is kept from rotating the id (:mod:`hermes_session_guard.compression`):
+    ``detach_db`` (0.13-0.17: every rotation step sits under ``if agent._session_db:``)
+    or ``host_in_place`` (0.18.2+: ``agent.compression_in_place`` -> ``archive_and_compact``).
+``flush_cursor``
+    how the host remembers which messages already reached state.db, i.e. what
+    the guard re-bases after persisting a compacted transcript itself:
+    ``index`` (0.13-0.16: ``_last_flushed_db_idx`` only), ``identity`` (0.17:
+    a persistent ``id()`` set ``_flushed_db_message_ids`` per
+    ``_flushed_db_message_session_id``), ``marker`` (0.18.2+: a ``_db_persisted``
+    key stamped on each dict; the id set is a one-shot seed).
+``lock``
+    ``none`` (0.13-0.15) or ``native`` (0.16+: ``compression_locks`` in state.db,
+    ``SessionDB.try_acquire_compression_lock``). The host takes it only when it
+    has a SessionDB: under ``detach_db`` it is skipped, so a guard that wants it
+    must take it itself; under ``host_in_place`` the host takes it.
+``summary_flag``
+    ``none`` or ``_compressed_summary`` (0.17+: the host tags its summary message
+    in memory; no DB column).
+``busy_queue``
+    the gateway's follow-up handling while a session runs: ``single_slot``
+    (0.13-0.16: a second text message replaces the first), ``fifo`` (0.17: up to
+    32 in order), ``fifo_demotes_interrupt`` (0.18.2+: and ``interrupt`` becomes
+    ``queue`` while a compression lock is held).
+``hygiene_session_db``
+    whether gateway session hygiene builds its throwaway agent with the
+    SessionDB: ``absent`` (0.13-0.17: it cannot rotate; the gateway rewrites the
+    transcript itself) or ``passed`` (0.18.2+).
 
 Failure policies (the ADR explains each choice):
 
@@ -15,6 +48,11 @@ Failure policies (the ADR explains each choice):
 ``closed``
     a guard error refuses the guarded action (and logs why); used where
     proceeding would lose or fork data.
+
+A Hermes release outside every row's range is handled by
+:mod:`hermes_session_guard.instrumentation`: newer releases (and gaps between
+rows) get, per seam, the newest row whose target and ``requires`` verify by
+signature; releases older than the table are not patched.
 """
 
 from __future__ import annotations
@@ -45,6 +83,7 @@ class SeamRow:
     failure_policy: str
     behaviour: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    requires: tuple[str, ...] = ()
 
     @property
     def target(self) -> str:
@@ -55,7 +94,11 @@ class SeamRow:
 
     @property
     def range_text(self) -> str:
-        return f">={'.'.join(map(str, self.since))},<{'.'.join(map(str, self.until))}"
+        return f">={version_text(self.since)},<{version_text(self.until)}"
+
+
+def version_text(version: Version) -> str:
+    return ".".join(map(str, version))
 
 
 def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -80,7 +123,7 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             else:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
-            return guarded_compression(runtime, strategy, agent, messages, call_host)
+            return guarded_compression(runtime, strategy, agent, messages, call_host, behaviour=row.behaviour)
         except Exception as exc:
             if called:
                 raise
@@ -96,19 +139,91 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 _COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
 _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
+_NATIVE_LOCK = "hermes_state:SessionDB.try_acquire_compression_lock"
+_IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
+
+# The releases on the package index that every row below was checked against
+# (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
+TESTED_RELEASES: tuple[str, ...] = ("0.13.0", "0.14.0", "0.15.2", "0.16.0", "0.17.0", "0.18.2", "0.19.0")
 
 SEAMS: tuple[SeamRow, ...] = (
     SeamRow(
         seam="compression",
-        since=(0, 14, 0),
+        since=(0, 13, 0),
         until=(0, 15, 0),
         module="run_agent",
         attribute="AIAgent._compress_context",
         params=_COMPRESSION_METHOD_PARAMS,
         wrapper=compression_wrapper,
         failure_policy="open",
-        behaviour={"strategy": DETACH_DB},
+        behaviour={
+            "strategy": DETACH_DB,
+            "flush_cursor": "index",
+            "lock": "none",
+            "summary_flag": "none",
+            "busy_queue": "single_slot",
+            "hygiene_session_db": "absent",
+        },
         note="compression lives in the method and always rotates; run it with the SessionDB detached",
+    ),
+    SeamRow(
+        seam="compression",
+        since=(0, 15, 0),
+        until=(0, 16, 0),
+        module="agent.conversation_compression",
+        attribute="compress_context",
+        params=_COMPRESSION_FUNCTION_PARAMS,
+        wrapper=compression_wrapper,
+        failure_policy="open",
+        behaviour={
+            "strategy": DETACH_DB,
+            "flush_cursor": "index",
+            "lock": "none",
+            "summary_flag": "none",
+            "busy_queue": "single_slot",
+            "hygiene_session_db": "absent",
+        },
+        note="module function (AIAgent._compress_context forwards at call time); rotates; SessionDB detached",
+    ),
+    SeamRow(
+        seam="compression",
+        since=(0, 16, 0),
+        until=(0, 17, 0),
+        module="agent.conversation_compression",
+        attribute="compress_context",
+        params=_COMPRESSION_FUNCTION_PARAMS,
+        wrapper=compression_wrapper,
+        failure_policy="open",
+        behaviour={
+            "strategy": DETACH_DB,
+            "flush_cursor": "index",
+            "lock": "native",
+            "summary_flag": "none",
+            "busy_queue": "single_slot",
+            "hygiene_session_db": "absent",
+        },
+        requires=(_NATIVE_LOCK,),
+        note="rotates; native state.db lock (skipped by the host while its SessionDB is detached)",
+    ),
+    SeamRow(
+        seam="compression",
+        since=(0, 17, 0),
+        until=(0, 18, 0),
+        module="agent.conversation_compression",
+        attribute="compress_context",
+        params=_COMPRESSION_FUNCTION_PARAMS,
+        wrapper=compression_wrapper,
+        failure_policy="open",
+        behaviour={
+            "strategy": DETACH_DB,
+            "flush_cursor": "identity",
+            "lock": "native",
+            "summary_flag": "_compressed_summary",
+            "busy_queue": "fifo",
+            "hygiene_session_db": "absent",
+        },
+        requires=(_NATIVE_LOCK,),
+        note="rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
     ),
     SeamRow(
         seam="compression",
@@ -119,7 +234,15 @@ SEAMS: tuple[SeamRow, ...] = (
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,
         failure_policy="open",
-        behaviour={"strategy": HOST_IN_PLACE},
+        behaviour={
+            "strategy": HOST_IN_PLACE,
+            "flush_cursor": "marker",
+            "lock": "native",
+            "summary_flag": "_compressed_summary",
+            "busy_queue": "fifo_demotes_interrupt",
+            "hygiene_session_db": "passed",
+        },
+        requires=(_NATIVE_LOCK, _IN_PLACE),
         note="host has in-place compaction and a native lock; force in-place on",
     ),
 )
@@ -138,9 +261,21 @@ def rows_for(seam: str) -> list[SeamRow]:
 
 
 def select_row(seam: str, version: Version | None) -> SeamRow | None:
+    """The row whose range covers ``version`` (the tested path)."""
     if version is None:
         return None
     for row in rows_for(seam):
         if row.covers(version):
             return row
     return None
+
+
+def fallback_rows(seam: str) -> list[SeamRow]:
+    """Candidate rows for a release outside every range, newest first: the
+    first one whose target and requirements verify on the installed host wins."""
+    return sorted(rows_for(seam), key=lambda row: row.since, reverse=True)
+
+
+def oldest_supported(seam: str) -> Version | None:
+    rows = rows_for(seam)
+    return min(row.since for row in rows) if rows else None

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import probe
+from hermes_session_guard.compression import HOST_IN_PLACE
 from hermes_session_guard.fake_llm import FakeLLMServer
 from hermes_session_guard.hostinfo import parse_version
+from hermes_session_guard.seams import select_row
 
 try:
     HERMES_VERSION = metadata.version("hermes-agent")
@@ -23,7 +25,9 @@ pytestmark = pytest.mark.host
 
 requires_host = pytest.mark.skipif(HERMES_VERSION is None, reason="hermes-agent is not installed here")
 HOST = parse_version(HERMES_VERSION) if HERMES_VERSION else (0, 0, 0)
-HOST_HAS_IN_PLACE = HOST >= (0, 18, 2)
+# What the seam table says about this release (tests follow the table, not version ifs).
+HOST_ROW = select_row("compression", HOST)
+HOST_HAS_IN_PLACE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == HOST_IN_PLACE
 
 # Host modes worth running: 0.18.2+ keeps the id by default (in_place) and rotates
 # with ``compression.in_place: false``; older hosts always rotate.

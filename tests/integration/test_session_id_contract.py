@@ -171,3 +171,30 @@ def test_anomaly_a_reproduces_without_the_guard(no_guard: None, db: Any, llm: Fa
     rows = {r["id"]: r for r in probe.sessions_table(home / "state.db")}
     assert rows[SID]["end_reason"] == "compression"
     assert rows[agent.session_id]["parent_session_id"] == SID
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resumed_turn_with_preflight_stores_the_compacted_transcript_once(
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+) -> None:
+    """A resumed conversation (history loaded from state.db, as the CLI and the
+    gateway do, on an agent that never flushed) compresses before its turn: state.db
+    must then hold the compacted transcript exactly once, followed by the turn."""
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    history = db.get_messages_as_conversation(SID)
+    agent = new_agent(db, llm, SID, mode)
+    llm.configure(reply_text="answer after resume")
+
+    result = agent.run_conversation("resumed question", conversation_history=history)
+
+    assert result["final_response"] == "answer after resume"
+    assert agent.session_id == SID
+    done = [e for e in _events(guard) if e["event"] == "compression.done"]
+    assert len(done) == 1, [e["event"] for e in _events(guard)]
+    assert done[0]["messages_before"] == len(messages) + 1  # preflight compacts the history and the new question
+    live = [m["content"] for m in probe.live_messages(home / "state.db", SID)]
+    assert len(live) == done[0]["messages_after"] + 1, live  # the compacted set, then the answer
+    assert live[-2:] == ["resumed question", "answer after resume"]
+    assert len(set(live)) == len(live), "a message was stored twice"
+    assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]
