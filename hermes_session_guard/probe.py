@@ -183,6 +183,8 @@ class ProbeResult:
     checks: list[dict[str, Any]] = field(default_factory=list)
     seams: list[dict[str, Any]] = field(default_factory=list)
     host_version: str | None = None
+    host_in_table: bool = True
+    compat_note: str = ""
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
@@ -193,7 +195,8 @@ class ProbeResult:
         return bool(self.checks) and all(c["ok"] for c in self.checks)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "host_version": self.host_version, "seams": self.seams, "checks": self.checks}
+        return {"ok": self.ok, "host_version": self.host_version, "host_in_table": self.host_in_table,
+                "compat_note": self.compat_note, "seams": self.seams, "checks": self.checks}
 
 
 def run_contract_probe(home: Path) -> ProbeResult:
@@ -212,6 +215,8 @@ def run_contract_probe(home: Path) -> ProbeResult:
         if runtime is None:
             return result
         result.host_version = runtime.host_version
+        result.host_in_table = runtime.host_in_table
+        result.compat_note = runtime.compat_note
         result.seams = [s.as_dict() for s in runtime.seams]
         result.check(
             "compression seam patched",

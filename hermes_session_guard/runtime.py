@@ -19,6 +19,7 @@ class SeamStatus:
     state: str  # "patched" | "skipped" | "failed"
     reason: str = ""
     failure_policy: str = ""
+    row: str = ""  # the seam-table row applied (its version range), "" when none
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.__dict__)
@@ -30,6 +31,8 @@ class Runtime:
     host_version: str | None
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
+    host_in_table: bool = True  # False: a release outside the seam table (seams verified by signature)
+    compat_note: str = ""  # plain words for selftest and the log when host_in_table is False
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -270,6 +270,11 @@ def select_row(seam: str, version: Version | None) -> SeamRow | None:
     return None
 
 
+def host_in_table(version: Version) -> bool:
+    """Some row covers ``version``: a release the table was written and tested for."""
+    return any(row.covers(version) for row in SEAMS)
+
+
 def fallback_rows(seam: str) -> list[SeamRow]:
     """Candidate rows for a release outside every range, newest first: the
     first one whose target and requirements verify on the installed host wins."""

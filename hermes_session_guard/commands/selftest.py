@@ -49,16 +49,20 @@ def run(args: argparse.Namespace) -> int:
         probe: dict[str, Any] = {"checks": [], "seams": []}
     else:
         probe = run_probe(args.timeout)
-        report.update(ok=bool(probe.get("ok")), seams=probe.get("seams", []), checks=probe.get("checks", []))
+        report.update(ok=bool(probe.get("ok")), seams=probe.get("seams", []), checks=probe.get("checks", []),
+                      host_in_table=probe.get("host_in_table", True), compat_note=probe.get("compat_note", ""))
         if probe.get("error"):
             report["error"] = probe["error"]
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
+        if report.get("compat_note"):
+            print(f"UNTESTED RELEASE: {report['compat_note']}")
         print("Seams:")
         for s in report.get("seams", []):
-            print(f"  {s['name']:<12} {s['state']:<8} {s['target']}  {s['reason']}")
+            row = f" [row {s['row']}]" if s.get("row") else ""
+            print(f"  {s['name']:<12} {s['state']:<8} {s['target']}{row}  {s['reason']}")
         print("Contract (live probe, temporary HERMES_HOME, loopback fake LLM):")
         for c in report.get("checks", []):
             detail = f"  ({c['detail']})" if c["detail"] and not c["ok"] else ""

@@ -1,0 +1,171 @@
+"""The public install()/uninstall() pair on the real host, and a Hermes release the
+seam table does not know (a faked version string, with and without host attributes)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hermes_session_guard
+from hermes_session_guard import instrumentation, probe, seams
+from hermes_session_guard.compression import DETACH_DB
+from hermes_session_guard.fake_llm import FakeLLMServer
+
+from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, HOST_ROW, new_agent
+
+SID = "20260601_120000_abcdef12"
+SYSTEM = "You are a test agent."
+
+
+@pytest.fixture
+def fresh(discovered: Any, home: Path) -> Iterator[None]:
+    """No guard installed when the test starts; the normal guard back afterwards."""
+    hermes_session_guard.uninstall()
+    try:
+        yield
+    finally:
+        hermes_session_guard.uninstall()
+        hermes_session_guard.install()
+
+
+def _host_targets() -> dict[str, Any]:
+    """Every seam-table target that exists on this host, as the object stored on its owner."""
+    found = {}
+    for row in seams.SEAMS:
+        try:
+            parent, name, current = instrumentation._resolve(row.module, row.attribute)
+        except (ImportError, AttributeError):
+            continue
+        found[row.target] = parent.__dict__.get(name, current) if isinstance(parent, type) else current
+    return found
+
+
+def _compress_keeps_the_id(db: Any, llm: FakeLLMServer, home: Path) -> list[Any]:
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, "rotate")  # the host would rotate: only the guard keeps the id
+    probe.mark_flushed(agent, messages)
+    with probe.capture_host_compression_logs() as lines:
+        compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    assert len(compressed) < len(messages)
+    assert agent.session_id == SID
+    assert set(probe.session_ids_in(lines)) == {SID}
+    rows = probe.sessions_table(home / "state.db")
+    assert [r["id"] for r in rows] == [SID] and rows[0]["ended_at"] is None
+    live = [m["content"] for m in probe.live_messages(home / "state.db", SID)]
+    assert live == [m["content"] for m in compressed]
+    runtime = hermes_session_guard.current_runtime()
+    assert len(runtime.store_for(home / "state.db").list_snapshots(SID)) == 1
+    return compressed
+
+
+def test_install_uninstall_round_trip_restores_every_original(fresh: None) -> None:
+    originals = _host_targets()
+    assert HOST_ROW is not None and HOST_ROW.target in originals
+
+    first = hermes_session_guard.install()
+    again = hermes_session_guard.install()
+    assert again is first
+    (status,) = [s for s in first.seams if s.name == "compression"]
+    assert (status.state, status.target, status.row) == ("patched", HOST_ROW.target, HOST_ROW.range_text)
+    patched = _host_targets()
+    assert patched[HOST_ROW.target] is not originals[HOST_ROW.target]
+    assert patched[HOST_ROW.target].__wrapped__ is originals[HOST_ROW.target]  # wrapped exactly once
+    for target, obj in patched.items():
+        if target != HOST_ROW.target:
+            assert obj is originals[target], f"{target} patched but not the row for Hermes {HERMES_VERSION}"
+
+    hermes_session_guard.uninstall()
+    restored = _host_targets()
+    for target, original in originals.items():
+        assert restored[target] is original, target
+    assert not hermes_session_guard.is_installed()
+
+
+def test_unguarded_host_rotates_after_uninstall(fresh: None, db: Any, llm: FakeLLMServer, home: Path) -> None:
+    """uninstall() really hands compression back to Hermes: its own rotation happens again."""
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, "rotate")
+    probe.mark_flushed(agent, messages)
+    agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    assert agent.session_id != SID
+
+
+def test_unknown_release_is_patched_by_signature_and_keeps_the_contract(
+    fresh: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(instrumentation, "installed_version", lambda: "0.20.0")
+    monkeypatch.setattr(instrumentation, "_reported", set())
+    with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+        runtime = hermes_session_guard.install()
+    (status,) = [s for s in runtime.seams if s.name == "compression"]
+    assert status.state == "patched"
+    assert "0.20.0 is not in the seam table" in status.reason
+    chosen = next(r for r in seams.rows_for("compression") if r.range_text == status.row)
+    # the signature check lands on the strategy the table prescribes for the real release
+    assert chosen.target == HOST_ROW.target
+    assert chosen.behaviour["strategy"] == HOST_ROW.behaviour["strategy"]
+    assert not runtime.host_in_table and "Hermes 0.20.0 is not a tested release" in runtime.compat_note
+    assert len([r for r in caplog.records if "not a tested release" in r.getMessage()]) == 1
+
+    _compress_keeps_the_id(db, llm, home)
+
+
+@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the host has no in-place compaction to remove")
+def test_unknown_release_without_in_place_compaction_falls_back_to_detaching(
+    fresh: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A future release that dropped ``archive_and_compact``: the in-place row no longer
+    verifies, the guard uses the detach row, and the contract still holds end to end."""
+    from hermes_state import SessionDB
+
+    with monkeypatch.context() as mp:
+        mp.setattr(instrumentation, "installed_version", lambda: "0.20.0")
+        mp.setattr(instrumentation, "_reported", set())
+        mp.delattr(SessionDB, "archive_and_compact")
+        runtime = hermes_session_guard.install()
+        (status,) = [s for s in runtime.seams if s.name == "compression"]
+        chosen = next(r for r in seams.rows_for("compression") if r.range_text == status.row)
+        assert chosen.behaviour["strategy"] == DETACH_DB
+        compressed = _compress_keeps_the_id(db, llm, home)
+
+        agent = new_agent(db, llm, SID, "rotate")
+        probe.mark_flushed(agent, compressed)
+        llm.configure(reply_text="after the fallback")
+        agent.run_conversation("and now?", conversation_history=compressed)
+        live = [m["content"] for m in probe.live_messages(home / "state.db", SID)]
+        assert live == [m["content"] for m in compressed] + ["and now?", "after the fallback"]
+        hermes_session_guard.uninstall()
+
+
+def test_unknown_release_with_its_targets_removed_patches_nothing(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import run_agent
+
+    with monkeypatch.context() as mp:
+        mp.setattr(instrumentation, "installed_version", lambda: "0.20.0")
+        mp.setattr(instrumentation, "_reported", set())
+        for row in seams.rows_for("compression"):
+            try:
+                parent, name, _ = instrumentation._resolve(row.module, row.attribute)
+            except (ImportError, AttributeError):
+                continue
+            mp.delattr(parent, name)
+        assert not hasattr(run_agent.AIAgent, "_compress_context")
+        with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+            runtime = hermes_session_guard.install()
+        (status,) = [s for s in runtime.seams if s.name == "compression"]
+        assert status.state == "skipped" and "no row's target verifies" in status.reason
+        assert "not found" in status.reason
+        assert "Patched: none. Skipped: compression" in runtime.compat_note
+        (line,) = [r.getMessage() for r in caplog.records if "not a tested release" in r.getMessage()]
+        assert "Skipped: compression" in line
+        hermes_session_guard.uninstall()
+    assert hasattr(run_agent.AIAgent, "_compress_context")
