@@ -1,29 +1,54 @@
 #!/usr/bin/env python3
-"""Run the test suite against real Hermes releases, each in its own virtualenv.
+"""Run every check against real Hermes releases, each in its own virtualenv.
 
-    python scripts/matrix.py                    # the default releases (CI's set)
-    python scripts/matrix.py 0.14.0 0.19.0      # named releases
-    CI_FULL_MATRIX=1 python scripts/matrix.py   # every supported release
+    python scripts/matrix.py                        # CI's default releases: 0.13.0, 0.14.0, 0.19.0
+    python scripts/matrix.py 0.16.0 0.17.0          # named releases
+    CI_FULL_MATRIX=1 python scripts/matrix.py       # every release the seam table was tested on
+    python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, ruff, host, hermes)
+    python scripts/matrix.py 0.19.0 -- -k preflight # arguments after -- go to pytest (unit and host)
 
 Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` from
-the package index and this package (editable, with its test extras). Unit tests
-run once; host tests run per release. Prints a release x suite table and exits
-non-zero if anything failed or no test ran.
+the package index and this package (editable, with its test extras). Suites:
+
+``unit``   tests/unit, once (no Hermes needed; run in the first release's venv)
+``ruff``   lint, once
+``host``   tests/integration: the guard's contract against the real Hermes of the release
+``hermes`` Hermes's own session-state tests from the release's sdist, without and with
+           the guard (scripts/hermes_suite.py); new failures must be documented differences
+
+Prints a release x suite table and exits non-zero if anything failed or a suite ran no test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".venvs"
-DEFAULT_RELEASES = ["0.14.0", "0.19.0"]
+DEFAULT_RELEASES = ["0.13.0", "0.14.0", "0.19.0"]
+# Must equal hermes_session_guard.seams.TESTED_RELEASES (a unit test checks it).
 ALL_RELEASES = ["0.13.0", "0.14.0", "0.15.2", "0.16.0", "0.17.0", "0.18.2", "0.19.0"]
+SUITES = ("unit", "ruff", "host", "hermes")
+HERMES_MARKER = "HERMES_SUITE "
+
+
+@dataclass
+class Cell:
+    release: str
+    suite: str
+    ok: bool
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    detail: dict[str, object] = field(default_factory=dict)
 
 
 def sh(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -46,48 +71,119 @@ def venv_for(version: str) -> Path:
     return py
 
 
-def run_pytest(py: Path, paths: list[str], extra: list[str]) -> tuple[int, dict[str, int], float]:
+def pytest_counts(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    tail = text.strip().splitlines()[-1:] or [""]
+    for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", tail[0]):
+        counts[word.rstrip("s") if word.startswith("error") else word] = int(n)
+    return counts
+
+
+def run_pytest(py: Path, release: str, suite: str, paths: list[str], extra: list[str]) -> Cell:
     started = time.monotonic()
     proc = subprocess.run(
         [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths, *extra],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     sys.stdout.write(proc.stdout)
-    counts: dict[str, int] = {}
-    tail = proc.stdout.strip().splitlines()[-1:] or [""]
-    for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", tail[0]):
-        counts[word.rstrip("s") if word.startswith("error") else word] = int(n)
-    return proc.returncode, counts, time.monotonic() - started
+    counts = pytest_counts(proc.stdout)
+    passed, failed = counts.get("passed", 0), counts.get("failed", 0) + counts.get("error", 0)
+    return Cell(release, suite, proc.returncode == 0 and passed > 0, passed, failed, counts.get("skipped", 0),
+                time.monotonic() - started)
+
+
+def run_ruff(py: Path) -> Cell:
+    started = time.monotonic()
+    lint = sh([str(py), "-m", "ruff", "check", "hermes_session_guard", "tests", "scripts"], cwd=ROOT)
+    return Cell("-", "ruff", lint.returncode == 0, seconds=time.monotonic() - started)
+
+
+def run_hermes_suite(py: Path, release: str) -> Cell:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "hermes_suite.py"), "--python", str(py), release, "--json"],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    report: dict[str, object] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(HERMES_MARKER):
+            report = json.loads(line[len(HERMES_MARKER):])
+        else:
+            print(line)
+    guarded = report.get("guarded") or {}
+    assert isinstance(guarded, dict)
+    return Cell(release, "hermes", proc.returncode == 0 and bool(report.get("ok")), int(guarded.get("passed", 0)),
+                int(guarded.get("failed", 0)), int(guarded.get("skipped", 0)), time.monotonic() - started, report)
+
+
+def _fmt(cell: Cell | None) -> str:
+    if cell is None:
+        return "-"
+    if cell.suite == "ruff":
+        return "ok" if cell.ok else "FAIL"
+    return f"{'ok' if cell.ok else 'FAIL'} {cell.passed}/{cell.failed}"
+
+
+def print_table(cells: list[Cell]) -> bool:
+    print("\nsuite results: passed/failed (skipped not counted); hermes = Hermes's own tests with the guard")
+    once = [c for c in cells if c.release == "-"]
+    for c in once:
+        print(f"  {c.suite:<6} {_fmt(c):<14} {c.seconds:7.1f}s")
+    releases = [r for r in dict.fromkeys(c.release for c in cells) if r != "-"]
+    header = f"{'release':<9} {'host':<14} {'hermes':<14} {'baseline':<10} {'new fail':<9} {'expected':<9} seconds"
+    print(header)
+    print("-" * len(header))
+    for release in releases:
+        row = {c.suite: c for c in cells if c.release == release}
+        hermes = row.get("hermes")
+        detail = hermes.detail if hermes else {}
+        baseline = detail.get("baseline") or {}
+        assert isinstance(baseline, dict)
+        base = f"{baseline.get('passed', '-')}/{baseline.get('failed', '-')}" if hermes else "-"
+        new = len(detail.get("new_failures") or []) if hermes else "-"  # type: ignore[arg-type]
+        expected = len(detail.get("expected_differences") or []) if hermes else "-"  # type: ignore[arg-type]
+        secs = sum(c.seconds for c in row.values())
+        print(f"{release:<9} {_fmt(row.get('host')):<14} {_fmt(hermes):<14} {base:<10} {new!s:<9} {expected!s:<9} "
+              f"{secs:7.1f}")
+    ok = all(c.ok for c in cells)
+    total_passed = sum(c.passed for c in cells)
+    total_failed = sum(c.failed for c in cells)
+    print(f"\n{total_passed} passed, {total_failed} failed: {'ALL GREEN' if ok else 'FAILED'}")
+    return ok
 
 
 def main(argv: list[str]) -> int:
-    extra = [a for a in argv if a.startswith("-")]
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    suites = list(SUITES)
+    if "--suites" in argv:
+        i = argv.index("--suites")
+        suites = [s for s in argv[i + 1].split(",") if s]
+        argv = argv[:i] + argv[i + 2:]
+        unknown = set(suites) - set(SUITES)
+        if unknown:
+            raise SystemExit(f"unknown suite(s): {', '.join(sorted(unknown))}; choose from {', '.join(SUITES)}")
     releases = [a for a in argv if not a.startswith("-")]
     if not releases:
         releases = ALL_RELEASES if os.environ.get("CI_FULL_MATRIX") == "1" else DEFAULT_RELEASES
-    rows: list[tuple[str, str, int, dict[str, int], float]] = []
+    started = time.monotonic()
+    cells: list[Cell] = []
     for i, version in enumerate(releases):
         py = venv_for(version)
         if i == 0:
-            rc, counts, secs = run_pytest(py, ["tests/unit"], extra)
-            rows.append(("-", "unit", rc, counts, secs))
-            lint = sh([str(py), "-m", "ruff", "check", "hermes_session_guard", "tests", "scripts"], cwd=ROOT)
-            rows.append(("-", "ruff", lint.returncode, {}, 0.0))
-        rc, counts, secs = run_pytest(py, ["tests/integration"], extra)
-        rows.append((version, "host", rc, counts, secs))
-    print("\nrelease   suite  result  passed failed skipped  seconds")
-    ok = True
-    total_passed = total_failed = 0
-    for version, suite, rc, counts, secs in rows:
-        passed, failed = counts.get("passed", 0), counts.get("failed", 0) + counts.get("error", 0)
-        total_passed += passed
-        total_failed += failed
-        good = rc == 0 and (suite == "ruff" or passed > 0)
-        ok &= good
-        print(f"{version:<9} {suite:<6} {'ok' if good else 'FAIL':<7} {passed:>6} {failed:>6} "
-              f"{counts.get('skipped', 0):>7} {secs:>8.1f}")
-    print(f"\n{total_passed} passed, {total_failed} failed")
-    return 0 if ok else 1
+            if "unit" in suites:
+                cells.append(run_pytest(py, "-", "unit", ["tests/unit"], extra))
+            if "ruff" in suites:
+                cells.append(run_ruff(py))
+        if "host" in suites:
+            cells.append(run_pytest(py, version, "host", ["tests/integration"], extra))
+        if "hermes" in suites:
+            cells.append(run_hermes_suite(py, version))
+    ok = print_table(cells)
+    print(f"matrix wall time: {time.monotonic() - started:.0f}s for {len(releases)} release(s)")
+    return 0 if ok and cells else 1
 
 
 if __name__ == "__main__":

@@ -198,3 +198,24 @@ def test_resumed_turn_with_preflight_stores_the_compacted_transcript_once(
     assert live[-2:] == ["resumed question", "answer after resume"]
     assert len(set(live)) == len(live), "a message was stored twice"
     assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_agent_without_a_session_db_keeps_the_id_and_the_snapshot(
+    guard: Any, llm: FakeLLMServer, home: Path, mode: str
+) -> None:
+    """The shape of the gateway's session-hygiene agent up to 0.17 (no SessionDB:
+    the gateway rewrites the transcript itself afterwards). The host cannot rotate;
+    the guard still keeps the pre-compression transcript in $HERMES_HOME/state.db."""
+    messages = probe.seed_messages()
+    agent = new_agent(None, llm, SID, mode)
+    with probe.capture_host_compression_logs() as lines:
+        compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+
+    assert len(compressed) < len(messages)
+    assert agent.session_id == SID
+    assert set(probe.session_ids_in(lines)) == {SID}
+    (snap,) = guard.store_for(home / "state.db").list_snapshots(SID)
+    assert snap.message_count == len(messages)
+    done = [e for e in _events(guard) if e["event"] == "compression.done"]
+    assert [(e["session_id"], e["session_id_after"]) for e in done] == [(SID, SID)]
