@@ -113,9 +113,9 @@ def sdist_for(python: str, release: str) -> Path:
     return found[0]
 
 
-def unpack_suite(sdist: Path, release: str) -> tuple[Path, list[str]]:
+def unpack_suite(sdist: Path, release: str, workdir: Path | None = None) -> tuple[Path, list[str]]:
     """The suite's test files of this release in a fresh directory, plus our conftest."""
-    workdir = CACHE / f"tests-{release}"
+    workdir = workdir or CACHE / f"tests-{release}"
     if workdir.exists():
         for old in workdir.iterdir():
             if old.is_file():
@@ -142,7 +142,8 @@ def unpack_suite(sdist: Path, release: str) -> tuple[Path, list[str]]:
     return workdir, sorted(files)
 
 
-def test_id(case: ET.Element) -> str:
+def case_id(case: ET.Element) -> str:
+    """``test_x.py::Class::test_name`` from a junit ``testcase`` element."""
     classname = case.get("classname", "")
     module, _, cls = classname.partition(".")
     parts = [f"{module}.py"] + ([cls.replace(".", "::")] if cls else []) + [case.get("name", "")]
@@ -164,7 +165,7 @@ def run_pytest(python: str, workdir: Path, files: list[str], guarded: bool, extr
         return result
     for case in ET.parse(report).getroot().iter("testcase"):
         outcome = {child.tag for child in case}
-        tid = test_id(case)
+        tid = case_id(case)
         if outcome & {"failure", "error"}:
             result.failed.append(tid)
         elif "skipped" in outcome:

@@ -1,0 +1,94 @@
+"""The pure parts of scripts/matrix.py and scripts/hermes_suite.py: which test files
+are taken from an sdist, how junit results become test ids, and the printed table."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+suite = _load("hermes_suite")
+matrix = _load("matrix")
+
+
+def _sdist(path: Path, release: str, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"hermes_agent-{release}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_unpack_takes_only_the_session_state_tests(tmp_path: Path) -> None:
+    sdist = _sdist(tmp_path / "h.tar.gz", "9.9.9", {
+        "tests/test_hermes_state.py": "def test_a(): pass\n",
+        "tests/test_hermes_state_compression_locks.py": "def test_b(): pass\n",
+        "tests/test_cli_manual_compress.py": "def test_c(): pass\n",
+        "tests/test_unrelated.py": "def test_d(): assert False\n",
+        "tests/gateway/test_hermes_state.py": "nested: not taken\n",
+        "plugins/x/tests/test_lazy_session_regressions.py": "not taken\n",
+        "hermes_state.py": "source, not a test\n",
+    })
+    workdir, files = suite.unpack_suite(sdist, "9.9.9", tmp_path / "work")
+    assert files == ["test_cli_manual_compress.py", "test_hermes_state.py", "test_hermes_state_compression_locks.py"]
+    assert sorted(p.name for p in workdir.iterdir()) == sorted([*files, "conftest.py", "pytest.ini"])
+    assert (workdir / "conftest.py").read_text() == (ROOT / "scripts" / "hermes_suite_conftest.py").read_text()
+    assert "addopts = -m 'not integration'" in (workdir / "pytest.ini").read_text()
+
+
+@pytest.mark.parametrize(("classname", "name", "expected"), [
+    ("test_hermes_state.TestSessionLifecycle", "test_end", "test_hermes_state.py::TestSessionLifecycle::test_end"),
+    ("test_cli_manual_compress", "test_manual", "test_cli_manual_compress.py::test_manual"),
+    ("test_x.TestOuter.TestInner", "test_y", "test_x.py::TestOuter::TestInner::test_y"),
+])
+def test_case_ids_follow_pytest_node_ids(classname: str, name: str, expected: str) -> None:
+    assert suite.case_id(ET.Element("testcase", classname=classname, name=name)) == expected
+
+
+def test_every_expected_difference_is_documented() -> None:
+    doc = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    for release, tests in suite.EXPECTED_DIFFERENCES.items():
+        for test, reason in tests.items():
+            assert release in doc and test in doc, (release, test)
+            assert reason.strip(), test
+
+
+def test_pytest_counts_reads_the_summary_line() -> None:
+    out = "....\n= 3 failed, 40 passed, 2 skipped, 1 error in 9.1s =\n"
+    assert matrix.pytest_counts(out) == {"failed": 3, "passed": 40, "skipped": 2, "error": 1}
+
+
+def test_table_is_green_only_when_every_cell_is(capsys: pytest.CaptureFixture[str]) -> None:
+    hermes = matrix.Cell("0.14.0", "hermes", True, 245, 0, 0, 1.0, {
+        "baseline": {"passed": 245, "failed": 0}, "new_failures": [], "expected_differences": [],
+        "guarded_compressions": 0,
+    })
+    cells = [matrix.Cell("-", "unit", True, 79), matrix.Cell("-", "ruff", True),
+             matrix.Cell("0.14.0", "host", True, 12, 0, 1), hermes]
+    assert matrix.print_table(cells) is True
+    out = capsys.readouterr().out
+    assert "0.14.0    ok 12/0        ok 245/0       245/0      0         0         0" in out
+    assert "ALL GREEN" in out
+    cells[2] = matrix.Cell("0.14.0", "host", False, 11, 1)
+    assert matrix.print_table(cells) is False
+    assert "FAIL 11/1" in capsys.readouterr().out
