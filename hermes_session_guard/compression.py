@@ -161,6 +161,7 @@ def guarded_compression(
             host.notify_boundary(agent, sid)
         outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),
                                      len(compressed), "")
+        runtime.compactions.record(sid, compressed)
         finish(outcome)
         pm.hook.session_guard_after_compression(
             session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed

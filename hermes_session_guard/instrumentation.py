@@ -54,6 +54,8 @@ def _signature_matches(func: Any, params: tuple[str, ...]) -> bool:
 
 
 def _apply(row: SeamRow, runtime: Runtime) -> SeamStatus:
+    if row.wrapper is None:
+        return SeamStatus(row.seam, row.target, "not-needed", row.note, "")
     try:
         parent, name, current = _resolve(row.module, row.attribute)
     except (ImportError, AttributeError) as exc:
@@ -98,7 +100,7 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
             except Exception as exc:
                 status = SeamStatus(row.seam, row.target, "failed", f"{type(exc).__name__}: {exc}",
                                     row.failure_policy)
-            if status.state != "patched":
+            if status.state not in ("patched", "not-needed"):
                 log.warning("session guard: seam %s %s: %s", status.name, status.state, status.reason)
             runtime.seams.append(status)
         _runtime = runtime

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .audit import AuditLog
 from .config import GuardConfig
+from .gateway_transcript import CompactionLog
 from .hostinfo import hermes_home
 from .store import GuardStore
 
@@ -30,6 +31,7 @@ class Runtime:
     host_version: str | None
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
+    compactions: CompactionLog = field(default_factory=CompactionLog)
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version
 from .runtime import Runtime
 
@@ -41,7 +42,7 @@ class SeamRow:
     module: str
     attribute: str
     params: tuple[str, ...]
-    wrapper: Callable[[Runtime, SeamRow], Wrapper]
+    wrapper: Callable[[Runtime, SeamRow], Wrapper] | None
     failure_policy: str
     behaviour: dict[str, str] = field(default_factory=dict)
     note: str = ""
@@ -94,6 +95,33 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """After a gateway turn in which the guard compacted the session in place, bring
+    the gateway's transcript bookkeeping in line (see gateway_transcript)."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+            mark = runtime.compactions.mark()
+        except Exception:
+            sid = None
+        result = await wrapped(*args, **kwargs)
+        if sid:
+            try:
+                compaction = runtime.compactions.since(sid, mark)
+                if compaction is not None:
+                    rebase_after_compaction(instance.session_store, sid, compaction, result)
+            except Exception as exc:
+                log.error(
+                    "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
+                    "for %s may still hold pre-compaction history (state.db is correct). Run "
+                    "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
+                )
+        return result
+
+    return wrapper
+
+
 _COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
 _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
 
@@ -109,6 +137,29 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={"strategy": DETACH_DB},
         note="compression lives in the method and always rotates; run it with the SessionDB detached",
+    ),
+    SeamRow(
+        seam="gateway_turn",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._run_agent",
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        wrapper=gateway_turn_wrapper,
+        failure_policy="open",
+        behaviour={"transcript": "jsonl_and_offset"},
+        note="gateway keeps a JSONL copy and slices new messages at len(history); rebase both after a compaction",
+    ),
+    SeamRow(
+        seam="gateway_turn",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._run_agent",
+        params=(),
+        wrapper=None,
+        failure_policy="",
+        note="not needed: the gateway re-baselines on agent._last_compaction_in_place and keeps no JSONL",
     ),
     SeamRow(
         seam="compression",
