@@ -45,13 +45,14 @@ _DEFAULT_SUMMARY_PREFIXES = ("[CONTEXT COMPACTION — REFERENCE ONLY]", "[CONTEX
 
 
 def summary_prefixes() -> tuple[str, ...]:
-    """The host's summary markers (``SUMMARY_PREFIX`` and the legacy one)."""
+    """The host's summary markers: its full ``SUMMARY_PREFIX`` and legacy prefix first
+    (so a summary body can be cut after them), then the short stable markers."""
     try:
         from agent import context_compressor as cc
     except Exception:
         return _DEFAULT_SUMMARY_PREFIXES
     found = tuple(p for p in (getattr(cc, "SUMMARY_PREFIX", None), getattr(cc, "LEGACY_SUMMARY_PREFIX", None)) if p)
-    return found or _DEFAULT_SUMMARY_PREFIXES
+    return found + tuple(p for p in _DEFAULT_SUMMARY_PREFIXES if p not in found)
 
 
 def session_id(agent: Any) -> str:
