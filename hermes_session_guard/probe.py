@@ -130,7 +130,8 @@ class _Capture(logging.Handler):
 
 @contextmanager
 def capture_host_compression_logs() -> Iterator[list[str]]:
-    """Capture Hermes's own ``context compression started/done`` lines (rendered)."""
+    """Capture Hermes's own ``context compression started/done`` lines, rendered with
+    the ``[session]`` tag Hermes's record factory put on them (as in agent.log)."""
     cap = _Capture()
     root = logging.getLogger()
     old_level = root.level
@@ -145,7 +146,8 @@ def capture_host_compression_logs() -> Iterator[list[str]]:
         for rec in cap.records:
             msg = rec.getMessage()
             if "context compression" in msg:
-                lines.append(msg)
+                tag = str(getattr(rec, "session_tag", "") or "").strip()
+                lines.append(f"{tag} {msg}" if tag else msg)
 
 
 def session_ids_in(lines: list[str]) -> list[str]:
@@ -155,6 +157,11 @@ def session_ids_in(lines: list[str]) -> list[str]:
             if token.startswith("session="):
                 out.append(token.split("=", 1)[1])
     return out
+
+
+def log_tags_in(lines: list[str]) -> list[str]:
+    """The ``[session]`` tags at the start of captured lines ("" where a line had none)."""
+    return [line[1:line.index("]")] if line.startswith("[") else "" for line in lines]
 
 
 def sessions_table(db_path: Path) -> list[dict[str, Any]]:
