@@ -132,7 +132,13 @@ class EngineVerdict:
         self.failure: str | None = None
 
 
-def _engine_failure(engine: Any, out: Any) -> str | None:
+def _text_size(messages: Any) -> int:
+    from .store import message_text
+
+    return sum(len(message_text(m) or "") for m in messages if isinstance(m, dict))
+
+
+def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
     if getattr(engine, "_last_compress_aborted", False):
         return str(getattr(engine, "_last_summary_error", None) or "compression aborted")
     err = getattr(engine, "_last_summary_error", None)
@@ -142,6 +148,8 @@ def _engine_failure(engine: Any, out: Any) -> str | None:
 
     if isinstance(out, list) and summary_is_empty(out):
         return "the summary model returned an empty summary"
+    if isinstance(out, list) and isinstance(messages, list) and out and _text_size(out) >= _text_size(messages):
+        return "the summary is not smaller than the turns it replaces (garbage or runaway summary)"
     return None
 
 
@@ -153,7 +161,7 @@ def _make_engine_shim(cls: type) -> Any:
         verdict: EngineVerdict | None = getattr(_engine_op, "verdict", None)
         if verdict is None:
             return out
-        failure = _engine_failure(self, out)
+        failure = _engine_failure(self, messages, out)
         if failure:
             # A failed summary must not replace real turns with a fallback marker:
             # hand the host its input back, which every release treats as "no progress".
