@@ -132,6 +132,10 @@ class EngineVerdict:
         self.failure: str | None = None
 
 
+# A summary body above this size that is also larger than its input is rejected.
+RUNAWAY_SUMMARY_CHARS = 32_000
+
+
 def _text_size(messages: Any) -> int:
     from .store import message_text
 
@@ -144,12 +148,15 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
     err = getattr(engine, "_last_summary_error", None)
     if err:
         return str(err)
-    from .summaries import summary_is_empty
+    from .summaries import summary_body_size, summary_is_empty
 
     if isinstance(out, list) and summary_is_empty(out):
         return "the summary model returned an empty summary"
-    if isinstance(out, list) and isinstance(messages, list) and out and _text_size(out) >= _text_size(messages):
-        return "the summary is not smaller than the turns it replaces (garbage or runaway summary)"
+    if isinstance(out, list) and isinstance(messages, list):
+        body = summary_body_size(out)
+        if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(messages):
+            return (f"the summary ({body:,} characters) is larger than the whole conversation it replaces "
+                    "(garbage or runaway summary)")
     return None
 
 

@@ -90,10 +90,23 @@ def message_text(message: dict[str, Any]) -> str | None:
     return str(content)
 
 
-def _jsonable(message: Any) -> dict[str, Any]:
+def _row_parts(message: Any) -> tuple[Any, str | None, str]:
+    """(role, text, json of the rest). A string ``content`` is stored once, in the
+    ``content`` column (searchable), and left out of ``message_json``."""
     if not isinstance(message, dict):
         message = {"role": getattr(message, "role", None), "content": getattr(message, "content", None)}
-    return json.loads(json.dumps(message, default=str))
+    content = message.get("content")
+    if isinstance(content, str):
+        rest = {k: v for k, v in message.items() if k != "content"}
+        return message.get("role"), content, json.dumps(rest, ensure_ascii=False, default=str)
+    return message.get("role"), message_text(message), json.dumps(message, ensure_ascii=False, default=str)
+
+
+def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
+    msg = json.loads(message_json)
+    if "content" not in msg:
+        msg["content"] = content
+    return msg
 
 
 class GuardStore:
@@ -169,12 +182,7 @@ class GuardStore:
     ) -> SnapshotInfo:
         """Store ``messages`` verbatim under ``snapshot_id``. Snapshots are immutable:
         writing an existing id raises ``sqlite3.IntegrityError``."""
-        rows = []
-        for pos, msg in enumerate(messages):
-            data = _jsonable(msg)
-            rows.append(
-                (snapshot_id, pos, data.get("role"), message_text(data), json.dumps(data, ensure_ascii=False))
-            )
+        rows = [(snapshot_id, pos, *_row_parts(msg)) for pos, msg in enumerate(messages)]
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
             snapshot_id=snapshot_id,
@@ -227,7 +235,7 @@ class GuardStore:
         """The messages of one snapshot, in order. With ``session_id`` the snapshot
         must belong to that session (else an empty list)."""
         query = (
-            "SELECT m.message_json FROM session_guard_snapshot_messages m"
+            "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
             " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
             " WHERE m.snapshot_id = ?"
         )
@@ -237,7 +245,7 @@ class GuardStore:
             params += (session_id,)
         with self.reading() as conn:
             rows = conn.execute(query + " ORDER BY m.position", params).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [_row_message(r[0], r[1]) for r in rows]
 
     # -- compression operations (for crash recovery and status) ---------------------
     def begin_compression(self, op_id: str, session_id: str, messages_before: int) -> None:

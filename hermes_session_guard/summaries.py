@@ -37,3 +37,8 @@ def summary_is_empty(messages: list[Any]) -> bool:
     answer from the summary model that the host did not treat as a failure)."""
     found = summary_indices(messages)
     return bool(found) and all(not summary_body(message_text(messages[i]) or "") for i in found)
+
+
+def summary_body_size(messages: list[Any]) -> int:
+    """Characters of summary text (after the prefixes) in ``messages``."""
+    return sum(len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages))
