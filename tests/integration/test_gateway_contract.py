@@ -134,8 +134,10 @@ def test_preflight_in_a_gateway_turn_keeps_transcript_consistent(
     assert guard.store_for(home / "state.db").list_snapshots(sid)
 
 
-@pytest.mark.skipif(HOST_HAS_IN_PLACE, reason="reproduces the 0.14 gateway's split handling")
 def test_gateway_turn_moves_routing_without_the_guard(no_guard: None, llm: FakeLLMServer, home: Path) -> None:
+    """Hermes as shipped, rotating: the gateway follows the split to a child id."""
+    _set_in_place(home, llm, "rotate")
+
     async def scenario() -> tuple[GatewayHarness, str]:
         gw = await start_gateway()
         sid = await _session_with_history(gw, llm, 48, prompt_tokens=500)
