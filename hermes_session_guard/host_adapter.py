@@ -284,6 +284,11 @@ _JSON_COLUMNS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "co
 _ROW_ONLY_KEYS = ("id", "session_id", "active", "compacted")
 
 
+def carries_summary_marker(text: str) -> bool:
+    """The stored text holds a compaction summary (standalone or merged into a turn)."""
+    return any(marker in text for marker in SUMMARY_MARKERS)
+
+
 def table_columns(conn: Any, table: str) -> set[str]:
     return {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
 
@@ -454,7 +459,7 @@ def live_rows(db: Any, sid: str) -> list[dict[str, Any]]:
 def as_message(row: dict[str, Any]) -> dict[str, Any]:
     """A stored row as a message dict the SessionDB writers accept (JSON columns decoded,
     row bookkeeping dropped, original timestamp kept where the host honours it)."""
-    msg = {k: v for k, v in row.items() if k not in _ROW_ONLY_KEYS and v is not None}
+    msg = {k: v for k, v in row.items() if k not in _ROW_ONLY_KEYS and (v is not None or k in ("role", "content"))}
     for key in _JSON_COLUMNS:
         if isinstance(msg.get(key), str):
             try:

@@ -47,7 +47,6 @@ from .state_inspection import (
     registered_lock_tables,
 )
 from .store import GuardStore
-from .summaries import is_summary_text
 
 REPAIR_MODE = "repair"
 REPAIRED_SIGNATURES = (
@@ -62,7 +61,7 @@ def _key(row: Mapping[str, Any]) -> tuple[Any, Any]:
 
 def _is_summary(row: Mapping[str, Any]) -> bool:
     content = row.get("content")
-    return isinstance(content, str) and is_summary_text(content)
+    return isinstance(content, str) and host.carries_summary_marker(content)
 
 
 def new_turns(rows: list[dict[str, Any]], ancestor_keys: set[tuple[Any, Any]]) -> list[dict[str, Any]]:

@@ -133,6 +133,8 @@ def check_home(home: Path | None = None) -> tuple[Path, GuardConfig]:
     try:
         config = load_config(home)
     except ConfigError as exc:
+        if exc.key.endswith("(file)"):
+            raise HomeError(f"{str(exc).split(': ', 1)[-1]}; fix it and retry") from exc
         raise HomeError(f"invalid option in {home / 'config.yaml'}: {exc}; fix it and retry") from exc
     except OSError as exc:
         raise HomeError(f"cannot read {home / 'config.yaml'}: {exc}") from exc

@@ -59,74 +59,19 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "corrupt"
 SEED_MESSAGES = 40  # ~103K estimated tokens: above the agents' preflight threshold on 0.14 (50%)
 SEED_CHARS = 9000  # and 0.19 (75%), below the gateway hygiene threshold (85% of 128K)
-PLATFORM = "telegram"
 KEEP = ("config.yaml", "sessions/sessions.json")
 FILLER = re.compile(r"((?:user|assistant) line \d+ about the deployment plan\. )(?:\1)+")
 
 
 def session_key(chat: str) -> str:
-    return f"agent:main:{PLATFORM}:dm:{chat}"
+    from hermes_session_guard.probe import gateway_session_key
+
+    return gateway_session_key(chat)
 
 
 # ---------------------------------------------------------------------------------------------
 # Worker side: runs in a subprocess whose HERMES_HOME is the home being corrupted.
 # ---------------------------------------------------------------------------------------------
-
-
-class _Gateway:
-    """A real GatewayRunner with a fake Telegram adapter, wired the way ``start()`` does."""
-
-    def __init__(self) -> None:
-        from gateway.config import GatewayConfig, Platform, PlatformConfig
-        from gateway.platforms.base import BasePlatformAdapter, SendResult
-        from gateway.run import GatewayRunner
-
-        class Adapter(BasePlatformAdapter):
-            async def connect(self, *args: Any, **kwargs: Any) -> bool:
-                self._running = True
-                return True
-
-            async def disconnect(self) -> None:
-                self._running = False
-
-            async def send(self, chat_id: str, content: str, reply_to: Any = None, metadata: Any = None) -> Any:
-                return SendResult(success=True, message_id=str(time.time()))
-
-            async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
-                return {"name": chat_id, "type": "dm"}
-
-        self.platform = Platform.TELEGRAM
-        self.runner = GatewayRunner(GatewayConfig(platforms={self.platform: PlatformConfig(enabled=True)}))
-        self.adapter = Adapter(PlatformConfig(enabled=True), self.platform)
-        self.adapter.set_message_handler(self.runner._handle_message)
-        self.adapter.set_session_store(self.runner.session_store)
-        self.adapter.set_busy_session_handler(self.runner._handle_active_session_busy_message)
-        self.adapter._running = True
-        self.runner.adapters[self.platform] = self.adapter
-
-    async def say(self, chat: str, text: str, wait: bool = True) -> None:
-        from gateway.platforms.base import MessageEvent
-        from gateway.session import SessionSource
-
-        source = SessionSource(platform=self.platform, chat_id=chat, user_id="42", user_name="operator",
-                               chat_type="dm")
-        await self.adapter.handle_message(MessageEvent(text=text, source=source, message_id=str(time.time())))
-        if wait:
-            await self.idle()
-
-    async def idle(self, timeout: float = 180.0) -> None:
-        await asyncio.sleep(0.1)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.adapter._active_sessions and not self.runner._running_agents:
-                return
-            await asyncio.sleep(0.05)
-        raise TimeoutError("gateway did not go idle")
-
-    def routed(self, chat: str) -> str:
-        self.runner.session_store._ensure_loaded()
-        entry = self.runner.session_store._entries[session_key(chat)]
-        return str(entry.session_id)
 
 
 def _db() -> Any:
@@ -163,7 +108,9 @@ def _cli_turn(agent: Any, history: list[dict[str, Any]], text: str) -> list[dict
 
 
 async def _worker(phase: str, chats: list[str], text: str, base_url: str) -> dict[str, Any]:
-    gw = _Gateway()
+    from hermes_session_guard.probe import GatewayDriver
+
+    gw = GatewayDriver()
     out: dict[str, Any] = {}
     if phase == "setup":
         for chat in chats:

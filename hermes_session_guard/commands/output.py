@@ -12,6 +12,7 @@ EXIT_ERROR = 2
 
 def fail(message: str, as_json: bool, **extra: Any) -> int:
     """Report a refusal or bad input: one message, exit status 2, nothing written."""
+    message = " ".join(message.split())
     if as_json:
         print(json.dumps({"ok": False, "error": message, **extra}, indent=2))
     else:
