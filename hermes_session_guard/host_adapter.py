@@ -51,7 +51,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "gateway_routing.session_key", "gateway_routing.entry_json",
     ),
     "SessionDB repair methods": (
-        "get_messages", "append_message", "replace_messages", "archive_and_compact", "reopen_session",
+        "replace_messages", "archive_and_compact", "reopen_session",
         "end_session", "ensure_session", "update_system_prompt", "save_gateway_routing_entry",
         "try_acquire_compression_lock", "release_compression_lock",
     ),
@@ -451,11 +451,6 @@ def open_session_db(path: Path) -> Any:
     return SessionDB(db_path=Path(path))
 
 
-def live_rows(db: Any, sid: str) -> list[dict[str, Any]]:
-    """The rows Hermes loads as the session's live transcript, in order."""
-    return list(db.get_messages(sid))
-
-
 def as_message(row: dict[str, Any]) -> dict[str, Any]:
     """A stored row as a message dict the SessionDB writers accept (JSON columns decoded,
     row bookkeeping dropped, original timestamp kept where the host honours it)."""
@@ -478,13 +473,6 @@ def set_live_transcript(db: Any, sid: str, messages: list[dict[str, Any]]) -> st
         return "archive_and_compact"
     db.replace_messages(sid, messages)
     return "replace_messages"
-
-
-def append_messages(db: Any, sid: str, messages: list[dict[str, Any]]) -> None:
-    params = set(inspect.signature(db.append_message).parameters)
-    for msg in messages:
-        kwargs = {k: v for k, v in msg.items() if k in params and k not in ("session_id", "role")}
-        db.append_message(session_id=sid, role=msg.get("role", "user"), **kwargs)
 
 
 def reopen_session(db: Any, sid: str) -> None:

@@ -49,6 +49,10 @@ from .state_inspection import (
 from .store import GuardStore
 
 REPAIR_MODE = "repair"
+# End reasons that say nothing about the conversation being over: the host's rotation
+# and its clean-up of continuation rows, and an earlier repair.
+HOUSEKEEPING_END_REASONS = frozenset({host.COMPRESSION_END_REASON, MERGED_END_REASON, "orphaned_compression",
+                                      "ws_orphan_reap"})
 REPAIRED_SIGNATURES = (
     "rotated_lineage", "forked_compression", "writes_after_compression_end", "empty_compression_child",
     "orphan_messages", "routing_not_at_tip", "expired_compression_lock",
@@ -218,9 +222,11 @@ def plan_lineage(state: HomeState, lin: Lineage, rows: Mapping[str, list[dict[st
     snapshots = [(sid, live[sid]) for sid in members if sid != base and live[sid]]
     leaves = [sessions[sid] for sid in members if not lin.has_children(sid) and sid != lin.root]
     end_reason = None
-    if leaves and all(s.ended and not s.ended_by_compression and not s.merged for s in leaves):
+    if leaves and all(s.ended and s.end_reason not in HOUSEKEEPING_END_REASONS for s in leaves):
         end_reason = max(leaves, key=lambda s: s.ended_at or 0.0).end_reason
     prompt = read_system_prompt(state.db_path, base) if base != lin.root else None
+    # base == root only when no other session of the lineage holds a message, so a
+    # kept root transcript never needs anything appended
     return LineageRepair(
         root=lin.root, members=members, base=base, mode="keep" if base == lin.root else "rewrite",
         base_rows=base_rows, appended=blocks, snapshots=snapshots, merged=[m for m in members if m != lin.root],
@@ -313,11 +319,9 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
                                      host_mode=REPAIR_MODE, created_at=created)
                 snapshot_ids.append(snap_id)
                 log.info("repair.snapshot", snapshot_id=snap_id, source_session=member, messages=len(rows))
+            how = "kept"
             if lr.mode == "rewrite":
                 how = host.set_live_transcript(db, lr.root, [host.as_message(r) for r in lr.live])
-            else:
-                how = "append_message"
-                host.append_messages(db, lr.root, [host.as_message(r) for b in lr.appended for r in b.rows])
             if lr.system_prompt:
                 host.update_system_prompt(db, lr.root, lr.system_prompt)
             host.reopen_session(db, lr.root)

@@ -70,6 +70,17 @@ def test_a_lineage_whose_last_session_was_closed_ends_the_root_with_that_reason(
     assert lr.root_end_reason == "user_exit"
 
 
+def test_housekeeping_end_reasons_do_not_close_the_repaired_conversation(tmp_path: Path) -> None:
+    h = HermesLikeHome(tmp_path / "h")
+    h.session("r", 1.0, ended=100.0, reason="compression")
+    h.messages("r", ["q", "a"], 10.0)
+    h.session("c", 100.0, parent="r", ended=900.0, reason="orphaned_compression")
+    h.messages("c", [SUMMARY, "q3"], 150.0)
+    h.close()
+    (lr,) = _plan(h.home).lineages
+    assert lr.root_end_reason is None
+
+
 def test_new_turns_skip_the_compacted_prefix_only() -> None:
     rows = [{"role": "user", "content": c} for c in ["h0", SUMMARY, "t9", "ok", "h0", "ok"]]
     assert [r["content"] for r in new_turns(rows, {("user", "h0"), ("user", "t9"), ("user", "ok")})] == []
