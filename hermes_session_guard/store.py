@@ -112,15 +112,6 @@ def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return {str(sid): int(n) for sid, n in rows}
 
 
-def read_repairs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    if not _has_table(conn, "session_guard_repairs"):
-        return []
-    rows = conn.execute("SELECT op_id, session_id, created_at, backup_path, record_json FROM session_guard_repairs"
-                        " ORDER BY created_at, session_id")
-    return [{"op_id": o, "session_id": s, "created_at": c, "backup_path": b, "record": json.loads(r)}
-            for o, s, c, b, r in rows]
-
-
 def _jsonable(message: Any) -> dict[str, Any]:
     if not isinstance(message, dict):
         message = {"role": getattr(message, "role", None), "content": getattr(message, "content", None)}
