@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Make corrupted Hermes homes by running the real host WITHOUT the guard.
 
-    PYTHONPATH=. /work/venvs/h0.14.0/bin/python scripts/make_corrupt_fixtures.py
-    PYTHONPATH=. /work/venvs/h0.19.0/bin/python scripts/make_corrupt_fixtures.py [--out DIR] [SCENARIO ...]
+    PYTHONPATH=. .venvs/hermes-0.14.0/bin/python scripts/make_corrupt_fixtures.py
+    PYTHONPATH=. .venvs/hermes-0.19.0/bin/python scripts/make_corrupt_fixtures.py [--out DIR] [SCENARIO ...]
 
 The scenarios that apply to the installed ``hermes-agent`` are written to
 ``tests/fixtures/corrupt/hermes-<version>-<scenario>/`` (``config.yaml``,
