@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from .hookspecs import hookimpl
+from .hookspecs import LockTable, hookimpl
+from .host_adapter import NATIVE_LOCK_TABLE
 
 
 def snapshot_timestamp(created_at: float) -> str:
@@ -15,3 +16,8 @@ def snapshot_timestamp(created_at: float) -> str:
 @hookimpl(trylast=True)
 def session_guard_snapshot_id(session_id: str, created_at: float) -> str:
     return f"{session_id}.snapshot.{snapshot_timestamp(created_at)}"
+
+
+@hookimpl
+def session_guard_lock_tables() -> list[LockTable]:
+    return [LockTable(kind="native", table=NATIVE_LOCK_TABLE, owned_by_guard=False)]

@@ -7,14 +7,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import selftest, snapshots
+from .commands import doctor, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
+    "doctor": doctor,
+    "repair": repair,
+    "status": status,
     "snapshots": snapshots,
 }
 
-HELP = "Session-stable compression guard: selftest, snapshots"
+HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots"
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:

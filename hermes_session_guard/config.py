@@ -145,7 +145,10 @@ def load_config(hermes_home: Any) -> GuardConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError("(file)", f"{path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError("(file)", f"{path} is not valid YAML ({problem}{where})") from exc
     if not isinstance(data, dict):
         return GuardConfig()
     return parse_config(data.get("session_guard"))

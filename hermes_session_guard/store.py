@@ -59,6 +59,14 @@ CREATE TABLE IF NOT EXISTS session_guard_compressions (
 );
 CREATE INDEX IF NOT EXISTS idx_session_guard_compressions_session
     ON session_guard_compressions(session_id, started_at);
+CREATE TABLE IF NOT EXISTS session_guard_repairs (
+    op_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    backup_path TEXT,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (op_id, session_id)
+);
 """
 
 
@@ -88,6 +96,20 @@ def message_text(message: dict[str, Any]) -> str | None:
         parts = [str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p]
         return "\n".join(parts)
     return str(content)
+
+
+def _has_table(conn: sqlite3.Connection, table: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    return row is not None
+
+
+def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Snapshots per session through any (read-only) connection; empty when the
+    guard never wrote to this database."""
+    if not _has_table(conn, "session_guard_snapshots"):
+        return {}
+    rows = conn.execute("SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")
+    return {str(sid): int(n) for sid, n in rows}
 
 
 def _row_parts(message: Any) -> tuple[Any, str | None, str]:
@@ -286,3 +308,26 @@ class GuardStore:
             finally:
                 conn.row_factory = None
         return [dict(r) for r in rows]
+
+    # -- repairs --------------------------------------------------------------------
+    def record_repair(self, *, op_id: str, session_id: str, record: dict[str, Any],
+                      backup_path: str | None = None) -> None:
+        """Remember what ``repair --apply`` did to one lineage (the original session
+        rows it re-marked, the snapshots it wrote, where routing pointed)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO session_guard_repairs(op_id, session_id, created_at, backup_path, record_json)"
+                " VALUES (?,?,?,?,?)",
+                (op_id, session_id, time.time(), backup_path, json.dumps(record, ensure_ascii=False, default=str)),
+            )
+
+    def clear_expired_lock(self, *, table: str, session_column: str, expires_column: str, session_id: str,
+                           now: float) -> bool:
+        """Delete one expired row of one of the guard's own lock tables."""
+        if not table.startswith("session_guard_"):
+            raise ValueError(f"{table} is not a session guard table")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE {session_column} = ? AND {expires_column} < ?", (session_id, now)
+            )
+        return cur.rowcount > 0
