@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from .hookspecs import hookimpl
 
@@ -15,3 +16,14 @@ def snapshot_timestamp(created_at: float) -> str:
 @hookimpl(trylast=True)
 def session_guard_snapshot_id(session_id: str, created_at: float) -> str:
     return f"{session_id}.snapshot.{snapshot_timestamp(created_at)}"
+
+
+@hookimpl
+def session_guard_after_compression(session_id: str, op_id: str, compressed: list[Any], agent: Any) -> None:
+    """Bounded hand-off to a fresh session after repeated compressions (``handoff:``)."""
+    from .handoff import after_compression
+    from .instrumentation import current_runtime
+
+    runtime = current_runtime()
+    if runtime is not None and runtime.config.handoff.enabled:
+        after_compression(runtime, agent, session_id, op_id, compressed)

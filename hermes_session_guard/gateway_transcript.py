@@ -31,12 +31,25 @@ class Compaction:
 
 class CompactionLog:
     """The latest compaction per session id in this process (a sequence number and
-    the compacted transcript as compression returned it)."""
+    the compacted transcript as compression returned it), and the latest hand-off
+    fork per parent session."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = 0
         self._latest: dict[str, Compaction] = {}
+        self._forks: dict[str, tuple[int, str]] = {}
+
+    def record_fork(self, parent: str, child: str) -> None:
+        with self._lock:
+            self._seq += 1
+            self._forks[parent] = (self._seq, child)
+
+    def fork_since(self, parent: str, mark: int) -> str | None:
+        """The child ``parent`` was handed off to after ``mark``, if any."""
+        with self._lock:
+            found = self._forks.get(parent)
+        return found[1] if found is not None and found[0] > mark else None
 
     def record(self, session_id: str, compacted: list[Any]) -> None:
         with self._lock:

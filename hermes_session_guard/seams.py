@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import host_adapter as host
 from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version
@@ -96,21 +98,34 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """After a gateway turn in which the guard compacted the session in place, bring
-    the gateway's transcript bookkeeping in line (see gateway_transcript)."""
+    """Around one gateway turn: first deliver guard notices that no status channel
+    could carry (a hand-off decided during gateway hygiene, before the turn); then,
+    where the row says so (``transcript: jsonl_and_offset``), bring the gateway's
+    transcript bookkeeping in line after the guard compacted in place (see
+    gateway_transcript). After a hand-off fork the turn belongs to the child, and
+    the host's own split handling already writes it whole (history offset 0)."""
+    rebase = row.behaviour.get("transcript") == "jsonl_and_offset"
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+            source = kwargs["source"] if "source" in kwargs else args[3]
             mark = runtime.compactions.mark()
+            notices = runtime.notices.pop(sid) if sid else []
         except Exception:
-            sid = None
+            sid, notices = None, []
+        for text in notices:
+            try:
+                await host.gateway_send(instance, source, text)
+            except Exception as exc:
+                log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
         result = await wrapped(*args, **kwargs)
-        if sid:
+        if sid and rebase:
             try:
                 compaction = runtime.compactions.since(sid, mark)
                 if compaction is not None:
-                    rebase_after_compaction(instance.session_store, sid, compaction, result)
+                    forked = runtime.compactions.fork_since(sid, mark) is not None
+                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result)
             except Exception as exc:
                 log.error(
                     "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
@@ -118,6 +133,22 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                     "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
                 )
         return result
+
+    return wrapper
+
+
+def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Remember which chat the message being handled came from, so the guard's
+    ``/handoff-packet`` slash command (whose handler only gets its argument text)
+    knows which session it was typed in."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            context: Any = host.gateway_message_context(instance, args[0] if args else kwargs.get("event"))
+        except Exception:
+            context = nullcontext()
+        with context:
+            return await wrapped(*args, **kwargs)
 
     return wrapper
 
@@ -156,10 +187,33 @@ SEAMS: tuple[SeamRow, ...] = (
         until=(0, 20, 0),
         module="gateway.run",
         attribute="GatewayRunner._run_agent",
-        params=(),
-        wrapper=None,
-        failure_policy="",
-        note="not needed: the gateway re-baselines on agent._last_compaction_in_place and keeps no JSONL",
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        wrapper=gateway_turn_wrapper,
+        failure_policy="open",
+        behaviour={"transcript": "host"},
+        note="delivers pending guard notices; the gateway re-baselines on agent._last_compaction_in_place itself",
+    ),
+    SeamRow(
+        seam="gateway_message",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        failure_policy="open",
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
+    ),
+    SeamRow(
+        seam="gateway_message",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        failure_policy="open",
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
     ),
     SeamRow(
         seam="compression",
