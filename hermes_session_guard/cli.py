@@ -7,14 +7,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import selftest, snapshots
+from .commands import handoff, selftest, snapshots
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
     "snapshots": snapshots,
+    "handoff": handoff,
 }
 
-HELP = "Session-stable compression guard: selftest, snapshots"
+HELP = "Session-stable compression guard: selftest, snapshots, handoff"
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
