@@ -407,11 +407,10 @@ class GuardStore:
             )
 
     def release_handoff(self, handoff_id: str) -> None:
-        """Give a reservation back (the hand-off did not happen; the count is not consumed)."""
+        """Give a claimed hand-off back, recorded or not: it was rolled back and did not
+        happen, so the count is not consumed."""
         with self.transaction() as conn:
-            conn.execute(
-                "DELETE FROM session_guard_handoffs WHERE handoff_id = ? AND status = 'reserved'", (handoff_id,)
-            )
+            conn.execute("DELETE FROM session_guard_handoffs WHERE handoff_id = ?", (handoff_id,))
 
     def record_packet(
         self, *, handoff_id: str, session_id: str, mode: str, packet_path: str, op_id: str | None = None
