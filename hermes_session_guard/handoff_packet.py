@@ -31,6 +31,7 @@ MAX_SUMMARY_CHARS = 6000
 MAX_REQUEST_CHARS = 2000
 MAX_NOTE_CHARS = 2000
 MAX_QUESTIONS = 10
+MAX_QUESTION_CHARS = 300
 MAX_SNAPSHOTS = 20
 
 _OPEN_HEADINGS = ("pending user asks", "blocked", "open question", "unresolved", "unanswered")
@@ -158,8 +159,10 @@ def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
             if is_summary_text(text):
                 break
             for sentence in re.findall(r"[^.!?\n]*\?", text):
-                if len(sentence.strip()) > 3:
-                    found.append(sentence.strip())
+                sentence = sentence.strip()
+                if len(sentence) > 3:
+                    found.append(sentence if len(sentence) <= MAX_QUESTION_CHARS
+                                 else "…" + sentence[-MAX_QUESTION_CHARS:].lstrip())
             break
     out: list[str] = []
     for item in found:

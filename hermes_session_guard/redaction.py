@@ -56,9 +56,11 @@ _SECRET_WORD = (
     r"[A-Za-z0-9_.\-]*(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
     r"|private[_\-]?key|client[_\-]?secret|credential|auth[_\-]?key|session[_\-]?key)[A-Za-z0-9_.\-]*"
 )
-# KEY=value, key: value, "key": "value"  (value up to whitespace, quote, comma)
+# KEY=value, key: value, "key": "value" (a quoted value may hold spaces; a bare one
+# runs up to whitespace, a quote, a comma or a bracket)
 _ASSIGNMENT = re.compile(
-    r"(?i)(?P<key>[\"']?\b" + _SECRET_WORD + r"[\"']?\s*(?:=|:)\s*)(?P<q>[\"']?)(?P<value>[^\s\"',;}{\]]{3,})(?P=q)"
+    r"(?i)(?P<key>[\"']?\b" + _SECRET_WORD + r"[\"']?\s*(?:=|:)\s*)"
+    r"(?:(?P<q>[\"'])(?P<quoted>[^\"'\n]{1,256})(?P=q)|(?P<value>[^\s\"',;}{\]]{3,}))"
 )
 # "my password is hunter2"
 _PROSE_PASSWORD = re.compile(r"(?i)\b((?:password|passphrase|passwd|pin)\s+(?:is|was|=)\s+)([^\s,;]{3,})")
@@ -70,12 +72,13 @@ _COUNT = re.compile(r"[~\d.,_kKmM]+")
 
 
 def _redact_assignment(m: re.Match[str]) -> str:
-    value = m.group("value")
-    if value.startswith("[REDACTED"):
+    quote = m.group("q") or ""
+    value = m.group("quoted") if quote else m.group("value")
+    if value.startswith("[REDACTED") or value == "***":
         return m.group(0)
     if "tokens" in m.group("key").lower() and _COUNT.fullmatch(value):
         return m.group(0)  # a token count ("prompt_tokens=41,442"), not a credential
-    return f"{m.group('key')}{m.group('q')}{MASK}{m.group('q')}"
+    return f"{m.group('key')}{quote}{MASK}{quote}"
 
 
 def redact_guard_patterns(text: str) -> str:
