@@ -45,6 +45,18 @@ class CompactionLog:
             self._seq += 1
             self._forks[parent] = (self._seq, child)
 
+    def fork_target(self, session_id: str) -> str:
+        """Where a conversation addressed to ``session_id`` lives now (following
+        successive hand-offs); ``session_id`` itself when it was never handed off."""
+        seen = {session_id}
+        with self._lock:
+            while session_id in self._forks:
+                session_id = self._forks[session_id][1]
+                if session_id in seen:
+                    break
+                seen.add(session_id)
+        return session_id
+
     def fork_since(self, parent: str, mark: int) -> str | None:
         """The child ``parent`` was handed off to after ``mark``, if any."""
         with self._lock:

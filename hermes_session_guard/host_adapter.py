@@ -349,7 +349,7 @@ def git_state(cwd: str | None, timeout: float = 2.0) -> tuple[str | None, str | 
         try:
             out = subprocess.run(
                 ["git", "-C", cwd, *args], capture_output=True, text=True, timeout=timeout,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0),
             )
         except (OSError, subprocess.SubprocessError):
             return None

@@ -98,8 +98,9 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Around one gateway turn: first deliver guard notices that no status channel
-    could carry (a hand-off decided during gateway hygiene, before the turn); then,
+    """Around one gateway turn: a turn addressed to a session the guard handed off
+    runs in its child; guard notices that no status channel could carry (a hand-off
+    decided during gateway hygiene, before the turn) are delivered first; then,
     where the row says so (``transcript: jsonl_and_offset``), bring the gateway's
     transcript bookkeeping in line after the guard compacted in place (see
     gateway_transcript). After a hand-off fork the turn belongs to the child, and
@@ -110,6 +111,16 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         try:
             sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
             source = kwargs["source"] if "source" in kwargs else args[3]
+            target = runtime.compactions.fork_target(sid) if sid else sid
+            if target != sid:
+                # A turn still addressed to a handed-off session (the host drains queued
+                # follow-ups with the id the turn started on): run it in the child.
+                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
+                if "session_id" in kwargs:
+                    kwargs = {**kwargs, "session_id": target}
+                else:
+                    args = (*args[:4], target, *args[5:])
+                sid = target
             mark = runtime.compactions.mark()
             notices = runtime.notices.pop(sid) if sid else []
         except Exception:

@@ -425,6 +425,56 @@ def test_gateway_fresh_session_moves_routing_and_the_next_message_lands_in_the_c
     assert any(child in r and "hand-off packet" in r for r in replies)
 
 
+@pytest.mark.parametrize("agent_cached", [True, False], ids=["cached-agent", "agent-rebuilt"])
+def test_gateway_message_sent_during_the_fork_turn_lands_in_the_child(
+    handoff: Any, llm: FakeLLMServer, home: Path, agent_cached: bool
+) -> None:
+    """Peer agents keep talking: a message that arrives while the turn that forked is
+    still running is drained by the gateway with the id that turn started on; it must
+    be answered in the child, with the child's context, not in the ended parent (no
+    amnesia loop), also when the follow-up builds a new agent (cache evicted)."""
+    import threading
+
+    runtime = handoff(mode="fresh_session", after_compressions=1)
+    in_reply, release = threading.Event(), threading.Event()
+    gateway: list[GatewayHarness] = []
+
+    def held_answer(body: dict) -> str:
+        if any(m.get("content") == "question one" for m in body["messages"]) and not release.is_set():
+            if not agent_cached:
+                gateway[0].runner._evict_cached_agent(gateway[0].session_key())
+            in_reply.set()
+            release.wait(20)
+            return "first answer"
+        return "second answer"
+
+    async def scenario() -> tuple[GatewayHarness, str]:
+        gw = await start_gateway()
+        gateway.append(gw)
+        sid = await _chat_with_history(gw, llm)
+        llm.configure(reply_fn=held_answer)
+        await gw.send_text("question one")
+        assert await asyncio.get_running_loop().run_in_executor(None, in_reply.wait, 20)
+        await gw.send_text("question two")  # the session is busy: queued (or interrupting)
+        await asyncio.sleep(0.2)
+        release.set()
+        await gw.drain()
+        return gw, sid
+
+    gw, sid = run(scenario())
+
+    (fork,) = _events(runtime, "fork.created")
+    child = fork["child_session_id"]
+    assert gw.bound_session_id() == child
+    # answered from the child's context (0.14 merges an interrupted turn's text into the follow-up)
+    answered = [r for r in llm.chat_requests() if "question two" in str(r.body["messages"][-1].get("content"))]
+    assert len(answered) == 1 and any(SEED_MARKER in str(m.get("content")) for m in answered[0].body["messages"])
+    assert _contents(home, child)[-1] == "second answer" and "second answer" in gw.replies()
+    parent = _contents(home, sid)
+    assert not any("question two" in c or c == "second answer" for c in parent)  # nothing written to the parent
+    assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [sid, child]
+
+
 def test_gateway_prompt_user_keeps_id_and_routing(handoff: Any, llm: FakeLLMServer, home: Path) -> None:
     runtime = handoff(mode="prompt_user", after_compressions=1)
 
