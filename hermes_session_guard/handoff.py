@@ -181,10 +181,11 @@ def after_compression(
     """Decide and perform the automatic hand-off for one successful compression.
     Never raises: any guard error leaves the ordinary compressed continuation."""
     cfg = runtime.config.handoff
-    if not cfg.enabled or agent is None or not session_id:
+    if not cfg.enabled or agent is None or not session_id or host.persistence_disabled(agent):
         return None
     try:
-        return _after_compression(runtime, agent, session_id, op_id, compressed)
+        with host.session_db_for(agent) as db:
+            return _after_compression(runtime, agent, db, session_id, op_id, compressed)
     except Exception as exc:
         log.error(
             "session guard: hand-off for %s failed (%s: %s); the conversation continues compressed on the same "
@@ -198,7 +199,7 @@ def after_compression(
 
 
 def _after_compression(
-    runtime: Runtime, agent: Any, sid: str, op_id: str, compressed: list[Any]
+    runtime: Runtime, agent: Any, db: Any, sid: str, op_id: str, compressed: list[Any]
 ) -> HandoffOutcome:
     cfg = runtime.config.handoff
     store = runtime.store_for(host.db_path(agent))
@@ -233,7 +234,6 @@ def _after_compression(
         return HandoffOutcome("failed", sid, seq=seq, reason=reason)
 
     try:
-        db = host.session_db_for(agent)
         inputs = collect_inputs(store, db, sid, compressed, agent=agent, compressions=count,
                                 reason=f"automatic, after {count} compression{'' if count == 1 else 's'}")
         packet = render_packet(inputs, host.host_redactor())

@@ -50,6 +50,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     "hand-off (agent)": (
         "model", "platform", "_session_init_model_config", "_cached_system_prompt", "_todo_store.read",
         "_emit_status", "status_callback", "session_log_file", "logs_dir", "_session_db_created",
+        "_persist_disabled",
     ),
     "hand-off (host modules)": (
         "agent.redact.redact_sensitive_text", "gateway.session_context._SESSION_ID", "hermes_state.SessionDB",
@@ -297,10 +298,28 @@ def open_session_db(path: Path) -> Any:
     return SessionDB(db_path=Path(path))
 
 
-def session_db_for(agent: Any) -> Any:
-    """The agent's SessionDB, or one opened on its state.db (0.14's gateway hygiene
-    agent has none)."""
-    return session_db(agent) or open_session_db(db_path(agent))
+@contextmanager
+def session_db_for(agent: Any) -> Iterator[Any]:
+    """The agent's SessionDB, or one opened (and closed again) on its state.db
+    (0.14's gateway hygiene agent has none)."""
+    own = session_db(agent)
+    if own is not None:
+        yield own
+        return
+    db = open_session_db(db_path(agent))
+    try:
+        yield db
+    finally:
+        try:
+            db.close()
+        except Exception:
+            pass
+
+
+def persistence_disabled(agent: Any) -> bool:
+    """0.19's background-review fork shares the live session id but must never write
+    to it (``_persist_disabled``): it is not the conversation and must not hand it off."""
+    return bool(getattr(agent, "_persist_disabled", False))
 
 
 def session_row(db: Any, sid: str) -> dict[str, Any] | None:

@@ -46,7 +46,7 @@ def fake_host(tmp_path: Path, mocker: Any) -> SimpleNamespace:
         routing_undo=routing_undo,
         identity_undo=identity_undo,
         db_path=mocker.patch.object(host, "db_path", return_value=tmp_path / "state.db"),
-        session_db_for=mocker.patch.object(host, "session_db_for", return_value=MagicMock()),
+        session_db=mocker.patch.object(host, "session_db", return_value=MagicMock()),
         session_row=mocker.patch.object(host, "session_row", side_effect=lambda db, sid: (
             {"title": "T"} if sid == "S" else None)),
         git_state=mocker.patch.object(host, "git_state", return_value=(None, None)),
@@ -148,6 +148,15 @@ def test_any_failed_step_rolls_back_and_keeps_the_count(
     assert runtime.store_for(tmp_path / "state.db").handoffs(lineage_root="S") == []
     (failed,) = [e for e in read_events(runtime.audit_path) if e["event"] == "handoff.failed"]
     assert failed["stage"] == stage and failed["count_consumed"] is False
+
+
+def test_a_background_review_fork_never_hands_off(tmp_path: Path, fake_host: SimpleNamespace) -> None:
+    runtime = _runtime(tmp_path, mode="fresh_session", after_compressions=1)
+    _compress_n(runtime, tmp_path, 3)
+    agent = _agent()
+    agent._persist_disabled = True
+    assert handoff.after_compression(runtime, agent, "S", "op", _compressed()) is None
+    assert fake_host.calls == []
 
 
 def test_an_unexpected_guard_error_never_reaches_the_host(tmp_path: Path, fake_host: SimpleNamespace) -> None:
