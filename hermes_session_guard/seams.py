@@ -190,7 +190,8 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=gateway_turn_wrapper,
         failure_policy="open",
         behaviour={"transcript": "jsonl_and_offset"},
-        note="gateway keeps a JSONL copy and slices new messages at len(history); rebase both after a compaction",
+        note="gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a compaction; "
+        "hand-off notices and redirects",
     ),
     SeamRow(
         seam="gateway_turn",
@@ -202,7 +203,7 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=gateway_turn_wrapper,
         failure_policy="open",
         behaviour={"transcript": "host"},
-        note="delivers pending guard notices; the gateway re-baselines on agent._last_compaction_in_place itself",
+        note="hand-off notices and redirects only; the gateway re-baselines on agent._last_compaction_in_place",
     ),
     SeamRow(
         seam="gateway_message",
