@@ -405,6 +405,9 @@ def create_child_session(
     model_config = getattr(agent, "_session_init_model_config", None)
     if model_config is not None:
         kwargs["model_config"] = model_config
+    for inherited in ("user_id", "cwd"):  # cwd: 0.19 rows only
+        if row.get(inherited):
+            kwargs[inherited] = row[inherited]
     db.create_session(session_id=child, **kwargs)
     db.replace_messages(child, messages)
     if system_prompt:

@@ -411,6 +411,7 @@ def test_gateway_fresh_session_moves_routing_and_the_next_message_lands_in_the_c
     assert (fork["parent_session_id"], fork["child_session_id"], fork["gateway_keys"]) == (sid, child, 1)
     rows = _rows(home)
     assert rows[child]["parent_session_id"] == sid and rows[sid]["end_reason"] == "handoff"
+    assert (rows[child]["source"], rows[child]["user_id"]) == (rows[sid]["source"], rows[sid]["user_id"])
     live = _contents(home, child)
     assert live[0].startswith(SEED_MARKER)
     assert live[2:] == ["question one", "first answer", "question two", "second answer"]
