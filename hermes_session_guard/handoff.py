@@ -152,10 +152,14 @@ def continuation_messages(packet: str, parent: str, compressed: list[Any]) -> li
 
 # -- telling the user ----------------------------------------------------------------
 def _tell_user(runtime: Runtime, agent: Any, routed_session: str, text: str) -> None:
-    """Through the agent's status channel; when nothing is attached to it (the
-    gateway's hygiene agent) the gateway-turn seam sends it before the next reply."""
-    if not host.emit_status(agent, text) and host.live_gateway_runner() is not None:
+    """A gateway chat gets the notice as a message of its own, sent by the
+    gateway-turn seam around the turn (a status bubble may be edited away by the
+    next status, and gateway hygiene's agent has no status channel at all);
+    elsewhere (CLI) it goes through the agent's status output."""
+    if host.gateway_routes_to(routed_session):
         runtime.notices.add(routed_session, text)
+    else:
+        host.emit_status(agent, text)
 
 
 def prompt_text(path: Path, count: int) -> str:

@@ -558,6 +558,17 @@ def live_gateway_runner() -> Any:
         return None
 
 
+def gateway_routes_to(session_id: str) -> bool:
+    """True when a gateway chat in this process is bound to ``session_id``."""
+    runner = live_gateway_runner()
+    store = getattr(runner, "session_store", None) if runner is not None else None
+    entries = getattr(store, "_entries", None) if store is not None else None
+    if not entries:
+        return False
+    with getattr(store, "_lock", None) or nullcontext():
+        return any(getattr(entry, "session_id", None) == session_id for entry in entries.values())
+
+
 @dataclass
 class RoutingMove:
     keys: list[str]

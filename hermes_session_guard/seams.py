@@ -99,8 +99,9 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """Around one gateway turn: a turn addressed to a session the guard handed off
-    runs in its child; guard notices that no status channel could carry (a hand-off
-    decided during gateway hygiene, before the turn) are delivered first; then,
+    runs in its child; guard notices for the chat (hand-off packet written, fork)
+    are sent as messages of their own, before the turn (decided during gateway
+    hygiene) and after it (decided during the turn); then,
     where the row says so (``transcript: jsonl_and_offset``), bring the gateway's
     transcript bookkeeping in line after the guard compacted in place (see
     gateway_transcript). After a hand-off fork the turn belongs to the child, and
@@ -108,6 +109,8 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     rebase = row.behaviour.get("transcript") == "jsonl_and_offset"
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sid: Any = None
+        source: Any = None
         try:
             sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
             source = kwargs["source"] if "source" in kwargs else args[3]
@@ -125,12 +128,17 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             notices = runtime.notices.pop(sid) if sid else []
         except Exception:
             sid, notices = None, []
-        for text in notices:
-            try:
-                await host.gateway_send(instance, source, text)
-            except Exception as exc:
-                log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
+        await _deliver(instance, source, sid, notices)
         result = await wrapped(*args, **kwargs)
+        if sid:
+            try:
+                after = runtime.notices.pop(sid)
+                moved_to = runtime.compactions.fork_target(sid)
+                if moved_to != sid:
+                    after += runtime.notices.pop(moved_to)
+            except Exception:
+                after = []
+            await _deliver(instance, source, sid, after)
         if sid and rebase:
             try:
                 compaction = runtime.compactions.since(sid, mark)
@@ -146,6 +154,14 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         return result
 
     return wrapper
+
+
+async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
+    for text in notices:
+        try:
+            await host.gateway_send(runner, source, text)
+        except Exception as exc:
+            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
 
 
 def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
