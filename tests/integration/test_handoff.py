@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -117,10 +118,13 @@ def _gateway_contextvar() -> str | None:
     return session_context._SESSION_ID.get(None)
 
 
-def _git_repo(path: Path) -> str:
+def _git_repo(path: Path) -> str | None:
+    """A repository on branch ``feature/payments``; its short commit (``None`` without git)."""
+    path.mkdir()
+    if shutil.which("git") is None:
+        return None
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@e")
-    path.mkdir()
     for cmd in (["init", "-q"], ["checkout", "-q", "-b", "feature/payments"],
                 ["commit", "-q", "--allow-empty", "-m", "start"]):
         subprocess.run(["git", "-C", str(path), *cmd], check=True, env=env, capture_output=True)
@@ -158,7 +162,8 @@ def test_packet_holds_the_session_brief_and_no_secret(
     assert f"- Session: `{SID}`" in text
     assert "- Title: Payments deploy" in text
     assert f"- Working directory: `{tmp_path / 'repo'}`" in text
-    assert f"- Git: branch `feature/payments` at `{commit}`" in text
+    if commit is not None:
+        assert f"- Git: branch `feature/payments` at `{commit}`" in text
     assert "Ship the deployment plan for the payments service." in text  # latest summary
     assert "- [>] 1. Rotate AWS key" in text and "- [ ] 2. Write the release notes (pending)" in text
     assert "> Deploy with token" in text and "What do you think?" in text  # last user request
