@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import doctor, repair, selftest, snapshots, status
+from .commands import doctor, handoff, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
@@ -15,9 +15,10 @@ COMMANDS: dict[str, Any] = {
     "repair": repair,
     "status": status,
     "snapshots": snapshots,
+    "handoff": handoff,
 }
 
-HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots"
+HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff"
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:

@@ -82,6 +82,30 @@ _MINIMUMS: dict[str, float] = {
 }
 
 
+def relative_path_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a directory inside ``HERMES_HOME`` (``None`` if it can).
+
+    Checked with both POSIX and Windows rules, so a config file moved between
+    machines cannot smuggle in ``C:\\...``, ``\\\\server\\share`` or ``..``."""
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    if not value.strip():
+        return "must not be empty"
+    if "\x00" in value:
+        return "must not contain NUL"
+    for pure in (PurePosixPath(value), PureWindowsPath(value)):
+        if pure.is_absolute() or pure.anchor:
+            return "must be relative to HERMES_HOME, not an absolute path"
+        if ".." in pure.parts:
+            return "must stay inside HERMES_HOME (no '..')"
+    return None
+
+
+_CHECKS: dict[str, Any] = {
+    "handoff.artifact_dir": relative_path_problem,
+}
+
+
 def _coerce(key: str, expected: type, value: Any) -> Any:
     if expected is bool:
         if isinstance(value, bool):
@@ -103,6 +127,10 @@ def _coerce(key: str, expected: type, value: Any) -> Any:
         raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {value!r}")
     if key in _MINIMUMS and value < _MINIMUMS[key]:
         raise ConfigError(key, f"must be >= {_MINIMUMS[key]:g}; got {value!r}")
+    if key in _CHECKS:
+        problem = _CHECKS[key](value)
+        if problem:
+            raise ConfigError(key, f"{problem}; got {value!r}")
     return value
 
 

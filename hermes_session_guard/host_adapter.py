@@ -7,15 +7,21 @@ surface can be diffed against a new release (``selftest`` checks it).
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import types
+import uuid
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +43,10 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "agent.context_compressor": ("SUMMARY_PREFIX", "LEGACY_SUMMARY_PREFIX"),
     "ContextCompressor attributes": ("_last_summary_error", "_last_compress_aborted", "on_session_start"),
-    "SessionDB methods": ("db_path", "replace_messages", "update_system_prompt", "get_messages"),
+    "SessionDB methods": (
+        "db_path", "replace_messages", "update_system_prompt", "get_messages", "get_session", "create_session",
+        "delete_session", "end_session", "get_session_title", "set_session_title", "get_next_title_in_lineage",
+    ),
     "hermes_logging": ("set_session_context", "_session_context"),
     # Operator commands (doctor, repair, status): read state.db read-only by SQL,
     # write only through these SessionDB methods.
@@ -58,6 +67,23 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     "hermes_state": ("SessionDB", "SCHEMA_VERSION"),
     "gateway.status": ("is_gateway_runtime_lock_active",),
     "gateway routing file": ("sessions/sessions.json",),
+
+
+    "hand-off (agent)": (
+        "model", "platform", "_session_init_model_config", "_cached_system_prompt", "_todo_store.read",
+        "_emit_status", "status_callback", "session_log_file", "logs_dir", "_session_db_created",
+        "_persist_disabled",
+    ),
+    "hand-off (host modules)": (
+        "agent.redact.redact_sensitive_text", "gateway.session_context._SESSION_ID", "hermes_state.SessionDB",
+        "hermes_cli.goals.migrate_goal_to_session",
+    ),
+    "hand-off (gateway)": (
+        "gateway.run._gateway_runner_ref", "GatewayRunner.session_store", "GatewayRunner.adapters",
+        "GatewayRunner._session_key_for_source", "SessionStore._entries", "SessionStore._lock", "SessionStore._save",
+        "SessionStore._record_gateway_session_peer", "SessionEntry.session_id", "SessionEntry.origin",
+        "SessionEntry.last_prompt_tokens", "MessageEvent.source",
+    ),
 }
 
 
@@ -461,6 +487,30 @@ def gateway_running() -> bool | None:
         return None
 
 
+# -- hand-off: reading a session --------------------------------------------------------
+def host_redactor() -> Callable[[str], str] | None:
+    """Hermes's own secret redaction, forced on (whatever ``security.redact_secrets``
+    says) and, where the host offers it, with URL credentials included."""
+    try:
+        from agent.redact import redact_sensitive_text
+    except Exception:
+        return None
+    try:
+        params = inspect.signature(redact_sensitive_text).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    kwargs: dict[str, Any] = {}
+    if "force" in params:
+        kwargs["force"] = True
+    if "redact_url_credentials" in params:
+        kwargs["redact_url_credentials"] = True
+
+    def redactor(text: str) -> str:
+        return redact_sensitive_text(text, **kwargs)
+
+    return redactor
+
+
 def open_session_db(path: Path) -> Any:
     from hermes_state import SessionDB
 
@@ -521,3 +571,361 @@ def clear_expired_native_lock(db: Any, sid: str, holder: str) -> bool:
         return False
     db.release_compression_lock(sid, holder)
     return True
+
+
+@contextmanager
+def session_db_for(agent: Any) -> Iterator[Any]:
+    """The agent's SessionDB, or one opened (and closed again) on its state.db
+    (0.14's gateway hygiene agent has none)."""
+    own = session_db(agent)
+    if own is not None:
+        yield own
+        return
+    db = open_session_db(db_path(agent))
+    try:
+        yield db
+    finally:
+        try:
+            db.close()
+        except Exception:
+            pass
+
+
+def persistence_disabled(agent: Any) -> bool:
+    """0.19's background-review fork shares the live session id but must never write
+    to it (``_persist_disabled``): it is not the conversation and must not hand it off."""
+    return bool(getattr(agent, "_persist_disabled", False))
+
+
+def session_row(db: Any, sid: str) -> dict[str, Any] | None:
+    try:
+        row = db.get_session(sid)
+    except Exception:
+        return None
+    return dict(row) if row else None
+
+
+def session_messages(db: Any, sid: str) -> list[dict[str, Any]]:
+    """The live transcript (0.19: active rows only)."""
+    return [dict(m) for m in db.get_messages(sid)]
+
+
+def todo_items(agent: Any) -> list[dict[str, Any]] | None:
+    store = getattr(agent, "_todo_store", None)
+    read = getattr(store, "read", None)
+    if not callable(read):
+        return None
+    try:
+        return [dict(item) for item in read()]
+    except Exception:
+        return None
+
+
+def working_dir(row: dict[str, Any] | None) -> str | None:
+    """The session's working directory: the session row (0.19 stores ``cwd``), the
+    gateway's ``TERMINAL_CWD``, else this process's directory."""
+    cwd = (row or {}).get("cwd") or os.environ.get("TERMINAL_CWD")
+    if cwd:
+        return str(cwd)
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def git_state(cwd: str | None, timeout: float = 2.0) -> tuple[str | None, str | None]:
+    """``(branch, short commit)`` of the repository at ``cwd``; ``(None, None)`` when
+    there is no repository or no ``git``."""
+    if not cwd or not Path(cwd).is_dir():
+        return None, None
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", "-C", cwd, *args], capture_output=True, text=True, timeout=timeout,
+                stdin=subprocess.DEVNULL, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0),
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if out.returncode != 0:
+            return None
+        return out.stdout.strip() or None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        return None, None
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    return (None if branch == "HEAD" else branch), commit
+
+
+# -- hand-off: creating the child --------------------------------------------------------
+def new_session_id() -> str:
+    """A session id in the host's own format (``YYYYmmdd_HHMMSS_<6 hex>``)."""
+    return f"{datetime.now().strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+
+
+def create_child_session(
+    db: Any, agent: Any, parent: str, child: str, messages: list[dict[str, Any]], system_prompt: str | None
+) -> None:
+    """Create ``child`` (``parent_session_id=parent``) through Hermes's own SessionDB
+    API, holding ``messages`` as its live transcript. Raises on failure (the caller
+    then removes whatever was created)."""
+    row = session_row(db, parent) or {}
+    kwargs: dict[str, Any] = {
+        "source": getattr(agent, "platform", None) or row.get("source")
+        or os.environ.get("HERMES_SESSION_SOURCE", "cli"),
+        "model": getattr(agent, "model", None) or row.get("model"),
+        "parent_session_id": parent,
+    }
+    model_config = getattr(agent, "_session_init_model_config", None)
+    if model_config is not None:
+        kwargs["model_config"] = model_config
+    for inherited in ("user_id", "cwd"):  # cwd: 0.19 rows only
+        if row.get(inherited):
+            kwargs[inherited] = row[inherited]
+    db.create_session(session_id=child, **kwargs)
+    db.replace_messages(child, messages)
+    if system_prompt:
+        try:
+            db.update_system_prompt(child, system_prompt)
+        except Exception as exc:
+            log.debug("session guard: update_system_prompt(%s) failed: %s", child, exc)
+    try:
+        title = db.get_session_title(parent)
+        if title:
+            db.set_session_title(child, db.get_next_title_in_lineage(title))
+    except Exception as exc:
+        log.debug("session guard: title for %s not carried over: %s", child, exc)
+    try:  # 0.19: a persistent /goal lives per session id
+        from hermes_cli.goals import migrate_goal_to_session
+
+        migrate_goal_to_session(parent, child, reason="handoff")
+    except Exception as exc:
+        log.debug("session guard: goal not carried over to %s: %s", child, exc)
+
+
+def discard_session(db: Any, sid: str) -> None:
+    """Remove a child that never went live (rollback of a failed hand-off)."""
+    db.delete_session(sid)
+
+
+def system_prompt_of(agent: Any) -> str | None:
+    value = getattr(agent, "_cached_system_prompt", None)
+    return value if isinstance(value, str) and value else None
+
+
+# -- hand-off: moving the live conversation ---------------------------------------------
+def switch_agent_session(agent: Any, child: str, seeded: list[Any]) -> Callable[[], None]:
+    """Move the agent to ``child`` everywhere the host keeps the live id (agent,
+    ``HERMES_SESSION_ID``, the gateway/tools ContextVar, the log tag, the session
+    log file) and re-base the flush bookkeeping on ``seeded`` (already stored).
+    Returns an undo callable."""
+    before = {name: getattr(agent, name) for name in _IDENTITY_ATTRS if hasattr(agent, name)}
+    env_before = os.environ.get("HERMES_SESSION_ID")
+    token = None
+    ctx_before: Any = None
+    log_ctx: Any = None
+    try:
+        import hermes_logging
+
+        log_ctx = hermes_logging._session_context
+        ctx_before = getattr(log_ctx, "session_id", None)
+    except Exception:
+        log_ctx = None
+
+    def undo() -> None:
+        for name, value in before.items():
+            setattr(agent, name, value)
+        if env_before is None:
+            os.environ.pop("HERMES_SESSION_ID", None)
+        else:
+            os.environ["HERMES_SESSION_ID"] = env_before
+        if token is not None:
+            try:
+                token.var.reset(token)
+            except Exception:
+                pass
+        if log_ctx is not None:
+            log_ctx.session_id = ctx_before
+
+    try:
+        agent.session_id = child
+        os.environ["HERMES_SESSION_ID"] = child
+        try:
+            from gateway.session_context import _SESSION_ID
+
+            token = _SESSION_ID.set(child)
+        except Exception:
+            token = None
+        if log_ctx is not None:
+            import hermes_logging
+
+            hermes_logging.set_session_context(child)
+        logs_dir = getattr(agent, "logs_dir", None)
+        if logs_dir is not None and hasattr(agent, "session_log_file"):
+            agent.session_log_file = Path(logs_dir) / f"session_{child}.json"
+        agent._session_db_created = True
+        agent._last_flushed_db_idx = len(seeded)
+        agent._flushed_db_message_ids = {id(m) for m in seeded if isinstance(m, dict)}
+        agent._flushed_db_message_session_id = child
+    except BaseException:
+        undo()
+        raise
+    return undo
+
+
+_IDENTITY_ATTRS = (
+    "session_id", "session_log_file", "_session_db_created", "_last_flushed_db_idx", "_flushed_db_message_ids",
+    "_flushed_db_message_session_id",
+)
+
+
+def notify_handoff(agent: Any, child: str, parent: str) -> None:
+    """Tell the context engine and memory providers the conversation moved to a new
+    session (boundary reason ``handoff``), as the host does for its own boundaries."""
+    cc = getattr(agent, "context_compressor", None)
+    if cc is not None and hasattr(cc, "on_session_start"):
+        try:
+            cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent,
+                                platform=getattr(agent, "platform", None) or "cli")
+        except TypeError:
+            try:
+                cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent)
+            except Exception as exc:
+                log.debug("session guard: context engine on_session_start (handoff): %s", exc)
+        except Exception as exc:
+            log.debug("session guard: context engine on_session_start (handoff): %s", exc)
+    mm = getattr(agent, "_memory_manager", None)
+    if mm is not None:
+        try:
+            mm.on_session_switch(child, parent_session_id=parent, reset=False, reason="handoff")
+        except Exception as exc:
+            log.debug("session guard: memory on_session_switch (handoff): %s", exc)
+
+
+def emit_status(agent: Any, text: str) -> bool:
+    """Show ``text`` to the user through the agent's lifecycle status channel (CLI
+    output; the gateway forwards it to the chat). True when a gateway/UI callback
+    was attached, i.e. the text left the process."""
+    attached = getattr(agent, "status_callback", None) is not None
+    fn = getattr(agent, "_emit_status", None)
+    if callable(fn):
+        try:
+            fn(text)
+        except Exception as exc:
+            log.debug("session guard: _emit_status failed: %s", exc)
+            return False
+    return attached
+
+
+# -- hand-off: the gateway ------------------------------------------------------------
+def live_gateway_runner() -> Any:
+    """The ``GatewayRunner`` of this process, if a gateway runs here (never imports it)."""
+    module = sys.modules.get("gateway.run")
+    ref = getattr(module, "_gateway_runner_ref", None) if module is not None else None
+    try:
+        return ref() if callable(ref) else None
+    except Exception:
+        return None
+
+
+def gateway_routes_to(session_id: str) -> bool:
+    """True when a gateway chat in this process is bound to ``session_id``."""
+    runner = live_gateway_runner()
+    store = getattr(runner, "session_store", None) if runner is not None else None
+    entries = getattr(store, "_entries", None) if store is not None else None
+    if not entries:
+        return False
+    with getattr(store, "_lock", None) or nullcontext():
+        return any(getattr(entry, "session_id", None) == session_id for entry in entries.values())
+
+
+@dataclass
+class RoutingMove:
+    keys: list[str]
+    undo: Callable[[], None]
+
+
+def move_gateway_routing(parent: str, child: str) -> RoutingMove | None:
+    """Point every gateway session key bound to ``parent`` at ``child`` and persist
+    the routing index (sessions.json; 0.19 also its ``gateway_routing`` table), under
+    the store's own lock. ``None`` when no gateway runs in this process. On a failed
+    save the in-memory binding is restored before the error propagates."""
+    runner = live_gateway_runner()
+    store = getattr(runner, "session_store", None) if runner is not None else None
+    entries = getattr(store, "_entries", None) if store is not None else None
+    if entries is None:
+        return None
+    lock = getattr(store, "_lock", None) or nullcontext()
+    moved: list[tuple[str, Any, int]] = []
+
+    def restore() -> None:
+        with lock:
+            for _, entry, tokens in moved:
+                entry.session_id = parent
+                entry.last_prompt_tokens = tokens
+            store._save()
+
+    with lock:
+        for key, entry in list(entries.items()):
+            if getattr(entry, "session_id", None) == parent:
+                moved.append((key, entry, getattr(entry, "last_prompt_tokens", 0)))
+        if not moved:
+            return RoutingMove([], lambda: None)
+        for _, entry, _ in moved:
+            entry.session_id = child
+            entry.last_prompt_tokens = 0
+        try:
+            store._save()
+        except BaseException:
+            for _, entry, tokens in moved:
+                entry.session_id = parent
+                entry.last_prompt_tokens = tokens
+            raise
+    recorder = getattr(store, "_record_gateway_session_peer", None)
+    if callable(recorder):
+        for key, entry, _ in moved:
+            try:
+                recorder(child, key, getattr(entry, "origin", None))
+            except Exception as exc:
+                log.debug("session guard: gateway peer record for %s failed: %s", child, exc)
+    return RoutingMove([key for key, _, _ in moved], restore)
+
+
+async def gateway_send(runner: Any, source: Any, text: str) -> None:
+    adapter = getattr(runner, "adapters", {}).get(getattr(source, "platform", None))
+    if adapter is not None and getattr(source, "chat_id", None):
+        await adapter.send(source.chat_id, text)
+
+
+_gateway_message: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar(
+    "session_guard_gateway_message", default=None
+)
+
+
+@contextmanager
+def gateway_message_context(runner: Any, event: Any) -> Iterator[None]:
+    """While the gateway handles ``event``, remember where it came from, so a plugin
+    slash command (whose handler only receives its argument text) can tell which
+    conversation it was typed in."""
+    token = _gateway_message.set((weakref.ref(runner), getattr(event, "source", None)))
+    try:
+        yield
+    finally:
+        _gateway_message.reset(token)
+
+
+def current_conversation_session() -> str | None:
+    """The session a slash command was typed in: the gateway chat's routed session,
+    else this process's ``HERMES_SESSION_ID`` (the CLI)."""
+    current = _gateway_message.get()
+    if current is not None:
+        runner, source = current[0](), current[1]
+        if runner is not None and source is not None:
+            try:
+                key = runner._session_key_for_source(source)
+                entry = runner.session_store._entries.get(key)
+            except Exception:
+                entry = None
+            return getattr(entry, "session_id", None) if entry is not None else None
+    return os.environ.get("HERMES_SESSION_ID") or None

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
               + ("enabled" if enabled else f"NOT enabled ({where})"))
         print("Seams:")
         for s in report.get("seams", []):
-            print(f"  {s['name']:<12} {s['state']:<8} {s['target']}  {s['reason']}")
+            print(f"  {s['name']:<15} {s['state']:<11} {s['target']}  {s['reason']}")
         print("Contract (live probe, temporary HERMES_HOME, loopback fake LLM):")
         for c in report.get("checks", []):
             state = c.get("state") or ("pass" if c["ok"] else "fail")

@@ -414,7 +414,9 @@ def test_selftest_passes_and_reports_each_check(home: Path, discovered: Any, mon
     assert states["agent.session_id unchanged"] == "pass"
     assert states["doctor finds no corruption afterwards"] == "pass"
     assert states["compression lock taken and released"] == ("pass" if HOST_HAS_IN_PLACE else "skip")
-    assert {s["name"]: s["state"] for s in report["seams"]} == {"compression": "patched"}
+    seams = {s["name"]: s["state"] for s in report["seams"]}
+    assert seams["compression"] == "patched"
+    assert all(state in ("patched", "not-needed") for state in seams.values()), seams
 
 
 @pytest.mark.slow
