@@ -20,6 +20,7 @@ one ``compression.*`` event per step, all naming the same session id.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from .runtime import Runtime
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
 STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
+
+log = logging.getLogger("hermes_session_guard")
 
 
 @dataclass
@@ -167,8 +170,16 @@ def guarded_compression(
             host.notify_boundary(agent, sid)
         outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),
                                      len(compressed), "")
+        runtime.compactions.record(sid, compressed)
         finish(outcome)
+
+    # Outside the pinned log context: an extension may move the conversation on
+    # (an explicit, logged hand-off fork), and the tag must then follow it.
+    try:
         pm.hook.session_guard_after_compression(
-            session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed
+            session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed, agent=agent
         )
-        return compressed, system_prompt
+    except Exception as exc:
+        log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
+                  "stands.", type(exc).__name__, exc, sid)
+    return compressed, system_prompt

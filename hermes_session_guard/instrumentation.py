@@ -85,6 +85,9 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
     problem = verify_row(row)
     if problem is not None:
         return SeamStatus(row.seam, row.target, "skipped", problem, row.failure_policy, row.range_text)
+    if row.wrapper is None:
+        # The host already does what this seam would add; the row's note says how.
+        return SeamStatus(row.seam, row.target, "not-needed", reason, "", row.range_text)
     parent, name, current = _resolve(row.module, row.attribute)
     original = parent.__dict__.get(name, current) if isinstance(parent, type) else current
     wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
@@ -159,7 +162,7 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
             _report_untested(runtime)
         else:
             for status in runtime.seams:
-                if status.state != "patched":
+                if status.state not in ("patched", "not-needed"):
                     log.warning("session guard: seam %s %s: %s", status.name, status.state, status.reason)
         _runtime = runtime
         runtime.audit.logger(session_id=None, op_id=None).info(
