@@ -8,7 +8,9 @@ the seam table row for the installed version:
 ``detach_db``
     (0.13-0.17) the host runs with its SessionDB detached, so its rotation block
     cannot run; the guard then persists the compacted transcript under the same
-    id, re-bases the flush cursor and sends the boundary notifications.
+    id, re-bases the flush cursor and sends the boundary notifications. Where the
+    host has a native state.db lock (0.16-0.17, ``lock: native``) the guard takes
+    it for the whole operation, since the detached host skips it.
 ``host_in_place``
     (0.18.2+) the host's own in-place path is forced on; it keeps the id,
     archives the old rows and takes its native lock.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,10 +84,13 @@ def guarded_compression(
     call_host: Callable[[], tuple[list[Any], str]],
     *,
     behaviour: Mapping[str, str] | None = None,
+    system_message: str | None = None,
 ) -> tuple[list[Any], str]:
     """Run one host compression under the contract; returns the host's result shape.
 
-    ``behaviour`` is the seam row's version data (``flush_cursor``, ``lock``, ...)."""
+    ``behaviour`` is the seam row's version data (``flush_cursor``, ``lock``, ...);
+    ``system_message`` is the host call's own argument (needed only to answer a
+    skipped call the way the host would)."""
     behaviour = behaviour or {}
     sid = host.session_id(agent)
     if not sid or not isinstance(messages, list):
@@ -109,7 +115,16 @@ def guarded_compression(
             **extra,
         )
 
-    with host.pinned_log_context(sid):
+    # Detaching the SessionDB also skips the host's own state.db lock (0.16-0.17):
+    # take it here, the way the host would have, for the whole operation.
+    native_lock = strategy == DETACH_DB and behaviour.get("lock") == "native"
+    lock = host.native_compression_lock(agent, sid) if native_lock else nullcontext((True, None))
+    with host.pinned_log_context(sid), lock as (held, holder):
+        if not held:
+            reason = "another path holds the host's compression lock on this session"
+            finish(CompressionOutcome(sid, host.session_id(agent), op_id, "skipped", None, len(before),
+                                      len(before), reason), holder=holder)
+            return _unchanged(messages, before), host.unchanged_system_prompt(agent, system_message)
         pm.hook.session_guard_before_compression(session_id=sid, op_id=op_id, messages=messages)
         try:
             with host.watching_engine(agent) as verdict:
@@ -153,7 +168,8 @@ def guarded_compression(
             if strategy == DETACH_DB:
                 host.commit_memory(agent, before)
                 host.persist_compacted(agent, sid, compressed, system_prompt,
-                                      flush_cursor=behaviour.get("flush_cursor"))
+                                      flush_cursor=behaviour.get("flush_cursor"),
+                                      transcript_order=behaviour.get("transcript_order"))
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:

@@ -1,9 +1,10 @@
 """Keep the gateway's own transcript bookkeeping in step with an id-preserving compaction.
 
-Hermes 0.14's gateway keeps a JSONL copy of every transcript next to state.db and,
-on the next message, loads whichever of the two is longer. It also slices the
-turn's new messages at ``len(history)``: both assume that a compaction always
-moved the conversation to a new session. When the guard keeps the id, the
+Up to 0.17 Hermes's gateway slices a turn's new messages at ``len(history)``, and
+0.13-0.14 also keep a JSONL copy of every transcript next to state.db and, on the
+next message, load whichever of the two is longer: both assume that a compaction
+always moved the conversation to a new session (0.18.2+ re-baselines by itself
+on ``agent._last_compaction_in_place``). When the guard keeps the id, the
 gateway-turn seam calls :func:`rebase_after_compaction` so that
 
 * the JSONL transcript of the live id holds the compacted transcript (the
@@ -89,8 +90,10 @@ def rewrite_jsonl(path: Path, messages: tuple[dict[str, Any], ...]) -> None:
     os.replace(tmp, path)
 
 
-def rebase_after_compaction(session_store: Any, session_id: str, compaction: Compaction, result: Any) -> None:
-    path_fn = getattr(session_store, "get_transcript_path", None)
+def rebase_after_compaction(
+    session_store: Any, session_id: str, compaction: Compaction, result: Any, *, jsonl: bool = True
+) -> None:
+    path_fn = getattr(session_store, "get_transcript_path", None) if jsonl else None
     if callable(path_fn):
         path = Path(path_fn(session_id))
         if path.exists():

@@ -270,7 +270,8 @@ def _fork(
     stage = "create_child"
     try:
         try:
-            host.create_child_session(db, agent, sid, child, seeded, host.system_prompt_of(agent))
+            host.create_child_session(db, agent, sid, child, seeded, host.system_prompt_of(agent),
+                                      transcript_order=runtime.behaviour.get("compression", {}).get("transcript_order"))
         finally:
             undo.append(lambda: host.discard_session(db, child))
         stage = "routing"

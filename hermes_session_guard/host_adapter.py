@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import types
 import uuid
 import weakref
@@ -46,6 +47,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     "SessionDB methods": (
         "db_path", "replace_messages", "update_system_prompt", "get_messages", "get_session", "create_session",
         "delete_session", "end_session", "get_session_title", "set_session_title", "get_next_title_in_lineage",
+        "try_acquire_compression_lock", "release_compression_lock", "get_compression_lock_holder",
     ),
     "hermes_logging": ("set_session_context", "_session_context"),
     # Operator commands (doctor, repair, status): read state.db read-only by SQL,
@@ -257,6 +259,61 @@ def watching_engine(agent: Any) -> Iterator[EngineVerdict]:
         _engine_op.verdict = previous
 
 
+def _native_lock_holder(agent: Any) -> str:
+    """The holder id the host itself would write (pid:tid:agent:uuid)."""
+    try:
+        from agent.conversation_compression import _compression_lock_holder
+
+        return str(_compression_lock_holder(agent))
+    except Exception:
+        return f"{os.getpid()}:{threading.get_ident()}:{id(agent)}:{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def native_compression_lock(agent: Any, sid: str) -> Iterator[tuple[bool, str | None]]:
+    """The host's own per-session state.db lock (``compression_locks``, 0.16+), taken
+    and released the way the host's ``compress_context`` does it while it has a
+    SessionDB: yields ``(True, holder)`` while held, ``(False, other_holder)`` when
+    another path holds it (the caller then skips, as the host does). A host without
+    a working lock subsystem proceeds unlocked, as the host does."""
+    db = session_db(agent)
+    acquire = getattr(db, "try_acquire_compression_lock", None)
+    if db is None or not callable(acquire):
+        yield True, None
+        return
+    holder = _native_lock_holder(agent)
+    try:
+        acquired = bool(acquire(sid, holder))
+    except Exception as exc:
+        log.warning("session guard: the host's compression lock is unavailable for session=%s (%s: %s); "
+                    "proceeding without it, as Hermes itself does.", sid, type(exc).__name__, exc)
+        yield True, None
+        return
+    if not acquired:
+        try:
+            other = db.get_compression_lock_holder(sid)
+        except Exception:
+            other = None
+        yield False, other
+        return
+    try:
+        yield True, holder
+    finally:
+        try:
+            db.release_compression_lock(sid, holder)
+        except Exception as exc:
+            log.debug("session guard: releasing the host's compression lock failed: %s", exc)
+
+
+def unchanged_system_prompt(agent: Any, system_message: str | None) -> str:
+    """What the host returns as the system prompt when it skips a compression."""
+    cached = getattr(agent, "_cached_system_prompt", None)
+    if cached:
+        return str(cached)
+    build = getattr(agent, "_build_system_prompt", None)
+    return str(build(system_message)) if callable(build) else str(system_message or "")
+
+
 def commit_memory(agent: Any, messages: list[Any]) -> None:
     fn = getattr(agent, "commit_memory_session", None)
     if callable(fn):
@@ -287,15 +344,45 @@ def rebase_flush_cursor(agent: Any, sid: str, compressed: list[Any], kind: str |
         agent._flushed_db_message_session_id = sid
 
 
+def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
+    """Copies of ``messages`` whose timestamps keep them, in order, before anything
+    the turn appends afterwards, for hosts that load a transcript ``ORDER BY
+    timestamp`` (0.17). Without them the rows would be stamped "now", after the
+    turn's own user message, which the host stamps with its arrival time. They
+    start at the first timestamp of ``floor_session`` (the conversation being
+    compacted or handed off); a message's own timestamp is kept where it has one
+    and still fits the order."""
+    try:
+        known = [float(r["timestamp"]) for r in db.get_messages(floor_session) if r.get("timestamp") is not None]
+    except Exception:
+        known = []
+    last = (min(known) if known else time.time()) - 1e-6
+    out: list[Any] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            out.append(m)
+            continue
+        try:
+            ts = float(m["timestamp"]) if m.get("timestamp") is not None else None
+        except (TypeError, ValueError):
+            ts = None
+        last = ts if ts is not None and ts > last else last + 1e-6
+        out.append({**m, "timestamp": last})
+    return out
+
+
 def persist_compacted(
-    agent: Any, sid: str, compressed: list[Any], system_prompt: str | None, *, flush_cursor: str | None = None
+    agent: Any, sid: str, compressed: list[Any], system_prompt: str | None, *, flush_cursor: str | None = None,
+    transcript_order: str | None = None,
 ) -> None:
     """Make ``compressed`` the live transcript of ``sid`` and re-base the flush cursor
-    so the next turn appends after it (the host skipped all of this: its DB was detached)."""
+    so the next turn appends after it (the host skipped all of this: its DB was detached).
+    ``transcript_order`` is how the host loads a transcript back (``id`` or ``timestamp``)."""
     db = session_db(agent)
     if db is None:
         return
-    db.replace_messages(sid, compressed)
+    rows = in_timestamp_order(db, sid, compressed) if transcript_order == "timestamp" else compressed
+    db.replace_messages(sid, rows)
     if system_prompt:
         try:
             db.update_system_prompt(sid, system_prompt)
@@ -684,11 +771,12 @@ def new_session_id() -> str:
 
 
 def create_child_session(
-    db: Any, agent: Any, parent: str, child: str, messages: list[dict[str, Any]], system_prompt: str | None
+    db: Any, agent: Any, parent: str, child: str, messages: list[dict[str, Any]], system_prompt: str | None,
+    *, transcript_order: str | None = None,
 ) -> None:
     """Create ``child`` (``parent_session_id=parent``) through Hermes's own SessionDB
     API, holding ``messages`` as its live transcript. Raises on failure (the caller
-    then removes whatever was created)."""
+    then removes whatever was created). ``transcript_order`` as in :func:`persist_compacted`."""
     row = session_row(db, parent) or {}
     kwargs: dict[str, Any] = {
         "source": getattr(agent, "platform", None) or row.get("source")
@@ -703,7 +791,8 @@ def create_child_session(
         if row.get(inherited):
             kwargs[inherited] = row[inherited]
     db.create_session(session_id=child, **kwargs)
-    db.replace_messages(child, messages)
+    ordered = in_timestamp_order(db, parent, messages) if transcript_order == "timestamp" else messages
+    db.replace_messages(child, ordered)
     if system_prompt:
         try:
             db.update_system_prompt(child, system_prompt)

@@ -85,6 +85,7 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
     problem = verify_row(row)
     if problem is not None:
         return SeamStatus(row.seam, row.target, "skipped", problem, row.failure_policy, row.range_text)
+    runtime.behaviour[row.seam] = dict(row.behaviour)
     if row.wrapper is None:
         # The host already does what this seam would add; the row's note says how.
         return SeamStatus(row.seam, row.target, "not-needed", reason, "", row.range_text)

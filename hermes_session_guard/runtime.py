@@ -55,6 +55,8 @@ class Runtime:
     seams: list[SeamStatus] = field(default_factory=list)
     compactions: CompactionLog = field(default_factory=CompactionLog)
     notices: PendingNotices = field(default_factory=PendingNotices)
+    # seam -> the behaviour values of the row applied for the installed Hermes (seams.py)
+    behaviour: dict[str, dict[str, str]] = field(default_factory=dict)
     host_in_table: bool = True  # False: a release outside the seam table (seams verified by signature)
     compat_note: str = ""  # plain words for selftest and the log when host_in_table is False
     _stores: dict[Path, GuardStore] = field(default_factory=dict)

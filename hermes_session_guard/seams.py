@@ -21,6 +21,11 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
     a persistent ``id()`` set ``_flushed_db_message_ids`` per
     ``_flushed_db_message_session_id``), ``marker`` (0.18.2+: a ``_db_persisted``
     key stamped on each dict; the id set is a one-shot seed).
+``transcript_order``
+    how ``SessionDB.get_messages_as_conversation`` (resume in the CLI and the
+    gateway) orders a transcript: ``id`` everywhere except 0.17, which orders by
+    ``timestamp, id``; there the guard writes the compacted rows with timestamps
+    that keep them before the turn's own messages.
 ``lock``
     ``none`` (0.13-0.15) or ``native`` (0.16+: ``compression_locks`` in state.db,
     ``SessionDB.try_acquire_compression_lock``). The host takes it only when it
@@ -126,7 +131,9 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             else:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
-            return guarded_compression(runtime, strategy, agent, messages, call_host, behaviour=row.behaviour)
+            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+            return guarded_compression(runtime, strategy, agent, messages, call_host, behaviour=row.behaviour,
+                                       system_message=system_message)
         except Exception as exc:
             if called:
                 raise
@@ -145,11 +152,13 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     runs in its child; guard notices for the chat (hand-off packet written, fork)
     are sent as messages of their own, before the turn (decided during gateway
     hygiene) and after it (decided during the turn); then,
-    where the row says so (``transcript: jsonl_and_offset``), bring the gateway's
-    transcript bookkeeping in line after the guard compacted in place (see
-    gateway_transcript). After a hand-off fork the turn belongs to the child, and
+    where the row says so (``transcript``: ``jsonl_and_offset`` on 0.13-0.14,
+    ``offset`` on 0.15-0.17; ``host`` from 0.18.2, whose gateway re-baselines by
+    itself), bring the gateway's transcript bookkeeping in line after the guard
+    compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
     the host's own split handling already writes it whole (history offset 0)."""
-    rebase = row.behaviour.get("transcript") == "jsonl_and_offset"
+    transcript = row.behaviour.get("transcript")
+    rebase = transcript in ("jsonl_and_offset", "offset")
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sid: Any = None
@@ -187,7 +196,8 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 compaction = runtime.compactions.since(sid, mark)
                 if compaction is not None:
                     forked = runtime.compactions.fork_since(sid, mark) is not None
-                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result)
+                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
+                                            jsonl=transcript == "jsonl_and_offset")
             except Exception as exc:
                 log.error(
                     "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
@@ -225,7 +235,9 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 _COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
 _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
+_GATEWAY_TURN_PARAMS = ("self", "message", "context_prompt", "history", "source", "session_id")
 _NATIVE_LOCK = "hermes_state:SessionDB.try_acquire_compression_lock"
+_JSONL_TRANSCRIPT = "gateway.session:SessionStore.get_transcript_path"
 _IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
 
 # The releases on the package index that every row below was checked against
@@ -244,6 +256,7 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={
             "strategy": DETACH_DB,
+            "transcript_order": "id",
             "flush_cursor": "index",
             "lock": "none",
             "summary_flag": "none",
@@ -254,16 +267,30 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     SeamRow(
         seam="gateway_turn",
-        since=(0, 14, 0),
+        since=(0, 13, 0),
         until=(0, 15, 0),
         module="gateway.run",
         attribute="GatewayRunner._run_agent",
-        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        params=_GATEWAY_TURN_PARAMS,
         wrapper=gateway_turn_wrapper,
         failure_policy="open",
         behaviour={"transcript": "jsonl_and_offset"},
+        requires=(_JSONL_TRANSCRIPT,),
         note="gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a compaction; "
         "hand-off notices and redirects",
+    ),
+    SeamRow(
+        seam="gateway_turn",
+        since=(0, 15, 0),
+        until=(0, 18, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._run_agent",
+        params=_GATEWAY_TURN_PARAMS,
+        wrapper=gateway_turn_wrapper,
+        failure_policy="open",
+        behaviour={"transcript": "offset"},
+        note="gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset after a "
+        "compaction; hand-off notices and redirects",
     ),
     SeamRow(
         seam="gateway_turn",
@@ -271,16 +298,17 @@ SEAMS: tuple[SeamRow, ...] = (
         until=(0, 20, 0),
         module="gateway.run",
         attribute="GatewayRunner._run_agent",
-        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        params=_GATEWAY_TURN_PARAMS,
         wrapper=gateway_turn_wrapper,
         failure_policy="open",
         behaviour={"transcript": "host"},
+        requires=(_IN_PLACE,),
         note="hand-off notices and redirects only; the gateway re-baselines on agent._last_compaction_in_place",
     ),
     SeamRow(
         seam="gateway_message",
-        since=(0, 14, 0),
-        until=(0, 15, 0),
+        since=(0, 13, 0),
+        until=(0, 18, 0),
         module="gateway.run",
         attribute="GatewayRunner._handle_message",
         params=("self", "event"),
@@ -310,6 +338,7 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={
             "strategy": DETACH_DB,
+            "transcript_order": "id",
             "flush_cursor": "index",
             "lock": "none",
             "summary_flag": "none",
@@ -329,6 +358,7 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={
             "strategy": DETACH_DB,
+            "transcript_order": "id",
             "flush_cursor": "index",
             "lock": "native",
             "summary_flag": "none",
@@ -349,6 +379,7 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={
             "strategy": DETACH_DB,
+            "transcript_order": "timestamp",
             "flush_cursor": "identity",
             "lock": "native",
             "summary_flag": "_compressed_summary",
@@ -369,6 +400,7 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={
             "strategy": HOST_IN_PLACE,
+            "transcript_order": "id",
             "flush_cursor": "marker",
             "lock": "native",
             "summary_flag": "_compressed_summary",

@@ -198,6 +198,8 @@ def test_resumed_turn_with_preflight_stores_the_compacted_transcript_once(
     assert len(live) == done[0]["messages_after"] + 1, live  # the compacted set, then the answer
     assert live[-2:] == ["resumed question", "answer after resume"]
     assert len(set(live)) == len(live), "a message was stored twice"
+    # and a resume (CLI or gateway) loads it back in that order (0.17 loads ORDER BY timestamp)
+    assert [m["content"] for m in db.get_messages_as_conversation(SID)] == live
     assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]
 
 

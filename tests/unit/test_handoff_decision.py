@@ -52,7 +52,7 @@ def fake_host(tmp_path: Path, mocker: Any) -> SimpleNamespace:
         git_state=mocker.patch.object(host, "git_state", return_value=(None, None)),
         host_redactor=mocker.patch.object(host, "host_redactor", return_value=None),
         new_session_id=mocker.patch.object(host, "new_session_id", return_value="CHILD"),
-        create=mocker.patch.object(host, "create_child_session", side_effect=lambda *a: calls.append("create")),
+        create=mocker.patch.object(host, "create_child_session", side_effect=lambda *a, **kw: calls.append("create")),
         discard=mocker.patch.object(host, "discard_session", side_effect=lambda *a: calls.append("discard")),
         move=mocker.patch.object(host, "move_gateway_routing", side_effect=lambda p, c: (
             calls.append("routing"), host.RoutingMove(["k"], routing_undo))[1]),

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = {
     "strategy": set(STRATEGIES),
     "flush_cursor": set(FLUSH_CURSORS),
+    "transcript_order": {"id", "timestamp"},
     "lock": {"none", "native"},
     "summary_flag": {"none", "_compressed_summary"},
     "busy_queue": {"single_slot", "fifo", "fifo_demotes_interrupt"},
@@ -65,6 +66,20 @@ def test_rows_of_one_seam_do_not_overlap() -> None:
         rows = sorted(seams.rows_for(seam), key=lambda r: r.since)
         for a, b in zip(rows, rows[1:], strict=False):
             assert a.since < a.until <= b.since, (a.range_text, b.range_text)
+
+
+GATEWAY_TRANSCRIPT = {"jsonl_and_offset", "offset", "host"}
+
+
+@pytest.mark.parametrize("release", seams.TESTED_RELEASES)
+def test_gateway_transcript_handling_per_release(release: str) -> None:
+    """0.13-0.14 keep a JSONL copy and slice at len(history); 0.15-0.17 only slice;
+    0.18.2+ re-baselines by itself after an in-place compaction."""
+    row = seams.select_row("gateway_turn", parse_version(release))
+    assert row is not None and row.behaviour["transcript"] in GATEWAY_TRANSCRIPT
+    expected = {"0.13.0": "jsonl_and_offset", "0.14.0": "jsonl_and_offset"}.get(
+        release, "host" if parse_version(release) >= (0, 18, 2) else "offset")
+    assert row.behaviour["transcript"] == expected
 
 
 @pytest.mark.parametrize("row", seams.SEAMS, ids=lambda r: f"{r.seam}{r.range_text}")
