@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make corrupted Hermes homes by running the real host WITHOUT the guard.
 
-    PYTHONPATH=. .venvs/hermes-0.14.0/bin/python scripts/make_corrupt_fixtures.py
+    PYTHONPATH=. .venvs/hermes-0.14.0/bin/python scripts/make_corrupt_fixtures.py     # any of the 7 releases
     PYTHONPATH=. .venvs/hermes-0.19.0/bin/python scripts/make_corrupt_fixtures.py [--out DIR] [SCENARIO ...]
 
 The scenarios that apply to the installed ``hermes-agent`` are written to
@@ -9,18 +9,18 @@ The scenarios that apply to the installed ``hermes-agent`` are written to
 ``state.db.gz``, ``sessions/sessions.json``, ``manifest.json``; unpack
 ``state.db.gz`` to ``state.db`` to get a Hermes home):
 
-``anomaly-a`` (0.14)
+``anomaly-a`` (0.13-0.17)
     two Telegram chats through a real ``GatewayRunner`` (in-process, fake
     platform adapter). Chat 1001: a preflight compression rotates the session,
     the gateway follows the split. Chat 1002: the same, but the gateway process
     is killed (service restart) after the rotation and before the end-of-turn
     flush: the child stays empty and the routing still names the ended parent.
-``anomaly-b`` (0.14)
+``anomaly-b`` (0.13-0.15)
     one chat served by the gateway while two CLI-style agents (``--resume``)
     work on the same session id: the gateway and one CLI agent compress at the
     same time (two compression children of one parent); the other CLI agent,
     resumed before the compression, keeps writing to the ended parent.
-``rotation`` (0.19, ``compression.in_place: false``)
+``rotation`` (0.16-0.19, ``compression.in_place: false`` where the host has it)
     chat 1001 compresses twice through the gateway (a lineage of three ids;
     the host writes the parent's rows twice); chat 1002 is killed after the
     rotation (routing left on the ended parent); chat 1003 is killed while the
@@ -274,7 +274,7 @@ def scenario_anomaly_a(home: Home) -> dict[str, Any]:
     expect(home.message_count(c2) == 0, "chat 1002 child empty (the end-of-turn flush never ran)")
     expect(home.routing("1002") == s2, "chat 1002 routing left on the ended parent")
     return {
-        "description": "0.14 anomaly A: compression rotates the id; chat 1002's gateway was killed after the "
+        "description": "anomaly A: compression rotates the id; chat 1002's gateway was killed after the "
                        "rotation and before the end-of-turn flush",
         "lineages": {s1: [s1, c1], s2: [s2, c2]},
         "routing": {session_key("1001"): c1, session_key("1002"): s2},
@@ -319,7 +319,7 @@ def scenario_anomaly_b(home: Home) -> dict[str, Any]:
         {"signature": "writes_after_compression_end", "session_id": root, "sessions": [root], "count": late},
     ]
     return {
-        "description": "0.14 anomaly B: the gateway and a terminal compress one session at once (two children "
+        "description": "anomaly B: the gateway and a terminal compress one session at once (two children "
                        "of one parent); an earlier terminal keeps writing to the ended parent",
         "lineages": {root: [root, *children]},
         "routing": {session_key("1001"): routed},
@@ -363,7 +363,8 @@ def scenario_rotation(home: Home) -> dict[str, Any]:
     expect(bool(home.query("SELECT 1 FROM compression_locks WHERE session_id = ?", s3)), "lock left behind")
     expect(home.end_reason(s3) is None, "chat 1003 not rotated")
     return {
-        "description": "0.19 with compression.in_place: false: chat 1001 rotates twice, chat 1002's gateway is "
+        "description": "rotation (compression.in_place: false where the host has it): chat 1001 rotates twice, "
+                       "chat 1002's gateway is "
                        "killed after a rotation, chat 1003's while its summary call is in flight",
         "lineages": {s1: [s1, c1, c1b], s2: [s2, c2]},
         "routing": {session_key("1001"): c1b, session_key("1002"): s2, session_key("1003"): s3},
@@ -380,9 +381,12 @@ def scenario_rotation(home: Home) -> dict[str, Any]:
 
 SCENARIOS: dict[str, tuple[tuple[int, ...], tuple[int, ...], bool | None, Callable[[Home], dict[str, Any]]]] = {
     # name: (since, until, compression.in_place, scenario)
-    "anomaly-a": ((0, 14, 0), (0, 15, 0), None, scenario_anomaly_a),
-    "anomaly-b": ((0, 14, 0), (0, 15, 0), None, scenario_anomaly_b),
-    "rotation": ((0, 18, 2), (0, 20, 0), False, scenario_rotation),
+    # anomaly A needs a host that rotates by default (0.18.2+ compacts in place);
+    # anomaly B a host without the native compression lock (0.16+ has one, so the
+    # second compressor skips); the rotation scenario plants a native lock.
+    "anomaly-a": ((0, 13, 0), (0, 18, 0), None, scenario_anomaly_a),
+    "anomaly-b": ((0, 13, 0), (0, 16, 0), None, scenario_anomaly_b),
+    "rotation": ((0, 16, 0), (0, 20, 0), False, scenario_rotation),
 }
 
 
