@@ -41,10 +41,11 @@ class SeamRow:
     module: str
     attribute: str
     params: tuple[str, ...]
-    wrapper: Callable[[Runtime, SeamRow], Wrapper]
+    wrapper: Callable[[Runtime, SeamRow], Wrapper] | None
     failure_policy: str
     behaviour: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    lazy: bool = False  # patch when Hermes imports the module; never import it for that
 
     @property
     def target(self) -> str:
