@@ -43,6 +43,12 @@ def register(ctx: Any) -> None:
     except Exception as exc:
         log.warning("session guard: could not register the `hermes session-guard` command: %s", exc)
     try:
+        from .recall_tool import register_recall_tool
+
+        register_recall_tool(ctx)
+    except Exception as exc:
+        log.warning("session guard: could not register the session_guard_recall tool: %s", exc)
+    try:
         config = load_config(hermes_home())
     except ConfigError as exc:
         log.error("session guard DISABLED: invalid config.yaml option %s (%s). Hermes continues unguarded; "
