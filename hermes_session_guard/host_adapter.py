@@ -45,6 +45,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     "state.db columns (read only)": (
         "sessions.id", "sessions.parent_session_id", "sessions.end_reason",
         "messages.id", "messages.session_id", "messages.role", "messages.content", "messages.active",
+        "messages.compacted",
     ),
     "gateway.platforms.base": ("BasePlatformAdapter.send", "BasePlatformAdapter.edit_message", "SendResult"),
     "hermes_logging": ("set_session_context", "_session_context"),
@@ -378,8 +379,8 @@ def compression_ancestors(db_path: Path, sid: str, limit: int = 64) -> list[str]
 def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool) -> list[tuple[int, int, str, str]]:
     """``(host_row_id, turn, role, content)`` of a session's stored messages with an id
     above ``after_id``; ``turn`` is the 1-based position among all of the session's rows.
-    With ``archived_only`` only rows the host took out of the live transcript
-    (``active = 0``: compacted in place or rewound) are returned."""
+    With ``archived_only`` only rows the host compacted away in place are returned
+    (``active = 0`` and ``compacted = 1``; rows the user rewound stay out)."""
     try:
         conn = _read_only(db_path)
     except sqlite3.Error:
@@ -389,8 +390,9 @@ def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool)
         if archived_only and "active" not in cols:
             return []
         active = "active" if "active" in cols else "1"
+        compacted = "compacted" if "compacted" in cols else "0"
         rows = conn.execute(
-            f"SELECT id, role, content, {active} FROM messages WHERE session_id = ? ORDER BY id", (sid,)
+            f"SELECT id, role, content, {active}, {compacted} FROM messages WHERE session_id = ? ORDER BY id", (sid,)
         ).fetchall()
     except sqlite3.Error as exc:
         log.debug("session guard: reading stored turns failed: %s", exc)
@@ -398,8 +400,8 @@ def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool)
     finally:
         conn.close()
     out = []
-    for turn, (row_id, role, content, is_active) in enumerate(rows, 1):
-        if row_id <= after_id or (archived_only and is_active):
+    for turn, (row_id, role, content, is_active, was_compacted) in enumerate(rows, 1):
+        if row_id <= after_id or (archived_only and (is_active or not was_compacted)):
             continue
         out.append((row_id, turn, role or "", content if isinstance(content, str) else str(content or "")))
     return out
