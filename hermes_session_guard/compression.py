@@ -39,7 +39,7 @@ from .hooks import get_plugin_manager
 from .recall import recall_text
 from .runtime import Runtime
 from .store import message_text, text_hash
-from .summaries import decorate_summaries, summary_indices, tag
+from .summaries import compacted_range, decorate_summaries, summary_indices, tag
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -132,7 +132,10 @@ def guarded_compression(
     snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
     summaries_cfg = runtime.config.summaries
 
+    span: list[tuple[int, int] | None] = [None]
+
     def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+        span[0] = compacted_range(engine_input, engine_output)
         decorate_summaries(
             engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
             header=summaries_cfg.recall_header, native_key=native_summary_key,
@@ -207,7 +210,8 @@ def guarded_compression(
         if snapshot_id is not None:
             runtime.note_snapshot(sid, db_path)
         try:
-            store.record_summaries(sid, snapshot_id, [(i, h, None, None) for i, h in marks], created_at)
+            first, last = span[0] or (None, None)
+            store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
         except Exception as exc:  # the tags stay on the live list; only a reload loses them
             audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
         outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),

@@ -109,6 +109,26 @@ def _line_score(line: str, keys: list[str], weights: dict[str, float], phrases: 
     return score
 
 
+# Something a summary tends to lose: numbers, paths, identifiers, flags, quoted code.
+_SPECIFIC = re.compile(r"\d|[/_=`\\]|--|\w\.\w|[A-Z]{2,}\w*[:(]")
+
+
+def passage_score(text: str, keys: list[str], weights: dict[str, float], phrases: list[str]) -> float:
+    """How well a passage answers a request for a specific detail: its best line (and
+    whether that line carries a specific value), plus how many query words it covers."""
+    best, best_line = 0.0, ""
+    for line in text.splitlines() or [text]:
+        score = _line_score(line, keys, weights, phrases)
+        if score > best:
+            best, best_line = score, line
+    if best <= 0:
+        return 0.0
+    low = text.lower()
+    coverage = sum(1 for k in set(keys) if k in low)
+    specific = 0.6 if _SPECIFIC.search(best_line) else 0.0
+    return best + 0.25 * coverage + specific
+
+
 def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> tuple[str, float]:
     """Verbatim lines of ``text`` that best match ``query`` (with a neighbour each
     side), in document order, within ``budget`` characters; and their score."""
@@ -260,16 +280,19 @@ class Recall:
         allowed = set(self.lineage)
         docs = [d for d in docs if d.session_id in allowed and (snapshot_id is None or d.ref == snapshot_id)]
         weights = self._weights(words)
+        keys = [_key(w) for w in words]
+        compacted = self.store.compacted_ranges(self.lineage)
         out: list[Passage] = []
         for rank, doc in enumerate(docs):
             text = self._doc_text(doc)
             if not text:
                 continue
-            keys = [_key(w) for w in words]
-            best = max((_line_score(line, keys, weights, query.phrases) for line in text.splitlines()),
-                       default=0.0)
+            score = passage_score(text, keys, weights, query.phrases)
+            span = compacted.get(doc.ref)
+            if doc.source == "archived" or (span and span[0] <= doc.position <= span[1]):
+                score += 0.5  # the model no longer has this turn in its context
             label = f"snapshot {doc.ref}" if doc.source == "snapshot" else f"archived, session {doc.ref}"
-            out.append(Passage(label, doc.position, doc.role or "", text, best, (-best, rank)))
+            out.append(Passage(label, doc.position, doc.role or "", text, score, (-score, rank)))
         out.sort(key=lambda p: p.order)
         return out
 
@@ -313,10 +336,10 @@ class Recall:
         shown = unique[:MAX_PASSAGES]
         about = f' for "{query.text}"' if query.text else ""
         if not shown:
-            head = f"{OUTPUT_MARKER} nothing in this conversation's compacted turns{about}."
+            head = f"{OUTPUT_MARKER} nothing in this conversation's stored turns{about}."
             tips = "Try other words (an error code, a file name, a setting, a command) or a turn range."
             return _bounded("\n".join([head, *notes, tips]), self.max_chars)
-        head = f"{OUTPUT_MARKER} {len(shown)} verbatim passage(s) from this conversation's compacted turns{about}:"
+        head = f"{OUTPUT_MARKER} {len(shown)} verbatim passage(s) from this conversation's stored turns{about}:"
         lines = [head, *notes]
         used = sum(len(x) + 1 for x in lines)
         tail = "(more passages exist: narrow the query or the turn range)" if len(unique) > len(shown) else ""

@@ -501,6 +501,20 @@ class GuardStore:
                 [(session_id, h, snapshot_id, pos, a, b, now) for pos, h, a, b in marks],
             )
 
+    def compacted_ranges(self, session_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """``snapshot_id -> (first_turn, last_turn)``: the turns of each snapshot its summary replaced."""
+        ids = list(session_ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" for _ in ids)
+        with self.reading() as conn:
+            rows = conn.execute(
+                "SELECT snapshot_id, MIN(first_turn), MAX(last_turn) FROM session_guard_summaries"
+                f" WHERE session_id IN ({marks}) AND snapshot_id IS NOT NULL AND first_turn IS NOT NULL"
+                " GROUP BY snapshot_id", ids,
+            ).fetchall()
+        return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+
     def summary_marks(self, session_ids: Iterable[str]) -> tuple[set[str], set[str]]:
         """``(content_hashes, snapshot_ids)`` recorded for summaries of these sessions."""
         ids = list(session_ids)
