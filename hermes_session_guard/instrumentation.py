@@ -5,7 +5,9 @@ A row is patched as soon as its module is fully imported. Two cases wait:
 * the module is *being* imported when the guard installs (Hermes discovers plugins
   while ``run_agent`` imports ``model_tools``, so ``run_agent`` is still half built):
   the row is ``pending`` and is patched as soon as the import finishes (checked on
-  every later import through a no-op ``sys.meta_path`` finder);
+  every later import through a no-op ``sys.meta_path`` finder, and every few
+  milliseconds by a short-lived watcher thread, for a caller that uses the module
+  before importing anything else);
 * the row is ``lazy`` (display modules such as ``cli`` or ``tui_gateway.server``
   that the guard must never import itself): it is patched by a post-import hook
   when Hermes imports the module, and stays ``pending`` in processes that never do.
@@ -18,6 +20,7 @@ import inspect
 import logging
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +141,7 @@ def apply_pending() -> None:
             for seam, row in ready:
                 del _pending[seam]
                 _set_status(runtime, _apply_logged(row, runtime))
-        if not any(row.module in sys.modules for row in _pending.values()):
+        if not _half_built_pending():
             _remove_finder()  # what is left waits for a post-import hook
     finally:
         _busy.active = False
@@ -155,6 +158,23 @@ class _PendingSeamFinder:
 
 
 _finder = _PendingSeamFinder()
+_WATCH_INTERVAL = 0.002
+_WATCH_LIMIT = 300.0
+
+
+def _half_built_pending() -> bool:
+    return any(row.module in sys.modules for row in _pending.values())
+
+
+def _watch(generation: int) -> None:
+    deadline = time.monotonic() + _WATCH_LIMIT
+    while generation == _generation and _half_built_pending() and time.monotonic() < deadline:
+        time.sleep(_WATCH_INTERVAL)
+        apply_pending()
+
+
+def _start_watcher() -> None:
+    threading.Thread(target=_watch, args=(_generation,), name="session-guard-seams", daemon=True).start()
 
 
 def _add_finder() -> None:
@@ -195,8 +215,11 @@ def _schedule(row: SeamRow, runtime: Runtime) -> SeamStatus:
             return SeamStatus(row.seam, row.target, "skipped", f"target not found ({exc})", row.failure_policy)
         state = module_state(row.module)
     if state == "importing" and row.wrapper is not None:
+        first = not _half_built_pending()
         _pending[row.seam] = row
         _add_finder()
+        if first:
+            _start_watcher()
         return _pending_status(row, f"patched once {row.module} finishes importing")
     return _apply_logged(row, runtime)
 

@@ -10,6 +10,7 @@ filtered by that session's lineage, in SQL and again in Python.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,10 @@ from .summaries import original_part
 OUTPUT_MARKER = "[session_guard_recall]"
 
 MAX_CANDIDATES = 60
+MIN_CANDIDATES = 24  # enough narrow matches: the wide OR query is not needed
+# A word in at most this share of the indexed passages (or this many) counts as rare.
+RARE_SHARE = 0.02
+RARE_MIN_DOCS = 50
 MAX_PASSAGES = 8
 MAX_QUERY_TERMS = 8
 # A term in more than this share of all indexed passages says little and costs a
@@ -270,16 +275,17 @@ class Recall:
         words = list(query.words)
         for phrase in query.phrases:
             words += [w.lower() for w in _WORD.findall(phrase) if w.lower() not in words]
-        words = self._informative(words)
+        counts = self.store.term_document_counts(_stems(words).values()) if self.store.fts else {}
+        words = self._informative(words, counts)
         if not words:
             return []
         if self.store.fts:
-            docs = self.store.search_docs(self.lineage, fts_expression(words), MAX_CANDIDATES)
+            docs = self._candidates(words, counts)
         else:
             docs = self.store.scan_docs(self.lineage, words, MAX_CANDIDATES)
         allowed = set(self.lineage)
         docs = [d for d in docs if d.session_id in allowed and (snapshot_id is None or d.ref == snapshot_id)]
-        weights = self._weights(words)
+        weights = self._weights(words, counts)
         keys = [_key(w) for w in words]
         compacted = self.store.compacted_ranges(self.lineage)
         out: list[Passage] = []
@@ -296,12 +302,36 @@ class Recall:
         out.sort(key=lambda p: p.order)
         return out
 
-    def _informative(self, words: list[str]) -> list[str]:
+    def _candidates(self, words: list[str], counts: dict[str, int]) -> list[RecallDoc]:
+        """Passages holding all the words first, then two of them, then any rare one. A
+        pair of common words or a common word alone matches much of a long history, costs
+        a scan of its postings to rank and says little, so those combinations are skipped."""
+        stems = _stems(words)
+        rare_cap = max(RARE_MIN_DOCS, int(RARE_SHARE * max(1, self.store.doc_count())))
+        rare = [w for w in words if counts.get(stems[w], 0) <= rare_cap]
+        stages = [" AND ".join(f'"{w}"' for w in words)] if len(words) > 1 else []
+        if len(words) > 2:
+            pairs = [f'("{a}" AND "{b}")' for i, a in enumerate(words) for b in words[i + 1:]
+                     if a in rare or b in rare]
+            if pairs:
+                stages.append(" OR ".join(pairs))
+        wide = rare or sorted(words, key=lambda w: counts.get(stems[w], 0))[:1]
+        stages.append(fts_expression(wide))
+        docs: list[RecallDoc] = []
+        have: set[int] = set()
+        for expr in stages:
+            if len(docs) >= MIN_CANDIDATES:
+                break
+            found = self.store.search_docs(self.lineage, expr, MAX_CANDIDATES - len(docs), exclude=have)
+            docs += found
+            have |= {d.doc_id for d in found}
+        return docs
+
+    def _informative(self, words: list[str], counts: dict[str, int]) -> list[str]:
         """Drop words found in most indexed passages (they rank nothing and are the
         expensive part of a full-text query); keep the rarest few."""
         if len(words) <= 1 or not self.store.fts:
             return words[:MAX_QUERY_TERMS]
-        counts = self.store.term_document_counts(_stems(words).values())
         total = max(counts.values(), default=0)
         stems = _stems(words)
         n_docs = self.store.doc_count() or 1
@@ -311,12 +341,13 @@ class Recall:
         kept = [w for w in kept if counts.get(stems[w], 1) > 0] or kept
         return sorted(kept, key=lambda w: counts.get(stems[w], 0))[:MAX_QUERY_TERMS]
 
-    def _weights(self, words: list[str]) -> dict[str, float]:
-        counts = self.store.term_document_counts(_stems(words).values()) if self.store.fts else {}
+    def _weights(self, words: list[str], counts: dict[str, int]) -> dict[str, float]:
         stems = _stems(words)
         return {_key(w): 1.0 + 1.0 / (1 + counts.get(stems[w], 0)) ** 0.5 for w in words}
 
     def _doc_text(self, doc: RecallDoc) -> str | None:
+        if doc.source == "snapshot" and doc.message_json:
+            return recall_text(json.loads(doc.message_json))
         if doc.source == "snapshot":
             message = self.store.snapshot_message(doc.ref, doc.position)
             return recall_text(message) if message else None

@@ -155,6 +155,7 @@ class RecallDoc:
     role: str | None
     host_row_id: int | None
     score: float = 0.0
+    message_json: str | None = None  # the snapshot message, fetched with the match
 
 
 IndexText = Callable[[dict[str, Any]], str | None]
@@ -405,24 +406,34 @@ class GuardStore:
             ).fetchall()
         return {t: int(d) for t, d in rows}
 
-    def search_docs(self, session_ids: list[str], match_body: str, limit: int) -> list[RecallDoc]:
+    def search_docs(
+        self, session_ids: list[str], match_body: str, limit: int, exclude: set[int] | None = None
+    ) -> list[RecallDoc]:
         """Passages of ``session_ids`` matching the FTS5 body expression ``match_body``
-        (built by the caller from sanitised words), best first."""
+        (built by the caller from sanitised words), best first, with their snapshot
+        message. ``exclude`` are doc ids the caller already has."""
         if not session_ids or not match_body:
             return []
         scopes = " OR ".join(f'"{scope_token(s)}"' for s in session_ids)
         expr = f"scope:({scopes}) AND body:({match_body})"
+        skip = len(exclude or ())
         with self.reading() as conn:
             rows = conn.execute(
-                "SELECT d.doc_id, d.session_id, d.source, d.ref, d.position, d.role, d.host_row_id, f.score"
+                "SELECT d.doc_id, d.session_id, d.source, d.ref, d.position, d.role, d.host_row_id, f.score,"
+                " m.message_json"
                 " FROM (SELECT rowid AS id, bm25(session_guard_recall_fts, 0.0, 1.0) AS score"
                 "       FROM session_guard_recall_fts WHERE session_guard_recall_fts MATCH ?"
                 "       ORDER BY score LIMIT ?) AS f"
-                " JOIN session_guard_recall_docs d ON d.doc_id = f.id ORDER BY f.score",
-                (expr, limit),
+                " JOIN session_guard_recall_docs d ON d.doc_id = f.id"
+                " LEFT JOIN session_guard_snapshots s ON d.source = 'snapshot' AND s.snapshot_id = d.ref"
+                " LEFT JOIN session_guard_snapshot_messages m"
+                "   ON m.snapshot_id = s.snapshot_id AND m.position = d.position - COALESCE(s.first_turn, 1)"
+                " ORDER BY f.score",
+                (expr, limit + skip),
             ).fetchall()
         allowed = set(session_ids)
-        return [RecallDoc(*row) for row in rows if row[1] in allowed]
+        docs = [RecallDoc(*row) for row in rows if row[1] in allowed and row[0] not in (exclude or ())]
+        return docs[:limit]
 
     def scan_docs(self, session_ids: list[str], words: list[str], limit: int) -> list[RecallDoc]:
         """The no-FTS5 fallback: snapshot passages containing any of ``words``."""

@@ -100,3 +100,23 @@ def test_a_row_without_wrapper_is_not_needed(runtime: Runtime) -> None:
     row = SeamRow(seam="test_none", since=(0, 0, 0), until=(99, 0, 0), module="json", attribute="dumps",
                   params=(), wrapper=None, failure_policy="", note="nothing to do on this release")
     assert ins._schedule(row, runtime).state == "not-needed"
+
+
+def test_a_half_imported_module_is_patched_even_if_nothing_else_is_imported(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    module = types.ModuleType("sg_used_right_away")
+    module.__spec__ = importlib.machinery.ModuleSpec("sg_used_right_away", None)
+    module.__spec__._initializing = True  # type: ignore[attr-defined]
+    module.target = lambda x: x
+    monkeypatch.setitem(sys.modules, "sg_used_right_away", module)
+    row = _row("sg_used_right_away")
+    assert ins._schedule(row, runtime).state == "pending"
+
+    module.__spec__._initializing = False  # type: ignore[attr-defined]  # the import statement returns
+    deadline = time.monotonic() + 5
+    while row.seam in ins._pending and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert module.target(4) == ("guarded", 4)
