@@ -341,10 +341,51 @@ def _tool_name(tool: Any) -> str | None:
 # -- the conversation's own history in state.db (read only) -------------------------
 
 
-def _read_only(db_path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{Path(db_path).as_posix()}?mode=ro", uri=True, timeout=5.0)
-    conn.execute("PRAGMA busy_timeout=5000")
-    return conn
+class _ReadOnly:
+    """A shared read-only connection per state.db (one query at a time)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.conn = sqlite3.connect(f"file:{Path(db_path).as_posix()}?mode=ro", uri=True, timeout=5.0,
+                                    check_same_thread=False)
+        self.conn.execute("PRAGMA busy_timeout=5000")
+        self.lock = threading.Lock()
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self.lock:
+            return _Rows(self.conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:  # shared: stays open (see close_readers)
+        return None
+
+
+class _Rows(list):
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+
+_readers: dict[Path, _ReadOnly] = {}
+_readers_lock = threading.Lock()
+
+
+def _read_only(db_path: Path) -> _ReadOnly:
+    key = Path(db_path).resolve()
+    with _readers_lock:
+        reader = _readers.get(key)
+        if reader is None:
+            if not key.exists():
+                raise sqlite3.OperationalError(f"no database at {key}")
+            reader = _readers[key] = _ReadOnly(key)
+        return reader
+
+
+def close_readers() -> None:
+    with _readers_lock:
+        for reader in _readers.values():
+            reader.conn.close()
+        _readers.clear()
 
 
 def compression_ancestors(db_path: Path, sid: str, limit: int = 64) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any
 import wrapt
 
 from .config import GuardConfig
-from .host_adapter import unshim_adapters, unshim_engines
+from .host_adapter import close_readers, unshim_adapters, unshim_engines
 from .hostinfo import installed_version, parse_version
 from .runtime import Runtime, SeamStatus
 from .seams import SEAMS, SeamRow, seam_names, select_row
@@ -272,6 +272,7 @@ def uninstall() -> None:
             setattr(applied.parent, applied.name, applied.original)
         unshim_engines()
         unshim_adapters()
+        close_readers()
         if _runtime is not None:
             _runtime.close()
         _runtime = None

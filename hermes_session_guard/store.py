@@ -205,6 +205,10 @@ class GuardStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self.fts = True
+        # Document frequencies change only when passages are indexed; other processes
+        # indexing the same file are picked up after a short while.
+        self._df: dict[str, int] = {}
+        self._df_at = 0.0
 
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -359,6 +363,8 @@ class GuardStore:
                     (cur.lastrowid, scope, text),
                 )
             added += cur.rowcount or 0
+        if added:
+            self._df.clear()
         return added
 
     def index_archived(
@@ -389,22 +395,36 @@ class GuardStore:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    _DF_TTL = 30.0
+
+    def _df_fresh(self) -> None:
+        if time.monotonic() - self._df_at > self._DF_TTL:
+            self._df.clear()
+            self._df_at = time.monotonic()
+
     def doc_count(self) -> int:
-        with self.reading() as conn:
-            row = conn.execute("SELECT MAX(doc_id) FROM session_guard_recall_docs").fetchone()
-        return int(row[0] or 0)
+        self._df_fresh()
+        if " docs" not in self._df:
+            with self.reading() as conn:
+                row = conn.execute("SELECT MAX(doc_id) FROM session_guard_recall_docs").fetchone()
+            self._df[" docs"] = int(row[0] or 0)
+        return self._df[" docs"]
 
     def term_document_counts(self, terms: Iterable[str]) -> dict[str, int]:
         """How many indexed passages (all sessions) contain each already-stemmed term."""
-        terms = list(terms)
+        terms = [t for t in dict.fromkeys(terms) if t and not t.startswith(" ")]
         if not terms or not self.fts:
             return {}
-        marks = ",".join("?" for _ in terms)
-        with self.reading() as conn:
-            rows = conn.execute(
-                f"SELECT term, doc FROM session_guard_recall_vocab WHERE term IN ({marks})", terms
-            ).fetchall()
-        return {t: int(d) for t, d in rows}
+        self._df_fresh()
+        missing = [t for t in terms if t not in self._df]
+        if missing:
+            with self.reading() as conn:
+                for term in missing:
+                    row = conn.execute(
+                        "SELECT doc FROM session_guard_recall_vocab WHERE term = ?", (term,)
+                    ).fetchone()
+                    self._df[term] = int(row[0]) if row else 0
+        return {t: self._df[t] for t in terms if self._df[t]}
 
     def search_docs(
         self, session_ids: list[str], match_body: str, limit: int, exclude: set[int] | None = None
