@@ -259,7 +259,36 @@ def run_contract_probe(home: Path) -> ProbeResult:
             and {e["session_id"] for e in events} == {sid},
             ", ".join(names),
         )
+        summary_tag_check(result, llm, agent, compressed, sid)
     return result
+
+
+def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: list[Any], sid: str) -> bool:
+    """The compaction summary carries ``is_compressed_summary`` and the recall line, and the
+    next request to a strict provider (400 on unknown message keys) carries the summary
+    text but not the key."""
+    from .summaries import is_summary_text
+
+    summaries = [m for m in compressed if isinstance(m, dict) and is_summary_text(str(m.get("content")))]
+    tagged = len(summaries) == 1 and summaries[0].get("is_compressed_summary") is True
+    header = bool(summaries) and f"[Original context: session {sid}, turns " in str(summaries[0].get("content"))
+    llm.reset()
+    llm.configure(strict=True, reply_text="probe ok")
+    try:
+        reply = agent.run_conversation("probe: one more question", conversation_history=compressed)
+        answered = reply.get("final_response") == "probe ok"
+    except Exception as exc:  # a 400 surfaces as an error result or an exception, depending on the host
+        answered, reply = False, {"error": f"{type(exc).__name__}: {exc}"}
+    chats = llm.chat_requests()
+    sent = chats[-1].body.get("messages", []) if chats else []
+    carried = any(is_summary_text(str(m.get("content"))) for m in sent)
+    clean = not llm.violations and not any("is_compressed_summary" in m for m in sent if isinstance(m, dict))
+    return result.check(
+        "summary tagged and stripped from the request",
+        tagged and header and answered and carried and clean,
+        f"tagged={tagged} recall_line={header} strict_reply={answered} summary_sent={carried} "
+        f"violations={llm.violations} error={reply.get('error')}",
+    )
 
 
 def main() -> int:
