@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import host_adapter as host
-from .recall import Recall, recall_content
+from .recall import Recall, recall_content, recall_text
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -125,6 +125,7 @@ def recall(args: Any, session_id: str) -> str:
     store = runtime.store_for(db_path)
     members = lineage(db_path, session_id)
     try:
+        store.index_missing_snapshots(members, recall_text)
         refresh_archived(store, db_path, session_id, members)
     except Exception as exc:  # snapshots still answer
         log.warning("session guard: indexing archived turns for recall failed: %s", exc)

@@ -84,6 +84,9 @@ CREATE TABLE IF NOT EXISTS session_guard_recall_docs (
     host_row_id INTEGER,
     UNIQUE (session_id, content_hash)
 );
+CREATE TABLE IF NOT EXISTS session_guard_recall_indexed (
+    snapshot_id TEXT PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS session_guard_recall_sources (
     session_id TEXT NOT NULL,
     host_session_id TEXT NOT NULL,
@@ -330,13 +333,44 @@ class GuardStore:
                 rows,
             )
             if index_text is not None:
-                docs = []
-                for pos, (_sid, _p, role, _content, raw) in enumerate(rows):
-                    text = index_text(json.loads(raw))
-                    if text:
-                        docs.append((first + pos, role, text, None))
-                self._index(conn, session_id, "snapshot", snapshot_id, docs)
+                self._index_snapshot(conn, session_id, snapshot_id, first,
+                                     [(role, raw) for _sid, _p, role, _content, raw in rows], index_text)
         return info
+
+    def _index_snapshot(
+        self, conn: sqlite3.Connection, session_id: str, snapshot_id: str, first_turn: int,
+        rows: list[tuple[str | None, str]], index_text: IndexText,
+    ) -> None:
+        docs = []
+        for pos, (role, raw) in enumerate(rows):
+            text = index_text(json.loads(raw))
+            if text:
+                docs.append((first_turn + pos, role, text, None))
+        self._index(conn, session_id, "snapshot", snapshot_id, docs)
+        conn.execute("INSERT OR IGNORE INTO session_guard_recall_indexed(snapshot_id) VALUES (?)", (snapshot_id,))
+
+    def index_missing_snapshots(self, session_ids: Iterable[str], index_text: IndexText) -> int:
+        """Index snapshots of these sessions that never entered the recall index (written
+        by an older guard, or without ``index_text``). Returns how many were indexed."""
+        ids = list(session_ids)
+        if not ids:
+            return 0
+        marks = ",".join("?" for _ in ids)
+        with self.reading() as conn:
+            todo = conn.execute(
+                "SELECT snapshot_id, session_id, COALESCE(first_turn, 1) FROM session_guard_snapshots"
+                f" WHERE session_id IN ({marks}) AND snapshot_id NOT IN"
+                " (SELECT snapshot_id FROM session_guard_recall_indexed) ORDER BY created_at, snapshot_id",
+                ids,
+            ).fetchall()
+        for snapshot_id, session_id, first in todo:
+            with self.transaction() as conn:
+                rows = conn.execute(
+                    "SELECT role, message_json FROM session_guard_snapshot_messages WHERE snapshot_id = ?"
+                    " ORDER BY position", (snapshot_id,),
+                ).fetchall()
+                self._index_snapshot(conn, session_id, snapshot_id, first, rows, index_text)
+        return len(todo)
 
     # -- recall index -----------------------------------------------------------------
     def _index(

@@ -182,3 +182,18 @@ def test_recall_finds_rows_the_host_archived_in_place_before_the_guard_ran(guard
 def test_without_a_host_session_nothing_is_read(guard: Any) -> None:
     answer = handler({"query": "anything", "session_id": SID_A})
     assert "unknown" in answer and OUTPUT_MARKER not in answer
+
+
+def test_recall_can_be_switched_off(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
+    from hermes_session_guard.config import parse_config
+
+    before = guard.config
+    guard.config = parse_config({"recall": {"enabled": False}})
+    try:
+        agent, compressed = _compacted_session(db, llm, SID_A, "a", FACT_A, "in_place")
+        agent.run_conversation("what next?", conversation_history=compressed)
+    finally:
+        guard.config = before
+    request = llm.chat_requests()[-1].body
+    assert RECALL_TOOL not in _tool_names(request)
+    assert SYSTEM_RULE not in _system_text(request)

@@ -191,3 +191,20 @@ def test_strict_provider_rejects_the_tag_without_the_guard(no_guard: None, db: A
     llm.configure(strict=True)
     agent.run_conversation("next", conversation_history=history)
     assert any(key == "is_compressed_summary" for _, _, key in llm.violations)
+
+
+def test_without_the_recall_line_the_tag_still_survives_a_reload(guard: Any, db: Any, llm: FakeLLMServer,
+                                                                 home: Path) -> None:
+    from hermes_session_guard.config import parse_config
+
+    before = guard.config
+    guard.config = parse_config({"summaries": {"recall_header": False}})
+    try:
+        agent, messages = _seeded(db, llm, "in_place")
+        compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    finally:
+        guard.config = before
+    (summary,) = _summaries(compressed)
+    assert "[Original context:" not in summary["content"] and summary["is_compressed_summary"] is True
+    (reloaded,) = _summaries(probe.open_db(home / "state.db").get_messages_as_conversation(SID))
+    assert reloaded["is_compressed_summary"] is True  # matched by content hash alone

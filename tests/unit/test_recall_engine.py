@@ -101,3 +101,15 @@ def test_the_fts_expression_only_holds_quoted_words() -> None:
     expr = fts_expression(q.words)
     assert all(part.startswith('"') and part.endswith('"') for part in expr.split(" OR "))
     assert "scope" not in expr.replace('"scope"', "")
+
+
+def test_snapshots_written_without_the_index_are_indexed_on_first_recall(tmp_path: Path) -> None:
+    """Snapshots from an older guard (no recall index yet) become searchable."""
+    st = GuardStore(tmp_path / "state.db")
+    st.write_snapshot(snapshot_id="A.snapshot.old", session_id="A",
+                      messages=_conversation("A", {7: "legacy detail: vault path secret/data/ledgerly/prod"}))
+    assert "secret/data/ledgerly/prod" not in recall(st, query="vault path")
+    assert st.index_missing_snapshots(["A"], recall_text) == 1
+    assert "secret/data/ledgerly/prod" in recall(st, query="vault path")
+    assert st.index_missing_snapshots(["A"], recall_text) == 0
+    st.close()
