@@ -196,6 +196,33 @@ class ProbeResult:
         return {"ok": self.ok, "host_version": self.host_version, "seams": self.seams, "checks": self.checks}
 
 
+def import_display_modules(runtime: Any) -> list[str]:
+    """Import the modules whose rows wait for Hermes to import them (CLI, TUI, API
+    server, platform adapters), so this probe process checks them against the
+    installed host too. Only ever done in the probe's own throw-away process."""
+    import importlib
+
+    from .hostinfo import parse_version
+    from .instrumentation import apply_pending
+    from .seams import select_row
+
+    version = parse_version(runtime.host_version) if runtime.host_version else None
+    imported = []
+    for status in list(runtime.seams):
+        if status.state != "pending":
+            continue
+        row = select_row(status.name, version)
+        if row is None:
+            continue
+        try:
+            importlib.import_module(row.module)
+            imported.append(row.module)
+        except Exception as exc:  # reported through the row's status
+            imported.append(f"{row.module} ({type(exc).__name__}: {exc})")
+    apply_pending()
+    return imported
+
+
 def run_contract_probe(home: Path) -> ProbeResult:
     """The live probe: enable the guard through config.yaml, let Hermes discover it,
     compress a 48-message session once and check the contract. ``HERMES_HOME``
@@ -212,11 +239,18 @@ def run_contract_probe(home: Path) -> ProbeResult:
         if runtime is None:
             return result
         result.host_version = runtime.host_version
+        waiting = import_display_modules(runtime)
         result.seams = [s.as_dict() for s in runtime.seams]
         result.check(
             "compression seam patched",
             any(s.name == "compression" and s.state == "patched" for s in runtime.seams),
             "; ".join(f"{s.name}: {s.state} {s.reason}" for s in runtime.seams),
+        )
+        result.check(
+            "summary and display seams patched",
+            all(s.state in ("patched", "not-needed") for s in runtime.seams),
+            "; ".join(f"{s.name}: {s.state} {s.reason}" for s in runtime.seams
+                      if s.state not in ("patched", "not-needed")) or ", ".join(waiting),
         )
         db_path = home / "state.db"
         db = open_db(db_path)
@@ -293,6 +327,9 @@ def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: lis
 
 def main() -> int:
     """Entry for ``python -m hermes_session_guard.probe`` (run by ``selftest``)."""
+    import sys
+
+    out = sys.stdout  # imported host modules may re-point sys.stdout (the TUI gateway sends it to stderr)
     home = Path(os.environ["HERMES_HOME"])
     try:
         result = run_contract_probe(home)
@@ -302,7 +339,7 @@ def main() -> int:
 
         payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                    "checks": [], "seams": []}
-    print("SESSION_GUARD_PROBE " + json.dumps(payload))
+    print("\nSESSION_GUARD_PROBE " + json.dumps(payload), file=out, flush=True)
     return 0 if payload.get("ok") else 1
 
 

@@ -34,8 +34,8 @@ def run_probe(timeout: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"live probe timed out after {timeout:.0f}s", "checks": [], "seams": []}
         for line in proc.stdout.splitlines():
-            if line.startswith(MARKER):
-                return json.loads(line[len(MARKER):])
+            if MARKER in line:  # a host module may have left a partial line on stdout
+                return json.loads(line.split(MARKER, 1)[1])
         return {"ok": False, "error": "live probe printed no result", "stderr": proc.stderr[-4000:],
                 "checks": [], "seams": []}
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
         print("Seams:")
         for s in report.get("seams", []):
-            print(f"  {s['name']:<12} {s['state']:<8} {s['target']}  {s['reason']}")
+            print(f"  {s['name']:<20} {s['state']:<10} {s['target']}  {s['reason']}")
         print("Contract (live probe, temporary HERMES_HOME, loopback fake LLM):")
         for c in report.get("checks", []):
             detail = f"  ({c['detail']})" if c["detail"] and not c["ok"] else ""
