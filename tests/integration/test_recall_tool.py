@@ -86,16 +86,17 @@ def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
     assert SYSTEM_RULE in _system_text(after)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_the_model_recalls_the_exact_text_through_hermes_tool_dispatch(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, api: str
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, api: str, mode: str
 ) -> None:
-    agent, compressed = _compacted_session(db, llm, SID_A, "a", FACT_A, "in_place")
+    agent, compressed = _compacted_session(db, llm, SID_A, "a", FACT_A, mode)
     if api == "anthropic":
         agent = probe.make_agent(db, llm.anthropic_base_url, SID_A, provider="anthropic", api_key="sk-ant-fake",
                                  model="claude-sonnet-4-5", enabled_toolsets=["session_guard"])
         if HOST_HAS_IN_PLACE:
-            agent.compression_in_place = True
+            agent.compression_in_place = mode == "in_place"
         probe.mark_flushed(agent, compressed)
     llm.configure(strict=True, reply_fn=_model_calls((RECALL_TOOL, {"query": "foreign key constraint error"})))
 

@@ -19,7 +19,7 @@ from hermes_session_guard.config import parse_config
 from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
 from hermes_session_guard.summaries import is_summary_text
 
-from .conftest import HOST_HAS_IN_PLACE, new_agent
+from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
 from .platform_harness import start_gateway
 
 SID = "20260601_100000_cccccc"
@@ -27,10 +27,10 @@ SYSTEM = "You are a test agent."
 LAST_QUESTION = "turn-46:"
 
 
-def _compacted(db: Any, llm: FakeLLMServer, sid: str = SID) -> list[dict]:
+def _compacted(db: Any, llm: FakeLLMServer, sid: str = SID, mode: str = "in_place") -> list[dict]:
     messages = probe.seed_messages()
     probe.seed_session(db, sid, messages)
-    agent = new_agent(db, llm, sid, "in_place")
+    agent = new_agent(db, llm, sid, mode)
     probe.mark_flushed(agent, messages)
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
     assert any(is_summary_text(str(m.get("content"))) for m in compressed)
@@ -76,8 +76,10 @@ def _cli_screens(sid: str) -> tuple[str, str, list[dict]]:
     return recap.getvalue(), history.getvalue(), app.conversation_history
 
 
-def test_cli_resume_and_history_hide_the_summary(guard: Any, db: Any, llm: FakeLLMServer, state_db: Path) -> None:
-    _compacted(db, llm)
+@pytest.mark.parametrize("mode", MODES)
+def test_cli_resume_and_history_hide_the_summary(guard: Any, db: Any, llm: FakeLLMServer, state_db: Path,
+                                                 mode: str) -> None:
+    _compacted(db, llm, mode=mode)
     recap, history, live = _cli_screens(SID)
     for screen in (recap, history):
         assert "turn-46" in screen  # the conversation is there…
@@ -117,9 +119,10 @@ def _tui_history(db: Any, sid: str, monkeypatch: pytest.MonkeyPatch) -> list[dic
     return reply["result"]["messages"]
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_tui_history_hides_the_summary(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    _compacted(db, llm)
+                                      monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    _compacted(db, llm, mode=mode)
     shown = _tui_history(db, SID, monkeypatch)
     texts = [m.get("text", "") for m in shown]
     assert any(LAST_QUESTION in t for t in texts)
@@ -153,8 +156,10 @@ def _api_messages(db: Any, sid: str) -> list[dict]:
 
 
 @pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the session messages endpoint exists from 0.18.2")
-def test_api_server_session_messages_hide_the_summary(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
-    _compacted(db, llm)
+@pytest.mark.parametrize("mode", MODES)
+def test_api_server_session_messages_hide_the_summary(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
+                                                      mode: str) -> None:
+    _compacted(db, llm, mode=mode)
     data = _api_messages(db, SID)
     assert any(LAST_QUESTION in str(m.get("content")) for m in data)
     assert not any("CONTEXT COMPACTION" in str(m.get("content")) for m in data)
@@ -186,7 +191,8 @@ def _regurgitating(body: dict) -> str:
     return f"{summary}\n\nThe answer is 42."
 
 
-async def _gateway_turn_after_compaction(db: Any, llm: FakeLLMServer) -> tuple[list[str], dict]:
+async def _gateway_turn_after_compaction(db: Any, llm: FakeLLMServer, mode: str = "in_place"
+                                         ) -> tuple[list[str], dict]:
     gw = await start_gateway()
     await gw.say("hello")
     sid = gw.session_id()
@@ -194,7 +200,7 @@ async def _gateway_turn_after_compaction(db: Any, llm: FakeLLMServer) -> tuple[l
     for m in messages:
         db.append_message(session_id=sid, role=m["role"], content=m["content"])
     history = db.get_messages_as_conversation(sid)
-    agent = new_agent(db, llm, sid, "in_place")
+    agent = new_agent(db, llm, sid, mode)
     probe.mark_flushed(agent, history)
     agent._compress_context(history, SYSTEM, approx_tokens=150_000)
     gw.adapter.delivered.clear()
@@ -203,8 +209,10 @@ async def _gateway_turn_after_compaction(db: Any, llm: FakeLLMServer) -> tuple[l
     return list(gw.adapter.delivered), llm.chat_requests()[-1].body
 
 
-def test_gateway_never_delivers_a_summary(guard: Any, db: Any, llm: FakeLLMServer, state_db: Path) -> None:
-    delivered, request = asyncio.run(_gateway_turn_after_compaction(db, llm))
+@pytest.mark.parametrize("mode", MODES)
+def test_gateway_never_delivers_a_summary(guard: Any, db: Any, llm: FakeLLMServer, state_db: Path,
+                                          mode: str) -> None:
+    delivered, request = asyncio.run(_gateway_turn_after_compaction(db, llm, mode))
     text = "\n".join(delivered)
     assert "The answer is 42." in text
     assert "CONTEXT COMPACTION" not in text and "Original context" not in text
