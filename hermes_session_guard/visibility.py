@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .store import message_text
-from .summaries import SUMMARY_TAG, is_summary_message, is_summary_text, original_part, split_summary
+from .summaries import SUMMARY_TAG, is_summary_message, is_summary_text, original_part
 
 HIDDEN = "false"
 TAGGED = "tagged"
@@ -59,7 +59,3 @@ def tag_rendered(entries: list[Any]) -> list[Any]:
         if isinstance(entry, dict) and is_summary_text(str(entry.get("text") or entry.get("content") or "")):
             entry[SUMMARY_TAG] = True
     return entries
-
-
-def rendered_summary_count(entries: list[Any]) -> int:
-    return sum(1 for e in entries if isinstance(e, dict) and split_summary(str(e.get("text") or ""))[1])
