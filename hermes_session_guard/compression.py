@@ -27,6 +27,7 @@ snapshot <snapshot_id>]`` after its first line. The tags are recorded in
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,8 @@ from .summaries import compacted_range, decorate_summaries, summary_indices, tag
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
 STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
+
+log = logging.getLogger("hermes_session_guard")
 
 
 @dataclass
@@ -216,8 +219,16 @@ def guarded_compression(
             audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
         outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),
                                      len(compressed), "")
+        runtime.compactions.record(sid, compressed)
         finish(outcome, summary_positions=[i for i, _ in marks])
+
+    # Outside the pinned log context: an extension may move the conversation on
+    # (an explicit, logged hand-off fork), and the tag must then follow it.
+    try:
         pm.hook.session_guard_after_compression(
-            session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed
+            session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed, agent=agent
         )
-        return compressed, system_prompt
+    except Exception as exc:
+        log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
+                  "stands.", type(exc).__name__, exc, sid)
+    return compressed, system_prompt

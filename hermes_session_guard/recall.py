@@ -10,7 +10,6 @@ filtered by that session's lineage, in SQL and again in Python.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -346,8 +345,8 @@ class Recall:
         return {_key(w): 1.0 + 1.0 / (1 + counts.get(stems[w], 0)) ** 0.5 for w in words}
 
     def _doc_text(self, doc: RecallDoc) -> str | None:
-        if doc.source == "snapshot" and doc.message_json:
-            return recall_text(json.loads(doc.message_json))
+        if doc.source == "snapshot" and doc.message is not None:
+            return recall_text(doc.message)
         if doc.source == "snapshot":
             message = self.store.snapshot_message(doc.ref, doc.position)
             return recall_text(message) if message else None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .audit import AuditLog
 from .config import GuardConfig
+from .gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
 from .store import GuardStore
 
@@ -16,12 +17,33 @@ from .store import GuardStore
 class SeamStatus:
     name: str
     target: str
-    state: str  # "patched" | "skipped" | "failed"
+    state: str  # "patched" | "pending" | "not-needed" | "skipped" | "failed"
     reason: str = ""
     failure_policy: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.__dict__)
+
+
+class PendingNotices:
+    """Messages for a gateway conversation that no status channel could carry yet
+    (keyed by the session the conversation is routed to; a few per session at most)."""
+
+    MAX_PER_SESSION = 5
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[str]] = {}
+
+    def add(self, session_id: str, text: str) -> None:
+        with self._lock:
+            queue = self._pending.setdefault(session_id, [])
+            queue.append(text)
+            del queue[: -self.MAX_PER_SESSION]
+
+    def pop(self, session_id: str) -> list[str]:
+        with self._lock:
+            return self._pending.pop(session_id, [])
 
 
 @dataclass
@@ -30,6 +52,8 @@ class Runtime:
     host_version: str | None
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
+    compactions: CompactionLog = field(default_factory=CompactionLog)
+    notices: PendingNotices = field(default_factory=PendingNotices)
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _session_dbs: dict[str, Path] = field(default_factory=dict)

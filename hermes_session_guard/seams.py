@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import host_adapter as host
 from . import summary_seams as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version
 from .runtime import Runtime
 
@@ -99,6 +102,89 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Around one gateway turn: a turn addressed to a session the guard handed off
+    runs in its child; guard notices for the chat (hand-off packet written, fork)
+    are sent as messages of their own, before the turn (decided during gateway
+    hygiene) and after it (decided during the turn); then,
+    where the row says so (``transcript: jsonl_and_offset``), bring the gateway's
+    transcript bookkeeping in line after the guard compacted in place (see
+    gateway_transcript). After a hand-off fork the turn belongs to the child, and
+    the host's own split handling already writes it whole (history offset 0)."""
+    rebase = row.behaviour.get("transcript") == "jsonl_and_offset"
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sid: Any = None
+        source: Any = None
+        try:
+            sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+            source = kwargs["source"] if "source" in kwargs else args[3]
+            target = runtime.compactions.fork_target(sid) if sid else sid
+            if target != sid:
+                # A turn still addressed to a handed-off session (the host drains queued
+                # follow-ups with the id the turn started on): run it in the child.
+                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
+                if "session_id" in kwargs:
+                    kwargs = {**kwargs, "session_id": target}
+                else:
+                    args = (*args[:4], target, *args[5:])
+                sid = target
+            mark = runtime.compactions.mark()
+            notices = runtime.notices.pop(sid) if sid else []
+        except Exception:
+            sid, notices = None, []
+        await _deliver(instance, source, sid, notices)
+        result = await wrapped(*args, **kwargs)
+        if sid:
+            try:
+                after = runtime.notices.pop(sid)
+                moved_to = runtime.compactions.fork_target(sid)
+                if moved_to != sid:
+                    after += runtime.notices.pop(moved_to)
+            except Exception:
+                after = []
+            await _deliver(instance, source, sid, after)
+        if sid and rebase:
+            try:
+                compaction = runtime.compactions.since(sid, mark)
+                if compaction is not None:
+                    forked = runtime.compactions.fork_since(sid, mark) is not None
+                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result)
+            except Exception as exc:
+                log.error(
+                    "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
+                    "for %s may still hold pre-compaction history (state.db is correct). Run "
+                    "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
+                )
+        return result
+
+    return wrapper
+
+
+async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
+    for text in notices:
+        try:
+            await host.gateway_send(runner, source, text)
+        except Exception as exc:
+            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
+
+
+def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Remember which chat the message being handled came from, so the guard's
+    ``/handoff-packet`` slash command (whose handler only gets its argument text)
+    knows which session it was typed in."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            context: Any = host.gateway_message_context(instance, args[0] if args else kwargs.get("event"))
+        except Exception:
+            context = nullcontext()
+        with context:
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
 # The release ranges the guard supports, oldest first.
 _SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 14, 0), (0, 15, 0)), ((0, 18, 2), (0, 20, 0)))
 
@@ -117,6 +203,53 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="open",
         behaviour={"strategy": DETACH_DB},
         note="compression lives in the method and always rotates; run it with the SessionDB detached",
+    ),
+    SeamRow(
+        seam="gateway_turn",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._run_agent",
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        wrapper=gateway_turn_wrapper,
+        failure_policy="open",
+        behaviour={"transcript": "jsonl_and_offset"},
+        note="gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a compaction; "
+        "hand-off notices and redirects",
+    ),
+    SeamRow(
+        seam="gateway_turn",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._run_agent",
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        wrapper=gateway_turn_wrapper,
+        failure_policy="open",
+        behaviour={"transcript": "host"},
+        note="hand-off notices and redirects only; the gateway re-baselines on agent._last_compaction_in_place",
+    ),
+    SeamRow(
+        seam="gateway_message",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        failure_policy="open",
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
+    ),
+    SeamRow(
+        seam="gateway_message",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        failure_policy="open",
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
     ),
     SeamRow(
         seam="compression",

@@ -21,6 +21,11 @@ from typing import Any
 
 log = logging.getLogger("hermes_session_guard")
 
+# 1: snapshots, compressions, repairs, hand-offs (a snapshot message's string
+#    content is stored once, in ``content``; older rows also carry it in
+#    ``message_json``, and both read back the same).
+# 2: adds summaries and the recall index. Every table is created if missing on
+#    connect, so a file from either earlier layout gains what it lacks.
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -63,6 +68,32 @@ CREATE TABLE IF NOT EXISTS session_guard_compressions (
 );
 CREATE INDEX IF NOT EXISTS idx_session_guard_compressions_session
     ON session_guard_compressions(session_id, started_at);
+CREATE TABLE IF NOT EXISTS session_guard_repairs (
+    op_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    backup_path TEXT,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (op_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS session_guard_handoffs (
+    handoff_id TEXT PRIMARY KEY,
+    lineage_root TEXT NOT NULL,
+    seq INTEGER,
+    parent_session_id TEXT NOT NULL,
+    child_session_id TEXT,
+    mode TEXT NOT NULL,
+    status TEXT NOT NULL,
+    packet_path TEXT,
+    op_id TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    UNIQUE (lineage_root, seq)
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_handoffs_parent
+    ON session_guard_handoffs(parent_session_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_session_guard_handoffs_child
+    ON session_guard_handoffs(child_session_id);
 CREATE TABLE IF NOT EXISTS session_guard_summaries (
     session_id TEXT NOT NULL,
     content_hash TEXT NOT NULL,
@@ -104,6 +135,33 @@ CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_fts USING fts5(
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_vocab USING fts5vocab(session_guard_recall_fts, 'row');
 """
+
+
+@dataclass(frozen=True)
+class HandoffRecord:
+    """One row of ``session_guard_handoffs``. ``seq`` numbers the automatic
+    hand-offs of a lineage (1..max_auto_handoffs); manual packets have none."""
+
+    handoff_id: str
+    lineage_root: str
+    seq: int | None
+    parent_session_id: str
+    child_session_id: str | None
+    mode: str
+    status: str  # "reserved" | "done"
+    packet_path: str | None
+    op_id: str | None
+    created_at: float
+    finished_at: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+_HANDOFF_COLUMNS = (
+    "handoff_id, lineage_root, seq, parent_session_id, child_session_id, mode, status, packet_path, op_id,"
+    " created_at, finished_at"
+)
 
 
 @dataclass(frozen=True)
@@ -158,7 +216,7 @@ class RecallDoc:
     role: str | None
     host_row_id: int | None
     score: float = 0.0
-    message_json: str | None = None  # the snapshot message, fetched with the match
+    message: dict[str, Any] | None = None  # the snapshot message, fetched with the match
 
 
 IndexText = Callable[[dict[str, Any]], str | None]
@@ -193,10 +251,37 @@ def porter_stems(words: Iterable[str]) -> dict[str, str]:
     return {w: _stem_cache[w] for w in words}
 
 
-def _jsonable(message: Any) -> dict[str, Any]:
+def _has_table(conn: sqlite3.Connection, table: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    return row is not None
+
+
+def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Snapshots per session through any (read-only) connection; empty when the
+    guard never wrote to this database."""
+    if not _has_table(conn, "session_guard_snapshots"):
+        return {}
+    rows = conn.execute("SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")
+    return {str(sid): int(n) for sid, n in rows}
+
+
+def _row_parts(message: Any) -> tuple[Any, str | None, str]:
+    """(role, text, json of the rest). A string ``content`` is stored once, in the
+    ``content`` column (searchable), and left out of ``message_json``."""
     if not isinstance(message, dict):
         message = {"role": getattr(message, "role", None), "content": getattr(message, "content", None)}
-    return json.loads(json.dumps(message, default=str))
+    content = message.get("content")
+    if isinstance(content, str):
+        rest = {k: v for k, v in message.items() if k != "content"}
+        return message.get("role"), content, json.dumps(rest, ensure_ascii=False, default=str)
+    return message.get("role"), message_text(message), json.dumps(message, ensure_ascii=False, default=str)
+
+
+def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
+    msg = json.loads(message_json)
+    if "content" not in msg:
+        msg["content"] = content
+    return msg
 
 
 class GuardStore:
@@ -290,12 +375,7 @@ class GuardStore:
         writing an existing id raises ``sqlite3.IntegrityError``. With ``index_text``
         the messages also enter the recall index (the text it returns for each; a
         ``None`` keeps that message out)."""
-        rows = []
-        for pos, msg in enumerate(messages):
-            data = _jsonable(msg)
-            rows.append(
-                (snapshot_id, pos, data.get("role"), message_text(data), json.dumps(data, ensure_ascii=False))
-            )
+        rows = [(snapshot_id, pos, *_row_parts(msg)) for pos, msg in enumerate(messages)]
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
             snapshot_id=snapshot_id,
@@ -334,16 +414,17 @@ class GuardStore:
             )
             if index_text is not None:
                 self._index_snapshot(conn, session_id, snapshot_id, first,
-                                     [(role, raw) for _sid, _p, role, _content, raw in rows], index_text)
+                                     [(role, content, raw) for _sid, _p, role, content, raw in rows], index_text)
         return info
 
     def _index_snapshot(
         self, conn: sqlite3.Connection, session_id: str, snapshot_id: str, first_turn: int,
-        rows: list[tuple[str | None, str]], index_text: IndexText,
+        rows: list[tuple[str | None, str | None, str]], index_text: IndexText,
     ) -> None:
+        """Index ``(role, content, message_json)`` rows of one snapshot."""
         docs = []
-        for pos, (role, raw) in enumerate(rows):
-            text = index_text(json.loads(raw))
+        for pos, (role, content, raw) in enumerate(rows):
+            text = index_text(_row_message(raw, content))
             if text:
                 docs.append((first_turn + pos, role, text, None))
         self._index(conn, session_id, "snapshot", snapshot_id, docs)
@@ -366,7 +447,7 @@ class GuardStore:
         for snapshot_id, session_id, first in todo:
             with self.transaction() as conn:
                 rows = conn.execute(
-                    "SELECT role, message_json FROM session_guard_snapshot_messages WHERE snapshot_id = ?"
+                    "SELECT role, content, message_json FROM session_guard_snapshot_messages WHERE snapshot_id = ?"
                     " ORDER BY position", (snapshot_id,),
                 ).fetchall()
                 self._index_snapshot(conn, session_id, snapshot_id, first, rows, index_text)
@@ -474,7 +555,7 @@ class GuardStore:
         with self.reading() as conn:
             rows = conn.execute(
                 "SELECT d.doc_id, d.session_id, d.source, d.ref, d.position, d.role, d.host_row_id, f.score,"
-                " m.message_json"
+                " m.message_json, m.content"
                 " FROM (SELECT rowid AS id, bm25(session_guard_recall_fts, 0.0, 1.0) AS score"
                 "       FROM session_guard_recall_fts WHERE session_guard_recall_fts MATCH ?"
                 "       ORDER BY score LIMIT ?) AS f"
@@ -486,7 +567,10 @@ class GuardStore:
                 (expr, limit + skip),
             ).fetchall()
         allowed = set(session_ids)
-        docs = [RecallDoc(*row) for row in rows if row[1] in allowed and row[0] not in (exclude or ())]
+        docs = [
+            RecallDoc(*row[:8], message=None if row[8] is None else _row_message(row[8], row[9]))
+            for row in rows if row[1] in allowed and row[0] not in (exclude or ())
+        ]
         return docs[:limit]
 
     def scan_docs(self, session_ids: list[str], words: list[str], limit: int) -> list[RecallDoc]:
@@ -509,12 +593,12 @@ class GuardStore:
         """Message at 1-based ``position`` of a snapshot."""
         with self.reading() as conn:
             row = conn.execute(
-                "SELECT m.message_json, s.first_turn FROM session_guard_snapshot_messages m"
+                "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
                 " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
                 " WHERE m.snapshot_id = ? AND m.position = ? - COALESCE(s.first_turn, 1)",
                 (snapshot_id, position),
             ).fetchone()
-        return json.loads(row[0]) if row else None
+        return _row_message(row[0], row[1]) if row else None
 
     def snapshot_turns(self, snapshot_id: str, first: int, last: int) -> list[tuple[int, dict[str, Any]]]:
         """``(turn, message)`` for turns ``first..last`` of a snapshot."""
@@ -525,11 +609,11 @@ class GuardStore:
             if not base:
                 return []
             rows = conn.execute(
-                "SELECT position, message_json FROM session_guard_snapshot_messages"
+                "SELECT position, message_json, content FROM session_guard_snapshot_messages"
                 " WHERE snapshot_id = ? AND position BETWEEN ? AND ? ORDER BY position",
                 (snapshot_id, first - base[0], last - base[0]),
             ).fetchall()
-        return [(pos + base[0], json.loads(raw)) for pos, raw in rows]
+        return [(pos + base[0], _row_message(raw, content)) for pos, raw, content in rows]
 
     def snapshot_info(self, snapshot_id: str) -> SnapshotInfo | None:
         with self.reading() as conn:
@@ -609,7 +693,7 @@ class GuardStore:
         """The messages of one snapshot, in order. With ``session_id`` the snapshot
         must belong to that session (else an empty list)."""
         query = (
-            "SELECT m.message_json FROM session_guard_snapshot_messages m"
+            "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
             " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
             " WHERE m.snapshot_id = ?"
         )
@@ -619,7 +703,7 @@ class GuardStore:
             params += (session_id,)
         with self.reading() as conn:
             rows = conn.execute(query + " ORDER BY m.position", params).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [_row_message(r[0], r[1]) for r in rows]
 
     # -- compression operations (for crash recovery and status) ---------------------
     def begin_compression(self, op_id: str, session_id: str, messages_before: int) -> None:
@@ -660,3 +744,149 @@ class GuardStore:
             finally:
                 conn.row_factory = None
         return [dict(r) for r in rows]
+
+    # -- repairs --------------------------------------------------------------------
+    def record_repair(self, *, op_id: str, session_id: str, record: dict[str, Any],
+                      backup_path: str | None = None) -> None:
+        """Remember what ``repair --apply`` did to one lineage (the original session
+        rows it re-marked, the snapshots it wrote, where routing pointed)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO session_guard_repairs(op_id, session_id, created_at, backup_path, record_json)"
+                " VALUES (?,?,?,?,?)",
+                (op_id, session_id, time.time(), backup_path, json.dumps(record, ensure_ascii=False, default=str)),
+            )
+
+    def clear_expired_lock(self, *, table: str, session_column: str, expires_column: str, session_id: str,
+                           now: float) -> bool:
+        """Delete one expired row of one of the guard's own lock tables."""
+        if not table.startswith("session_guard_"):
+            raise ValueError(f"{table} is not a session guard table")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE {session_column} = ? AND {expires_column} < ?", (session_id, now)
+            )
+        return cur.rowcount > 0
+
+
+    def compression_count(self, session_id: str, since: float | None = None) -> int:
+        """Compressions of ``session_id`` that stored a snapshot (after ``since``)."""
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM session_guard_snapshots WHERE session_id = ? AND reason = 'compression'"
+                " AND created_at > ?",
+                (session_id, -1.0 if since is None else since),
+            ).fetchone()
+        return int(row[0])
+
+    # -- hand-offs ------------------------------------------------------------------
+    def lineage_root(self, session_id: str) -> str:
+        """The first session of the hand-off chain ``session_id`` belongs to."""
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT lineage_root FROM session_guard_handoffs WHERE child_session_id = ? AND status = 'done'",
+                (session_id,),
+            ).fetchone()
+        return str(row[0]) if row else session_id
+
+    def last_auto_handoff_at(self, parent_session_id: str) -> float | None:
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT MAX(created_at) FROM session_guard_handoffs WHERE parent_session_id = ?"
+                " AND seq IS NOT NULL AND status = 'done'",
+                (parent_session_id,),
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def reserve_handoff(
+        self,
+        *,
+        handoff_id: str,
+        lineage_root: str,
+        parent_session_id: str,
+        mode: str,
+        limit: int,
+        op_id: str | None = None,
+        stale_after: float = 300.0,
+        once_per_parent: bool = False,
+    ) -> int | None:
+        """Claim the next automatic hand-off of a lineage, atomically across processes.
+
+        Returns its sequence number, or ``None`` when ``limit`` hand-offs are
+        already reserved or done (or, with ``once_per_parent``, when this parent
+        was already handed off). A reservation that was never completed or
+        released (a crashed process) expires after ``stale_after`` seconds."""
+        now = time.time()
+        with self.transaction() as conn:
+            conn.execute(
+                "DELETE FROM session_guard_handoffs WHERE lineage_root = ? AND status = 'reserved'"
+                " AND created_at < ?",
+                (lineage_root, now - stale_after),
+            )
+            used = conn.execute(
+                "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM session_guard_handoffs"
+                " WHERE lineage_root = ? AND seq IS NOT NULL",
+                (lineage_root,),
+            ).fetchone()
+            if int(used[0]) >= limit:
+                return None
+            if once_per_parent and conn.execute(
+                "SELECT 1 FROM session_guard_handoffs WHERE parent_session_id = ? AND seq IS NOT NULL"
+                " AND mode = ?",
+                (parent_session_id, mode),
+            ).fetchone():
+                return None
+            seq = int(used[1]) + 1
+            conn.execute(
+                f"INSERT INTO session_guard_handoffs({_HANDOFF_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (handoff_id, lineage_root, seq, parent_session_id, None, mode, "reserved", None, op_id, now, None),
+            )
+        return seq
+
+    def complete_handoff(self, handoff_id: str, *, child_session_id: str | None, packet_path: str | None) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE session_guard_handoffs SET status = 'done', child_session_id = ?, packet_path = ?,"
+                " finished_at = ? WHERE handoff_id = ?",
+                (child_session_id, packet_path, time.time(), handoff_id),
+            )
+
+    def release_handoff(self, handoff_id: str) -> None:
+        """Give a claimed hand-off back, recorded or not: it was rolled back and did not
+        happen, so the count is not consumed."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM session_guard_handoffs WHERE handoff_id = ?", (handoff_id,))
+
+    def record_packet(
+        self, *, handoff_id: str, session_id: str, mode: str, packet_path: str, op_id: str | None = None
+    ) -> None:
+        """A packet written on request (slash command, CLI): no sequence number, no bound."""
+        now = time.time()
+        with self.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO session_guard_handoffs({_HANDOFF_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (handoff_id, self._lineage_root_locked(conn, session_id), None, session_id, None, mode, "done",
+                 packet_path, op_id, now, now),
+            )
+
+    @staticmethod
+    def _lineage_root_locked(conn: sqlite3.Connection, session_id: str) -> str:
+        row = conn.execute(
+            "SELECT lineage_root FROM session_guard_handoffs WHERE child_session_id = ? AND status = 'done'",
+            (session_id,),
+        ).fetchone()
+        return str(row[0]) if row else session_id
+
+    def handoffs(self, *, lineage_root: str | None = None, session_id: str | None = None) -> list[HandoffRecord]:
+        """Hand-off rows of a lineage, or those naming ``session_id`` as parent or child."""
+        query = f"SELECT {_HANDOFF_COLUMNS} FROM session_guard_handoffs"
+        params: tuple[Any, ...] = ()
+        if lineage_root is not None:
+            query += " WHERE lineage_root = ?"
+            params = (lineage_root,)
+        elif session_id is not None:
+            query += " WHERE parent_session_id = ? OR child_session_id = ?"
+            params = (session_id, session_id)
+        with self.reading() as conn:
+            rows = conn.execute(query + " ORDER BY created_at, handoff_id", params).fetchall()
+        return [HandoffRecord(*row) for row in rows]

@@ -150,6 +150,11 @@ def summary_is_empty(messages: list[Any]) -> bool:
     return bool(found) and all(not summary_body(message_text(messages[i]) or "") for i in found)
 
 
+def summary_body_size(messages: list[Any]) -> int:
+    """Characters of summary text (after the prefixes) in ``messages``."""
+    return sum(len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages))
+
+
 # -- which turns were compacted -----------------------------------------------------
 
 
@@ -221,3 +226,24 @@ def decorate_summaries(
         for i in fresh:
             map_summary_text(after[i], lambda text: with_recall_header(text, line))
     return fresh
+
+
+# 0.19's merge form keeps the tail message's own text BEFORE the summary, between these.
+MERGED_PRIOR_HEADER = "[PRIOR CONTEXT — for reference only; not a new message]"
+MERGED_SUMMARY_DELIMITER = "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]"
+
+
+def text_without_summary(text: str) -> str:
+    """What a message says besides a compaction summary merged into it ("" for a
+    standalone summary): the text after the end marker (0.14+) or the prior text
+    wrapped before the summary (0.19)."""
+    if not is_summary_text(text):
+        return text
+    if SUMMARY_END_MARKER in text:
+        after = text.split(SUMMARY_END_MARKER, 1)[1]
+        after = after.split("---", 1)[1] if "---" in after else ""
+        return after.strip()
+    if MERGED_SUMMARY_DELIMITER in text:
+        before = text.split(MERGED_SUMMARY_DELIMITER, 1)[0]
+        return before.replace(MERGED_PRIOR_HEADER, "", 1).strip()
+    return ""
