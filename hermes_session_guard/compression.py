@@ -16,13 +16,21 @@ the seam table row for the installed version:
     archives the old rows and takes its native lock.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables, and the audit log gets
-one ``compression.*`` event per step, all naming the same session id.
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
+index), and the audit log gets one ``compression.*`` event per step, all naming
+the same session id.
+
+Summaries: before the host persists the compacted list, every summary in it is
+tagged ``is_compressed_summary`` (plus the host's own flag where it has one) and
+each new summary gets the line ``[Original context: session <id>, turns <a>–<b>,
+snapshot <snapshot_id>]`` after its first line. The tags are recorded in
+``session_guard_summaries`` so a reload can put them back.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
@@ -32,7 +40,10 @@ from typing import Any
 from . import host_adapter as host
 from .audit import new_op_id
 from .hooks import get_plugin_manager
+from .recall import recall_text
 from .runtime import Runtime
+from .store import message_text, text_hash
+from .summaries import compacted_range, decorate_summaries, summary_indices, tag
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -65,6 +76,15 @@ def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
     return messages
 
 
+_active = threading.local()
+
+
+def compressing_session() -> str | None:
+    """The session whose compression this thread is running (the host rebuilds the
+    system prompt inside it, before the snapshot exists)."""
+    return getattr(_active, "session_id", None)
+
+
 def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], bool]) -> str:
     """The derived snapshot id; a numeric suffix keeps it unique when two
     compressions of one session share a timestamp (frozen clocks, fast hosts)."""
@@ -85,12 +105,14 @@ def guarded_compression(
     *,
     behaviour: Mapping[str, str] | None = None,
     system_message: str | None = None,
+    native_summary_key: str | None = None,
 ) -> tuple[list[Any], str]:
     """Run one host compression under the contract; returns the host's result shape.
 
     ``behaviour`` is the seam row's version data (``flush_cursor``, ``lock``, ...);
     ``system_message`` is the host call's own argument (needed only to answer a
-    skipped call the way the host would)."""
+    skipped call the way the host would); ``native_summary_key`` is the host's own
+    summary flag, on hosts that have one."""
     behaviour = behaviour or {}
     sid = host.session_id(agent)
     if not sid or not isinstance(messages, list):
@@ -100,7 +122,9 @@ def guarded_compression(
     pm = get_plugin_manager()
     before = [dict(m) if isinstance(m, dict) else m for m in messages]
     started = time.perf_counter()
-    store = runtime.store_for(host.db_path(agent))
+    db_path = host.db_path(agent)
+    store = runtime.store_for(db_path)
+    runtime.remember_session(sid, db_path)
     audit.info("compression.started", messages=len(before), strategy=strategy, host_version=runtime.host_version)
 
     def finish(outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
@@ -115,6 +139,21 @@ def guarded_compression(
             **extra,
         )
 
+    # The snapshot id is fixed before the host runs: the summary's recall line names
+    # it, and on 0.18.2+ the host persists the summary itself.
+    created_at = time.time()
+    snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
+    summaries_cfg = runtime.config.summaries
+
+    span: list[tuple[int, int] | None] = [None]
+
+    def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+        span[0] = compacted_range(engine_input, engine_output)
+        decorate_summaries(
+            engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
+            header=summaries_cfg.recall_header, native_key=native_summary_key,
+        )
+
     # Detaching the SessionDB also skips the host's own state.db lock (0.16-0.17):
     # take it here, the way the host would have, for the whole operation.
     native_lock = strategy == DETACH_DB and behaviour.get("lock") == "native"
@@ -126,8 +165,10 @@ def guarded_compression(
                                       len(before), reason), holder=holder)
             return _unchanged(messages, before), host.unchanged_system_prompt(agent, system_message)
         pm.hook.session_guard_before_compression(session_id=sid, op_id=op_id, messages=messages)
+        previous = compressing_session()
+        _active.session_id = sid
         try:
-            with host.watching_engine(agent) as verdict:
+            with host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
                         compressed, system_prompt = call_host()
@@ -140,6 +181,8 @@ def guarded_compression(
             finish(outcome, "warning")
             pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=outcome.reason)
             raise
+        finally:
+            _active.session_id = previous
 
         failure = verdict.failure
         if failure or _no_progress(before, compressed, messages):
@@ -153,9 +196,12 @@ def guarded_compression(
                 pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=reason)
             return _unchanged(messages, before), system_prompt
 
-        created_at = time.time()
+        # The host may have copied the dicts after the engine returned them.
+        marks = []
+        for i in summary_indices(compressed):
+            tag(compressed[i], native_summary_key)
+            marks.append((i, text_hash(message_text(compressed[i]))))
         try:
-            snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
             store.write_snapshot(
                 snapshot_id=snapshot_id,
                 session_id=sid,
@@ -164,6 +210,7 @@ def guarded_compression(
                 host_version=runtime.host_version,
                 host_mode=strategy,
                 created_at=created_at,
+                index_text=recall_text,
             )
             if strategy == DETACH_DB:
                 host.commit_memory(agent, before)
@@ -184,10 +231,17 @@ def guarded_compression(
             snapshot_id = None
         if strategy == DETACH_DB:
             host.notify_boundary(agent, sid)
+        if snapshot_id is not None:
+            runtime.note_snapshot(sid, db_path)
+        try:
+            first, last = span[0] or (None, None)
+            store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
+        except Exception as exc:  # the tags stay on the live list; only a reload loses them
+            audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
         outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),
                                      len(compressed), "")
         runtime.compactions.record(sid, compressed)
-        finish(outcome)
+        finish(outcome, summary_positions=[i for i, _ in marks])
 
     # Outside the pinned log context: an extension may move the conversation on
     # (an explicit, logged hand-off fork), and the tag must then follow it.

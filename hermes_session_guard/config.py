@@ -40,6 +40,7 @@ class SummariesConfig:
 
 @dataclass(frozen=True)
 class RecallConfig:
+    enabled: bool = True  # offer session_guard_recall (and its system-prompt rule) to compacted sessions
     max_chars: int = 8000
 
 

@@ -212,6 +212,33 @@ class ProbeResult:
                 "compat_note": self.compat_note, "seams": self.seams, "checks": self.checks}
 
 
+def import_display_modules(runtime: Any) -> list[str]:
+    """Import the modules whose rows wait for Hermes to import them (CLI, TUI, API
+    server, platform adapters), so this probe process checks them against the
+    installed host too. Only ever done in the probe's own throw-away process."""
+    import importlib
+
+    from .hostinfo import parse_version
+    from .instrumentation import apply_pending
+    from .seams import select_row
+
+    version = parse_version(runtime.host_version) if runtime.host_version else None
+    imported = []
+    for status in list(runtime.seams):
+        if status.state != "pending":
+            continue
+        row = select_row(status.name, version)
+        if row is None:
+            continue
+        try:
+            importlib.import_module(row.module)
+            imported.append(row.module)
+        except Exception as exc:  # reported through the row's status
+            imported.append(f"{row.module} ({type(exc).__name__}: {exc})")
+    apply_pending()
+    return imported
+
+
 PROBE_SESSION_ID = "20260528_093510_66bfaec7"
 
 
@@ -229,6 +256,7 @@ class ProbeContext:
     host_lines: list[str] = field(default_factory=list)
     env_before: str | None = None
     observed: dict[str, Any] = field(default_factory=dict)
+    llm: Any = None  # the probe's FakeLLMServer
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """Read state.db through a read-only connection ([] when the table is absent)."""
@@ -333,6 +361,38 @@ def verify_doctor_clean(ctx: ProbeContext, result: ProbeResult) -> None:
                  "; ".join(f"{f.signature}: {f.detail}" for f in findings))
 
 
+def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: list[Any], sid: str) -> bool:
+    """The compaction summary carries ``is_compressed_summary`` and the recall line, and the
+    next request to a strict provider (400 on unknown message keys) carries the summary
+    text but not the key."""
+    from .summaries import is_summary_text
+
+    summaries = [m for m in compressed if isinstance(m, dict) and is_summary_text(str(m.get("content")))]
+    tagged = len(summaries) == 1 and summaries[0].get("is_compressed_summary") is True
+    header = bool(summaries) and f"[Original context: session {sid}, turns " in str(summaries[0].get("content"))
+    llm.reset()
+    llm.configure(strict=True, reply_text="probe ok")
+    try:
+        reply = agent.run_conversation("probe: one more question", conversation_history=compressed)
+        answered = reply.get("final_response") == "probe ok"
+    except Exception as exc:  # a 400 surfaces as an error result or an exception, depending on the host
+        answered, reply = False, {"error": f"{type(exc).__name__}: {exc}"}
+    chats = llm.chat_requests()
+    sent = chats[-1].body.get("messages", []) if chats else []
+    carried = any(is_summary_text(str(m.get("content"))) for m in sent)
+    clean = not llm.violations and not any("is_compressed_summary" in m for m in sent if isinstance(m, dict))
+    return result.check(
+        "summary tagged and stripped from the request",
+        tagged and header and answered and carried and clean,
+        f"tagged={tagged} recall_line={header} strict_reply={answered} summary_sent={carried} "
+        f"violations={llm.violations} error={reply.get('error')}",
+    )
+
+
+def verify_summary_tag(ctx: ProbeContext, result: ProbeResult) -> None:
+    summary_tag_check(result, ctx.llm, ctx.agent, ctx.compressed, ctx.sid)
+
+
 # The contract checks of the live probe, in order. A new guarantee is one entry here.
 PROBE_CHECKS: list[ProbeCheck] = [
     ProbeCheck("id stable across compression", verify_id_stable),
@@ -340,6 +400,8 @@ PROBE_CHECKS: list[ProbeCheck] = [
     ProbeCheck("audit", verify_audit),
     ProbeCheck("lock", verify_lock, during_summary=observe_locks),
     ProbeCheck("doctor", verify_doctor_clean),
+    # Runs a further turn against a strict provider, so it comes after the state checks.
+    ProbeCheck("summary tagged and stripped", verify_summary_tag),
 ]
 
 
@@ -360,6 +422,7 @@ def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> Pr
         if runtime is None:
             return result
         result.host_version = runtime.host_version
+        waiting = import_display_modules(runtime)
         result.host_in_table = runtime.host_in_table
         result.compat_note = runtime.compat_note
         result.seams = [s.as_dict() for s in runtime.seams]
@@ -368,10 +431,16 @@ def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> Pr
             any(s.name == "compression" and s.state == "patched" for s in runtime.seams),
             "; ".join(f"{s.name}: {s.state} {s.reason}" for s in runtime.seams),
         )
+        result.check(
+            "summary and display seams patched",
+            all(s.state in ("patched", "not-needed") for s in runtime.seams),
+            "; ".join(f"{s.name}: {s.state} {s.reason}" for s in runtime.seams
+                      if s.state not in ("patched", "not-needed")) or ", ".join(waiting),
+        )
         db_path = home / "state.db"
         db = open_db(db_path)
         ctx = ProbeContext(home=home, runtime=runtime, db_path=db_path, sid=PROBE_SESSION_ID,
-                           messages=seed_messages())
+                           messages=seed_messages(), llm=llm)
         seed_session(db, ctx.sid, ctx.messages)
         ctx.agent = make_agent(db, llm.base_url, ctx.sid)
         mark_flushed(ctx.agent, ctx.messages)
@@ -468,6 +537,9 @@ class GatewayDriver:
 
 def main() -> int:
     """Entry for ``python -m hermes_session_guard.probe`` (run by ``selftest``)."""
+    import sys
+
+    out = sys.stdout  # imported host modules may re-point sys.stdout (the TUI gateway sends it to stderr)
     home = Path(os.environ["HERMES_HOME"])
     try:
         result = run_contract_probe(home)
@@ -477,7 +549,7 @@ def main() -> int:
 
         payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                    "checks": [], "seams": []}
-    print("SESSION_GUARD_PROBE " + json.dumps(payload))
+    print("\nSESSION_GUARD_PROBE " + json.dumps(payload), file=out, flush=True)
     return 0 if payload.get("ok") else 1
 
 

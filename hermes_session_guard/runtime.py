@@ -9,7 +9,7 @@ from pathlib import Path
 from .audit import AuditLog
 from .config import GuardConfig
 from .gateway_transcript import CompactionLog
-from .hostinfo import hermes_home
+from .hostinfo import hermes_home, state_db_path
 from .store import GuardStore
 
 
@@ -17,7 +17,7 @@ from .store import GuardStore
 class SeamStatus:
     name: str
     target: str
-    state: str  # "patched" | "skipped" | "failed"
+    state: str  # "patched" | "pending" | "not-needed" | "skipped" | "failed"
     reason: str = ""
     failure_policy: str = ""
     row: str = ""  # the seam-table row applied (its version range), "" when none
@@ -61,6 +61,8 @@ class Runtime:
     compat_note: str = ""  # plain words for selftest and the log when host_in_table is False
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _session_dbs: dict[str, Path] = field(default_factory=dict)
+    _with_snapshots: set[tuple[Path, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(lambda: self.audit_path)
@@ -82,6 +84,33 @@ class Runtime:
             if store is None:
                 store = self._stores[key] = GuardStore(key)
             return store
+
+    def remember_session(self, session_id: str, db_path: Path) -> None:
+        """The state.db an agent of ``session_id`` writes to (tools only learn the id)."""
+        if session_id:
+            self._session_dbs[session_id] = Path(db_path)
+
+    def db_for_session(self, session_id: str) -> Path:
+        return self._session_dbs.get(session_id) or state_db_path(self.home)
+
+    def has_snapshots(self, session_id: str, db_path: Path | None = None) -> bool:
+        """Whether ``session_id`` has compacted history (cached once true: snapshots are never removed
+        while the guard runs)."""
+        if not session_id:
+            return False
+        path = Path(db_path) if db_path is not None else self.db_for_session(session_id)
+        key = (path.resolve(), session_id)
+        if key in self._with_snapshots:
+            return True
+        if not path.exists():
+            return False
+        if self.store_for(path).has_snapshots(session_id):
+            self._with_snapshots.add(key)
+            return True
+        return False
+
+    def note_snapshot(self, session_id: str, db_path: Path) -> None:
+        self._with_snapshots.add((Path(db_path).resolve(), session_id))
 
     def close(self) -> None:
         with self._lock:

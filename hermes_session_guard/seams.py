@@ -31,8 +31,8 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
     ``SessionDB.try_acquire_compression_lock``). The host takes it only when it
     has a SessionDB: under ``detach_db`` it is skipped, so a guard that wants it
     must take it itself; under ``host_in_place`` the host takes it.
-``summary_flag``
-    ``none`` or ``_compressed_summary`` (0.17+: the host tags its summary message
+``native_summary_key``
+    ``""`` or ``_compressed_summary`` (0.17+: the host tags its summary message
     in memory; no DB column).
 ``busy_queue``
     the gateway's follow-up handling while a session runs: ``single_slot``
@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import host_adapter as host
+from . import summary_seams as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version
@@ -91,6 +92,7 @@ class SeamRow:
     failure_policy: str
     behaviour: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    lazy: bool = False  # patch when Hermes imports the module; never import it for that
     requires: tuple[str, ...] = ()
 
     @property
@@ -132,8 +134,10 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
-            return guarded_compression(runtime, strategy, agent, messages, call_host, behaviour=row.behaviour,
-                                       system_message=system_message)
+            return guarded_compression(
+                runtime, strategy, agent, messages, call_host, behaviour=row.behaviour,
+                system_message=system_message, native_summary_key=row.behaviour.get("native_summary_key") or None,
+            )
         except Exception as exc:
             if called:
                 raise
@@ -233,6 +237,9 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+# The release ranges the guard supports, oldest first.
+_SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 14, 0), (0, 15, 0)), ((0, 18, 2), (0, 20, 0)))
+
 _COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
 _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
 _GATEWAY_TURN_PARAMS = ("self", "message", "context_prompt", "history", "source", "session_id")
@@ -259,7 +266,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "transcript_order": "id",
             "flush_cursor": "index",
             "lock": "none",
-            "summary_flag": "none",
+            "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
         },
@@ -341,7 +348,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "transcript_order": "id",
             "flush_cursor": "index",
             "lock": "none",
-            "summary_flag": "none",
+            "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
         },
@@ -361,7 +368,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "transcript_order": "id",
             "flush_cursor": "index",
             "lock": "native",
-            "summary_flag": "none",
+            "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
         },
@@ -382,7 +389,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "transcript_order": "timestamp",
             "flush_cursor": "identity",
             "lock": "native",
-            "summary_flag": "_compressed_summary",
+            "native_summary_key": "_compressed_summary",
             "busy_queue": "fifo",
             "hygiene_session_db": "absent",
         },
@@ -403,12 +410,197 @@ SEAMS: tuple[SeamRow, ...] = (
             "transcript_order": "id",
             "flush_cursor": "marker",
             "lock": "native",
-            "summary_flag": "_compressed_summary",
+            "native_summary_key": "_compressed_summary",
             "busy_queue": "fifo_demotes_interrupt",
             "hygiene_session_db": "passed",
         },
         requires=(_NATIVE_LOCK, _IN_PLACE),
         note="host has in-place compaction and a native lock; force in-place on",
+    ),
+    *(
+        # Summaries carry the recall line; the body the host re-summarises must not.
+        SeamRow(
+            seam="summary_strip",
+            since=since,
+            until=until,
+            module="agent.context_compressor",
+            attribute="ContextCompressor._strip_summary_prefix",
+            params=("summary",),
+            wrapper=ss.summary_strip_wrapper,
+            failure_policy="open",
+            note="rehydrated summary bodies lose the [Original context] line before the next summary call",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="transcript_load",
+            since=since,
+            until=until,
+            module="hermes_state",
+            attribute="SessionDB.get_messages_as_conversation",
+            params=("self", "session_id"),
+            wrapper=ss.transcript_load_wrapper,
+            failure_policy="open",
+            behaviour={"native_summary_key": native},
+            note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
+        )
+        for (since, until), native in zip(_SUPPORTED, ("", "_compressed_summary"), strict=True)
+    ),
+    *(
+        SeamRow(
+            seam="wire",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="AIAgent._sanitize_api_messages",
+            params=("messages",),
+            wrapper=ss.wire_wrapper,
+            failure_policy="closed",
+            behaviour={"host_strips": host_strips},
+            note=note,
+        )
+        for (since, until), host_strips, note in zip(
+            _SUPPORTED,
+            ("nothing", "underscore keys"),
+            ("0.14 sends every message key: strip is_compressed_summary and _compressed_summary",
+             "host strips only _-prefixed keys (chat completions): strip is_compressed_summary too"),
+            strict=True,
+        )
+    ),
+    *(
+        SeamRow(
+            seam="request_tools",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="AIAgent._build_api_kwargs",
+            params=("self", "api_messages"),
+            wrapper=ss.request_tools_wrapper,
+            failure_policy="open",
+            note="offer session_guard_recall only to sessions with snapshots",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="system_prompt",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="AIAgent._build_system_prompt",
+            params=("self", "system_message"),
+            wrapper=ss.system_prompt_wrapper,
+            failure_policy="open",
+            note="recall rule once the session has compacted history",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="tool_session",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="handle_function_call",
+            params=("function_name", "function_args", "task_id", "tool_call_id", "session_id"),
+            wrapper=ss.tool_session_wrapper,
+            failure_policy="open",
+            note="the host passes the calling agent's session_id; recall reads only that session",
+        )
+        for since, until in _SUPPORTED
+    ),
+    SeamRow(
+        seam="cli_resume_history",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="cli",
+        attribute="HermesCLI._display_resumed_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        failure_policy="open",
+        lazy=True,
+        note="resume recap renders a display copy without summaries",
+    ),
+    SeamRow(
+        seam="cli_resume_history",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="hermes_cli.cli_agent_setup_mixin",
+        attribute="CLIAgentSetupMixin._display_resumed_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        failure_policy="open",
+        lazy=True,
+        note="resume recap moved to a mixin; display copy without summaries",
+    ),
+    *(
+        SeamRow(
+            seam="cli_history",
+            since=since,
+            until=until,
+            module="cli",
+            attribute="HermesCLI.show_history",
+            params=("self",),
+            wrapper=ss.cli_history_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="/history renders a display copy without summaries",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="tui_history",
+            since=since,
+            until=until,
+            module="tui_gateway.server",
+            attribute="_history_to_messages",
+            params=("history",),
+            wrapper=ss.tui_history_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="session.resume / session.history payloads",
+        )
+        for since, until in _SUPPORTED
+    ),
+    SeamRow(
+        seam="api_session_messages",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_messages",
+        params=(),
+        wrapper=None,
+        failure_policy="",
+        note="not needed: 0.14's API server has no session messages endpoint",
+    ),
+    SeamRow(
+        seam="api_session_messages",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_messages",
+        params=("self", "request"),
+        wrapper=ss.api_messages_wrapper,
+        failure_policy="open",
+        lazy=True,
+        note="GET /api/sessions/{id}/messages",
+    ),
+    *(
+        SeamRow(
+            seam="platform_delivery",
+            since=since,
+            until=until,
+            module="gateway.platforms.base",
+            attribute="BasePlatformAdapter.set_message_handler",
+            params=("self", "handler"),
+            wrapper=ss.delivery_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
+        )
+        for since, until in _SUPPORTED
     ),
 )
 

@@ -36,8 +36,8 @@ def run_probe(timeout: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"live probe timed out after {timeout:.0f}s", "checks": [], "seams": []}
         for line in proc.stdout.splitlines():
-            if line.startswith(MARKER):
-                return json.loads(line[len(MARKER):])
+            if MARKER in line:  # a host module may have left a partial line on stdout
+                return json.loads(line.split(MARKER, 1)[1])
         return {"ok": False, "error": "live probe printed no result", "stderr": proc.stderr[-4000:],
                 "checks": [], "seams": []}
 
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print("Seams:")
         for s in report.get("seams", []):
             row = f" [row {s['row']}]" if s.get("row") else ""
-            print(f"  {s['name']:<15} {s['state']:<11} {s['target']}{row}  {s['reason']}")
+            print(f"  {s['name']:<20} {s['state']:<11} {s['target']}{row}  {s['reason']}")
         print("Contract (live probe, temporary HERMES_HOME, loopback fake LLM):")
         for c in report.get("checks", []):
             state = c.get("state") or ("pass" if c["ok"] else "fail")

@@ -40,7 +40,9 @@ def _host_targets() -> dict[str, Any]:
             parent, name, current = instrumentation._resolve(row.module, row.attribute)
         except (ImportError, AttributeError):
             continue
-        found[row.target] = parent.__dict__.get(name, current) if isinstance(parent, type) else current
+        if isinstance(parent, type) and name not in parent.__dict__:
+            continue  # inherited here (0.19's HermesCLI gets it from a mixin another row wraps)
+        found[row.target] = parent.__dict__[name] if isinstance(parent, type) else current
     return found
 
 

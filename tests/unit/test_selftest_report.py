@@ -39,7 +39,7 @@ def test_untested_release_is_reported_in_plain_words(fake_probe: Any, capsys: py
     out = capsys.readouterr().out
     assert code == 1
     assert f"UNTESTED RELEASE: {NOTE}" in out
-    assert "compression     skipped     -  target not found" in out
+    assert "compression          skipped     -  target not found" in out
     assert out.rstrip().endswith("selftest: FAILED")
 
 
