@@ -237,8 +237,12 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
-# The release ranges the guard supports, oldest first.
-_SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 14, 0), (0, 15, 0)), ((0, 18, 2), (0, 20, 0)))
+# The release ranges of rows whose target and behaviour are the same on every tested
+# release (0.18.0 and 0.18.1 were never on the package index: a gap, not a row).
+_SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 13, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
+# Ranges split where a behaviour value changes.
+_UNTIL_SUMMARY_KEY = (((0, 13, 0), (0, 17, 0)), ((0, 17, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
+_UNTIL_WIRE_STRIP = (((0, 13, 0), (0, 15, 0)), ((0, 15, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
 
 _COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
 _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
@@ -445,7 +449,8 @@ SEAMS: tuple[SeamRow, ...] = (
             behaviour={"native_summary_key": native},
             note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
         )
-        for (since, until), native in zip(_SUPPORTED, ("", "_compressed_summary"), strict=True)
+        for (since, until), native in zip(_UNTIL_SUMMARY_KEY, ("", "_compressed_summary", "_compressed_summary"),
+                                          strict=True)
     ),
     *(
         SeamRow(
@@ -461,10 +466,11 @@ SEAMS: tuple[SeamRow, ...] = (
             note=note,
         )
         for (since, until), host_strips, note in zip(
-            _SUPPORTED,
-            ("nothing", "underscore keys"),
-            ("0.14 sends every message key: strip is_compressed_summary and _compressed_summary",
-             "host strips only _-prefixed keys (chat completions): strip is_compressed_summary too"),
+            _UNTIL_WIRE_STRIP,
+            ("nothing", "underscore keys", "underscore keys"),
+            ("0.13-0.14 send every message key: strip is_compressed_summary and _compressed_summary",
+             "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary too",
+             "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary too"),
             strict=True,
         )
     ),
@@ -512,8 +518,8 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     SeamRow(
         seam="cli_resume_history",
-        since=(0, 14, 0),
-        until=(0, 15, 0),
+        since=(0, 13, 0),
+        until=(0, 17, 0),
         module="cli",
         attribute="HermesCLI._display_resumed_history",
         params=("self",),
@@ -522,17 +528,20 @@ SEAMS: tuple[SeamRow, ...] = (
         lazy=True,
         note="resume recap renders a display copy without summaries",
     ),
-    SeamRow(
-        seam="cli_resume_history",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="hermes_cli.cli_agent_setup_mixin",
-        attribute="CLIAgentSetupMixin._display_resumed_history",
-        params=("self",),
-        wrapper=ss.cli_history_wrapper,
-        failure_policy="open",
-        lazy=True,
-        note="resume recap moved to a mixin; display copy without summaries",
+    *(
+        SeamRow(
+            seam="cli_resume_history",
+            since=since,
+            until=until,
+            module="hermes_cli.cli_agent_setup_mixin",
+            attribute="CLIAgentSetupMixin._display_resumed_history",
+            params=("self",),
+            wrapper=ss.cli_history_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="resume recap moved to a mixin (0.17); display copy without summaries",
+        )
+        for since, until in (((0, 17, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
     ),
     *(
         SeamRow(
@@ -566,26 +575,29 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     SeamRow(
         seam="api_session_messages",
-        since=(0, 14, 0),
+        since=(0, 13, 0),
         until=(0, 15, 0),
         module="gateway.platforms.api_server",
         attribute="APIServerAdapter._handle_session_messages",
         params=(),
         wrapper=None,
         failure_policy="",
-        note="not needed: 0.14's API server has no session messages endpoint",
+        note="not needed: the API server of 0.13-0.14 has no session messages endpoint",
     ),
-    SeamRow(
-        seam="api_session_messages",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.platforms.api_server",
-        attribute="APIServerAdapter._handle_session_messages",
-        params=("self", "request"),
-        wrapper=ss.api_messages_wrapper,
-        failure_policy="open",
-        lazy=True,
-        note="GET /api/sessions/{id}/messages",
+    *(
+        SeamRow(
+            seam="api_session_messages",
+            since=since,
+            until=until,
+            module="gateway.platforms.api_server",
+            attribute="APIServerAdapter._handle_session_messages",
+            params=("self", "request"),
+            wrapper=ss.api_messages_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="GET /api/sessions/{id}/messages (from 0.15)",
+        )
+        for since, until in (((0, 15, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
     ),
     *(
         SeamRow(

@@ -14,12 +14,14 @@ from hermes_session_guard import probe
 from hermes_session_guard.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries import is_summary_text
 
-from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
+from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODES, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
 HEADER_RE = re.compile(r"^\[Original context: session (\S+), turns (\d+)–(\d+), snapshot (\S+)\]$", re.MULTILINE)
 NATIVE = "_compressed_summary"
+# 0.17+ tag their own summary message in memory (the seam table's native_summary_key)
+HOST_TAGS_NATIVELY = bool(HOST_ROW and HOST_ROW.behaviour.get("native_summary_key") == NATIVE)
 
 
 def _seeded(db: Any, llm: FakeLLMServer, mode: str, n: int = probe.SEED_MESSAGES, chars: int = probe.MESSAGE_CHARS,
@@ -55,7 +57,7 @@ def test_summary_is_tagged_recorded_and_names_the_compacted_turns(
 
     (summary,) = _summaries(compressed)
     assert summary["is_compressed_summary"] is True
-    assert summary.get(NATIVE) is (True if HOST_HAS_IN_PLACE else None)
+    assert summary.get(NATIVE) is (True if HOST_TAGS_NATIVELY else None)
     assert _host_detects(summary["content"])  # Hermes still recognises its own summary
     (snap,) = guard.store_for(home / "state.db").list_snapshots(SID)
     ((sid, first, last, snapshot_id),) = HEADER_RE.findall(summary["content"])
@@ -84,7 +86,7 @@ def test_tag_survives_a_reload(guard: Any, db: Any, llm: FakeLLMServer, home: Pa
     reloaded = probe.open_db(home / "state.db").get_messages_as_conversation(SID)
     (summary,) = _summaries(reloaded)
     assert summary["is_compressed_summary"] is True
-    assert summary.get(NATIVE) is (True if HOST_HAS_IN_PLACE else None)
+    assert summary.get(NATIVE) is (True if HOST_TAGS_NATIVELY else None)
     assert [bool(m.get("is_compressed_summary")) for m in reloaded] == \
         [bool(m.get("is_compressed_summary")) for m in compressed]
 

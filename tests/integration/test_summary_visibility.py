@@ -17,10 +17,14 @@ import pytest
 from hermes_session_guard import probe
 from hermes_session_guard.config import parse_config
 from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
+from hermes_session_guard.seams import select_row
 from hermes_session_guard.summaries import is_summary_text
 
-from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
+from .conftest import HOST, MODES, new_agent
 from .platform_harness import start_gateway
+
+_API_ROW = select_row("api_session_messages", HOST)
+HAS_SESSION_MESSAGES_ENDPOINT = _API_ROW is not None and _API_ROW.wrapper is not None
 
 SID = "20260601_100000_cccccc"
 SYSTEM = "You are a test agent."
@@ -138,7 +142,7 @@ def test_tui_history_tags_the_summary_when_configured(guard: Any, tagged: None, 
     assert not any(m.get("is_compressed_summary") for m in shown if m not in summaries)
 
 
-# -- API server (0.19) --------------------------------------------------------------------------
+# -- API server (0.15+) --------------------------------------------------------------------------
 
 
 def _api_messages(db: Any, sid: str) -> list[dict]:
@@ -155,7 +159,7 @@ def _api_messages(db: Any, sid: str) -> list[dict]:
     return json.loads(response.text)["data"]
 
 
-@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the session messages endpoint exists from 0.18.2")
+@pytest.mark.skipif(not HAS_SESSION_MESSAGES_ENDPOINT, reason="the session messages endpoint exists from 0.15")
 @pytest.mark.parametrize("mode", MODES)
 def test_api_server_session_messages_hide_the_summary(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
                                                       mode: str) -> None:
@@ -165,7 +169,7 @@ def test_api_server_session_messages_hide_the_summary(guard: Any, db: Any, llm: 
     assert not any("CONTEXT COMPACTION" in str(m.get("content")) for m in data)
 
 
-@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the session messages endpoint exists from 0.18.2")
+@pytest.mark.skipif(not HAS_SESSION_MESSAGES_ENDPOINT, reason="the session messages endpoint exists from 0.15")
 def test_api_server_tags_the_summary_when_configured(guard: Any, tagged: None, db: Any, llm: FakeLLMServer,
                                                      home: Path) -> None:
     _compacted(db, llm)
@@ -174,11 +178,17 @@ def test_api_server_tags_the_summary_when_configured(guard: Any, tagged: None, d
     assert len(flagged) == 1 and "CONTEXT COMPACTION" in flagged[0]["content"]
 
 
-@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the session messages endpoint exists from 0.18.2")
+@pytest.mark.skipif(not HAS_SESSION_MESSAGES_ENDPOINT, reason="the session messages endpoint exists from 0.15")
 def test_api_server_returns_the_summary_without_the_guard(no_guard: None, db: Any, llm: FakeLLMServer,
                                                           home: Path) -> None:
-    _compacted(db, llm)
-    assert any("CONTEXT COMPACTION" in str(m.get("content")) for m in _api_messages(db, SID))
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, "in_place")
+    probe.mark_flushed(agent, messages)
+    compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    if agent.session_id != SID:  # a rotating host (0.15-0.17): its end-of-turn flush fills the child
+        agent._flush_messages_to_session_db(compressed)
+    assert any("CONTEXT COMPACTION" in str(m.get("content")) for m in _api_messages(db, agent.session_id))
 
 
 # -- what the gateway delivers to a platform --------------------------------------------------
