@@ -1,10 +1,12 @@
 """conftest for Hermes's own tests (unpacked from a release's sdist by scripts/hermes_suite.py).
 
 With ``HERMES_SUITE_GUARD=1`` the session guard is switched on through its public
-``hermes_session_guard.install()`` before any test runs, every seam must report
-"patched", and before each test the patch is checked to still be in place (a test
-that reloads a Hermes module would silently drop it: it is then put back and
-counted). With ``HERMES_SUITE_GUARD=0`` nothing is installed: the baseline run.
+``hermes_session_guard.install()`` before any test runs. Every seam must report
+"patched" or "not-needed", or "pending" for a display module the guard never
+imports itself (it is patched when a test imports it). Before each test the patches
+are checked to still be in place (a test that reloads a Hermes module would
+silently drop one: it is then put back and counted). With ``HERMES_SUITE_GUARD=0``
+nothing is installed: the baseline run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ def _patched_targets() -> dict[str, bool]:
     return out
 
 
+def _lazy(seam: str) -> bool:
+    from hermes_session_guard import current_runtime
+    from hermes_session_guard.hostinfo import parse_version
+    from hermes_session_guard.seams import select_row
+
+    runtime = current_runtime()
+    row = select_row(seam, parse_version(runtime.host_version)) if runtime and runtime.host_version else None
+    return bool(row and row.lazy)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker in ("integration", "real_concurrent_gate", "real_agent_prewarm"):
         config.addinivalue_line("markers", f"{marker}: declared by Hermes's own pyproject")
@@ -67,7 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     hookimpl(_CompressionCounter.session_guard_before_compression)
     get_plugin_manager().register(_counter, name="hermes-suite-counter")
     runtime = hermes_session_guard.install()
-    bad = [f"{s.name}: {s.state} ({s.reason})" for s in runtime.seams if s.state != "patched"]
+    bad = [f"{s.name}: {s.state} ({s.reason})" for s in runtime.seams
+           if s.state not in ("patched", "not-needed") and not (s.state == "pending" and _lazy(s.name))]
     if bad or not runtime.seams:
         raise pytest.UsageError(f"session guard not fully installed on Hermes {runtime.host_version}: {bad}")
     if not all(_patched_targets().values()):
@@ -82,7 +95,10 @@ def _guard_line() -> str:
     runtime = current_runtime()
     if runtime is None:
         return "session guard: NOT installed although requested"
-    seams = ", ".join(f"{s.name}={s.state} {s.target} [row {s.row}]" for s in runtime.seams)
+    states: dict[str, list[str]] = {}
+    for status in runtime.seams:
+        states.setdefault(status.state, []).append(status.name)
+    seams = "; ".join(f"{state}: {', '.join(names)}" for state, names in sorted(states.items()))
     return f"session guard: installed on Hermes {runtime.host_version}: {seams}"
 
 
