@@ -10,29 +10,58 @@ the seam table row for the installed version:
     cannot run; the guard then persists the compacted transcript under the same
     id, re-bases the flush cursor and sends the boundary notifications.
 ``host_in_place``
-    (0.18.2+) the host's own in-place path is forced on; it keeps the id,
-    archives the old rows and takes its native lock.
+    (0.18.2+) the host's own in-place path is forced on; it keeps the id and
+    archives the old rows. The guard holds the host's native lock for the whole
+    operation and the host's own acquire of it re-enters.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
 ``<id>.snapshot.<UTC ts>`` in the guard's own tables, and the audit log gets
 one ``compression.*`` event per step, all naming the same session id.
+
+One compression per session at a time: the whole operation runs under the
+session's lock (:mod:`~hermes_session_guard.session_lock`; which lease table is
+the row's ``lock`` behaviour). A contender that cannot get it within
+``session_guard.lock.wait_seconds`` skips (``compression.skipped`` names the
+holder). One that gets it after a compaction it did not see (its list predates
+the session's latest generation, :mod:`~hermes_session_guard.generations`) does
+not compact again: it adopts the live transcript plus its own new messages
+(``compression.adopted``). Turns other agents appended to the session meanwhile
+stay live after the new compacted block.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from . import host_adapter as host
 from .audit import new_op_id
+from .generations import Assessment, assess, block_digest, foreign_messages, genuinely_new, keys_of
 from .hooks import get_plugin_manager
 from .runtime import Runtime
+from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
+from .summaries import is_summary_text
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
 STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
+
+log = logging.getLogger("hermes_session_guard")
+
+
+@dataclass(frozen=True)
+class LockPolicy:
+    """How a seam row locks: which lease table (``lock`` behaviour) and what happens
+    when the lock itself cannot be taken because the table fails (``lock_failure``):
+    ``closed`` skips this compression (nothing changes; Hermes retries later),
+    ``open`` compresses without the lock."""
+
+    mode: str = LOCK_GUARD
+    on_failure: str = "closed"
 
 
 @dataclass
@@ -40,7 +69,7 @@ class CompressionOutcome:
     session_id: str
     session_id_after: str
     op_id: str
-    status: str  # "done" | "skipped" | "failed"
+    status: str  # "done" | "adopted" | "skipped" | "failed"
     snapshot_id: str | None
     messages_before: int
     messages_after: int
@@ -70,99 +99,251 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
     return candidate
 
 
+def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any) -> LeaseTable:
+    """Hermes's own lock where the row says so and the host can re-enter it;
+    otherwise (0.14, or an agent without a SessionDB) the guard's table."""
+    if mode == LOCK_NATIVE and runtime.seam_patched("native_lock_reentry"):
+        native = host.native_leases(agent)
+        if native is not None:
+            return native
+    return GuardLeases(store)
+
+
+def _host_may_reenter(grant: LockGrant | None) -> AbstractContextManager[None]:
+    if grant is not None and isinstance(grant.lease, host.NativeLeases):
+        return host.native_lock_reentry(grant.lease, grant.session_id)
+    return nullcontext()
+
+
 def guarded_compression(
     runtime: Runtime,
     strategy: str,
     agent: Any,
     messages: list[Any],
     call_host: Callable[[], tuple[list[Any], str]],
+    *,
+    system_message: str | None = None,
+    lock: LockPolicy | None = None,
 ) -> tuple[list[Any], str]:
     """Run one host compression under the contract; returns the host's result shape."""
     sid = host.session_id(agent)
     if not sid or not isinstance(messages, list):
         return call_host()
-    op_id = new_op_id()
-    audit = runtime.audit.operation(sid, op_id)
-    pm = get_plugin_manager()
-    before = [dict(m) if isinstance(m, dict) else m for m in messages]
-    started = time.perf_counter()
-    store = runtime.store_for(host.db_path(agent))
-    audit.info("compression.started", messages=len(before), strategy=strategy, host_version=runtime.host_version)
+    op = _Operation(runtime, strategy, agent, sid, messages, call_host, system_message)
+    return op.run(lock or LockPolicy())
 
-    def finish(outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
-        getattr(audit, level)(
+
+class _Operation:
+    """One guarded compression of one session: every audit line names ``sid``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        strategy: str,
+        agent: Any,
+        sid: str,
+        messages: list[Any],
+        call_host: Callable[[], tuple[list[Any], str]],
+        system_message: str | None,
+    ) -> None:
+        self.runtime, self.strategy, self.agent, self.sid = runtime, strategy, agent, sid
+        self.messages, self.call_host, self.system_message = messages, call_host, system_message
+        self.op_id = new_op_id()
+        self.audit = runtime.audit.operation(sid, self.op_id)
+        self.pm = get_plugin_manager()
+        self.before = [dict(m) if isinstance(m, dict) else m for m in messages]
+        self.started = time.perf_counter()
+        self.db_path = host.db_path(agent)
+        self.store = runtime.store_for(self.db_path)
+        self.grant: LockGrant | None = None
+        self.lock_fields: dict[str, Any] = {}
+
+    # -- audit ----------------------------------------------------------------------
+    def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
+        getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
             messages_before=outcome.messages_before,
             messages_after=outcome.messages_after,
             snapshot_id=outcome.snapshot_id,
-            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            duration_ms=round((time.perf_counter() - self.started) * 1000, 2),
             reason=outcome.reason or None,
+            **self.lock_fields,
             **extra,
         )
 
-    with host.pinned_log_context(sid):
-        pm.hook.session_guard_before_compression(session_id=sid, op_id=op_id, messages=messages)
+    def outcome(self, status: str, reason: str = "", *, after: int | None = None,
+                snapshot_id: str | None = None) -> CompressionOutcome:
+        n = len(self.before)
+        return CompressionOutcome(self.sid, host.session_id(self.agent), self.op_id, status, snapshot_id, n,
+                                  n if after is None else after, reason)
+
+    def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
+                        system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
+        self.finish(self.outcome(status, reason), level, **extra)
+        if status == "failed":
+            self.pm.hook.session_guard_compression_failed(session_id=self.sid, op_id=self.op_id, reason=reason)
+        if system_prompt is None:
+            system_prompt = host.current_system_prompt(self.agent, self.system_message)
+        return _unchanged(self.messages, self.before), system_prompt
+
+    # -- the operation --------------------------------------------------------------
+    def run(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
+                        host_version=self.runtime.host_version)
+        with host.pinned_log_context(self.sid):
+            cfg = self.runtime.config.lock
+            try:
+                lease = _lease_table(self.runtime, lock.mode, self.agent, self.store)
+                taken = self.runtime.locks_for(self.db_path).acquire(
+                    self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
+                    lease=lease,
+                )
+            except LockUnavailable as exc:
+                if lock.on_failure == "closed":
+                    log.error(
+                        "session guard: the compression lock of session %s is unavailable (%s); this compression "
+                        "is skipped so it cannot fork the session. Hermes retries later; run "
+                        "`hermes-session-guard selftest` if it persists.", self.sid, exc,
+                    )
+                    return self.leave_unchanged("skipped", f"compression lock unavailable: {exc}", "error")
+                self.audit.warning("lock.unavailable", reason=str(exc))
+                taken = None
+            if isinstance(taken, LockBusy):
+                return self.leave_unchanged(
+                    "skipped", "another operation holds this session's compression lock",
+                    holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
+                )
+            self.grant = taken
+            self.lock_fields = (
+                {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2)}
+                if taken is not None else {"lock": "none"}
+            )
+            try:
+                with _host_may_reenter(taken):
+                    return self.compress_locked()
+            finally:
+                if taken is not None:
+                    taken.release()
+
+    def compress_locked(self) -> tuple[list[Any], str]:
+        sid, agent, strategy, before = self.sid, self.agent, self.strategy, self.before
+        self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
+
+        foreign: list[Any] = []
+        if host.session_db(agent) is not None:
+            live = host.live_transcript(agent, sid)
+            standing = assess(before, live, self.store.generation(sid), is_summary_text)
+            if standing.stale:
+                return self.adopt(live, standing)
+            foreign = foreign_messages(before, live)
+
         try:
-            with host.watching_engine(agent) as verdict:
+            with host.watching_engine(agent) as engine:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
-                        compressed, system_prompt = call_host()
+                        compressed, system_prompt = self.call_host()
                 else:
                     with host.forced_in_place(agent):
-                        compressed, system_prompt = call_host()
+                        compressed, system_prompt = self.call_host()
         except BaseException as exc:
-            outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "failed", None, len(before),
-                                         len(before), f"{type(exc).__name__}: {exc}")
-            finish(outcome, "warning")
-            pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=outcome.reason)
+            reason = f"{type(exc).__name__}: {exc}"
+            self.finish(self.outcome("failed", reason), "warning")
+            self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
 
-        failure = verdict.failure
-        if failure or _no_progress(before, compressed, messages):
+        if engine.failure:
+            return self.leave_unchanged("failed", engine.failure, "warning", system_prompt=system_prompt)
+        if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
-            status = "failed" if failure else "skipped"
-            reason = failure or "host made no progress (lock held elsewhere, cooldown or nothing to compress)"
-            outcome = CompressionOutcome(sid, host.session_id(agent), op_id, status, None, len(before),
-                                         len(before), reason)
-            finish(outcome, "warning" if failure else "info")
-            if failure:
-                pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=reason)
-            return _unchanged(messages, before), system_prompt
+            return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
+                                        system_prompt=system_prompt)
+
+        if self.grant is not None and not self.grant.still_held():
+            reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
+            if strategy == DETACH_DB:
+                # Fail closed: another process may own the session now; write nothing.
+                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
+            self.audit.warning("lock.lost", reason=reason)
 
         created_at = time.time()
+        final = compressed
+        snapshot_id: str | None
         try:
-            snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
-            store.write_snapshot(
+            snapshot_id = snapshot_id_for(sid, created_at, self.store.snapshot_exists)
+            self.store.write_snapshot(
                 snapshot_id=snapshot_id,
                 session_id=sid,
                 messages=before,
-                op_id=op_id,
-                host_version=runtime.host_version,
+                op_id=self.op_id,
+                host_version=self.runtime.host_version,
                 host_mode=strategy,
                 created_at=created_at,
             )
             if strategy == DETACH_DB:
+                final = compressed + foreign
                 host.commit_memory(agent, before)
-                host.persist_compacted(agent, sid, compressed, system_prompt)
+                host.persist_compacted(agent, sid, final, system_prompt)
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:
                 # Fail closed: nothing reached the live transcript, so keep the
                 # uncompressed conversation rather than a compaction that was never stored.
-                outcome = CompressionOutcome(sid, sid, op_id, "failed", None, len(before), len(before), reason)
-                finish(outcome, "warning")
-                pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=reason)
-                return _unchanged(messages, before), system_prompt
+                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
             # The host already compacted in place and archived the old rows itself.
-            audit.warning("snapshot.failed", reason=reason)
+            self.audit.warning("snapshot.failed", reason=reason)
             snapshot_id = None
+        if strategy == HOST_IN_PLACE and foreign:
+            try:
+                host.append_messages(agent, sid, foreign)
+                compressed.extend(foreign)
+                host.rebase_flush(agent, sid, compressed)
+            except Exception as exc:
+                self.audit.warning("carry_over.failed", reason=f"{type(exc).__name__}: {exc}",
+                                   messages=len(foreign))
         if strategy == DETACH_DB:
             host.notify_boundary(agent, sid)
-        outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),
-                                     len(compressed), "")
-        finish(outcome)
-        pm.hook.session_guard_after_compression(
-            session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed
+        generation: int | None = None
+        try:
+            record = self.store.record_generation(
+                sid, block_len=len(final), block_digest=block_digest(keys_of(final)), op_id=self.op_id,
+                snapshot_id=snapshot_id,
+            )
+            generation = record.generation
+        except Exception as exc:
+            self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
+        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id), generation=generation,
+                    carried_over=len(foreign) or None)
+        self.pm.hook.session_guard_after_compression(
+            session_id=sid, op_id=self.op_id, snapshot_id=snapshot_id, compressed=final
         )
-        return compressed, system_prompt
+        return final, system_prompt
+
+    def adopt(self, live: list[Any], standing: Assessment) -> tuple[list[Any], str]:
+        """The list predates the latest compaction: take the live transcript plus the
+        messages only this list has, instead of summarising the same turns again."""
+        sid, store = self.sid, self.store
+        versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
+        new = genuinely_new(self.messages, [*versions, live], live, standing.block_len)
+        if new is None:
+            return self.leave_unchanged(
+                "skipped",
+                "the message list predates the latest compaction and lines up with no earlier transcript; "
+                "left as it is rather than compacted again",
+                "warning", generation=standing.generation, basis=standing.basis,
+            )
+        host.append_messages(self.agent, sid, new)
+        adopted = [*live, *new]
+        host.rebase_flush(self.agent, sid, adopted)
+        if self.strategy == HOST_IN_PLACE:
+            host.mark_compacted_in_place(self.agent)
+        reason = (
+            f"message list predates compaction generation {standing.generation or '?'}; "
+            "adopted the live transcript instead of compacting again"
+        )
+        self.finish(self.outcome("adopted", reason, after=len(adopted)), generation=standing.generation,
+                    basis=standing.basis, new_messages=len(new))
+        self.pm.hook.session_guard_transcript_adopted(
+            session_id=sid, op_id=self.op_id, generation=standing.generation, adopted=adopted
+        )
+        return adopted, host.current_system_prompt(self.agent, self.system_message)

@@ -39,3 +39,10 @@ def session_guard_after_compression(
 @hookspec
 def session_guard_compression_failed(session_id: str, op_id: str, reason: str) -> None:
     """Called when a compression aborted and left the transcript unchanged."""
+
+
+@hookspec
+def session_guard_transcript_adopted(session_id: str, op_id: str, generation: int, adopted: list[Any]) -> None:
+    """Called when a compression found its message list behind the session's latest
+    compaction and took the live transcript (plus its own new messages) instead of
+    compacting again."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .hostinfo import state_db_path
+from .store import message_text
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -33,10 +34,24 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "context_compressor",
         "_memory_manager",
         "commit_memory_session",
+        "_cached_system_prompt",
+        "_build_system_prompt",
+        "_last_compaction_in_place",
     ),
     "agent.context_compressor": ("SUMMARY_PREFIX", "LEGACY_SUMMARY_PREFIX"),
     "ContextCompressor attributes": ("_last_summary_error", "_last_compress_aborted", "on_session_start"),
-    "SessionDB methods": ("db_path", "replace_messages", "update_system_prompt", "get_messages"),
+    "SessionDB methods": (
+        "db_path",
+        "replace_messages",
+        "update_system_prompt",
+        "get_messages",
+        "get_messages_as_conversation",
+        "append_message",
+        "try_acquire_compression_lock",
+        "refresh_compression_lock",
+        "release_compression_lock",
+        "get_compression_lock_holder",
+    ),
     "hermes_logging": ("set_session_context", "_session_context"),
 }
 
@@ -216,11 +231,123 @@ def persist_compacted(agent: Any, sid: str, compressed: list[Any], system_prompt
             db.update_system_prompt(sid, system_prompt)
         except Exception as exc:
             log.debug("session guard: update_system_prompt failed: %s", exc)
-    agent._last_flushed_db_idx = len(compressed)
+    rebase_flush(agent, sid, compressed)
+
+
+def rebase_flush(agent: Any, sid: str, persisted: list[Any]) -> None:
+    """Tell the agent that ``persisted`` is exactly what state.db holds live for
+    ``sid``: 0.14's positional cursor and 0.15+'s flushed-identity seed."""
+    agent._last_flushed_db_idx = len(persisted)
     if hasattr(agent, "_flushed_db_message_ids"):
-        agent._flushed_db_message_ids = {id(m) for m in compressed if isinstance(m, dict)}
+        agent._flushed_db_message_ids = {id(m) for m in persisted if isinstance(m, dict)}
     if hasattr(agent, "_flushed_db_message_session_id"):
         agent._flushed_db_message_session_id = sid
+
+
+def mark_compacted_in_place(agent: Any) -> None:
+    """0.18.2+: tell the caller (turn loop, gateway) that the list it gets back replaced
+    the transcript on the same id and is already persisted."""
+    agent._last_compaction_in_place = True
+
+
+def current_system_prompt(agent: Any, system_message: str | None) -> str:
+    """The prompt a compression that changed nothing returns (what Hermes returns on a skip)."""
+    cached = getattr(agent, "_cached_system_prompt", None)
+    if cached:
+        return str(cached)
+    build = getattr(agent, "_build_system_prompt", None)
+    return str(build(system_message)) if callable(build) else str(system_message or "")
+
+
+def live_transcript(agent: Any, sid: str) -> list[dict[str, Any]]:
+    """The transcript Hermes would load for ``sid`` (active rows, conversation format)."""
+    db = session_db(agent)
+    if db is None:
+        return []
+    return list(db.get_messages_as_conversation(sid))
+
+
+_APPEND_FIELDS = (
+    "tool_name", "tool_calls", "tool_call_id", "finish_reason", "reasoning", "reasoning_content",
+    "reasoning_details", "codex_reasoning_items", "codex_message_items",
+)
+
+
+def append_messages(agent: Any, sid: str, messages: list[Any]) -> None:
+    """Append ``messages`` to ``sid``'s live transcript through Hermes's own API."""
+    db = session_db(agent)
+    if db is None or not messages:
+        return
+    accepted = set(inspect.signature(db.append_message).parameters)
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            content = message_text(m)
+        extra = {k: m[k] for k in _APPEND_FIELDS if k in accepted and m.get(k) is not None}
+        db.append_message(session_id=sid, role=str(m.get("role") or "user"), content=content, **extra)
+
+
+class NativeLeases:
+    """Hermes's own ``compression_locks`` rows (0.16+), through its SessionDB methods."""
+
+    name = "native"
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        return bool(self.db.try_acquire_compression_lock(session_id, holder, ttl_seconds=ttl_seconds))
+
+    def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        return bool(self.db.refresh_compression_lock(session_id, holder, ttl_seconds=ttl_seconds))
+
+    def release(self, session_id: str, holder: str) -> None:
+        self.db.release_compression_lock(session_id, holder)
+
+    def holder(self, session_id: str) -> str | None:
+        found = self.db.get_compression_lock_holder(session_id)
+        return str(found) if found else None
+
+
+def native_leases(agent: Any) -> NativeLeases | None:
+    """The agent's SessionDB as a lease table, when it has Hermes's lock API."""
+    db = session_db(agent)
+    if db is None or not all(
+        callable(getattr(db, name, None))
+        for name in ("try_acquire_compression_lock", "refresh_compression_lock", "release_compression_lock",
+                     "get_compression_lock_holder")
+    ):
+        return None
+    return NativeLeases(db)
+
+
+_native_held = threading.local()
+
+
+def _db_key(db: Any) -> str:
+    path = getattr(db, "db_path", None)
+    return str(Path(path).resolve()) if path else f"id:{id(db)}"
+
+
+@contextmanager
+def native_lock_reentry(leases: NativeLeases, sid: str) -> Iterator[None]:
+    """While the guard holds Hermes's lock on ``sid``, the host's own acquire of that
+    lock on this thread succeeds (see the ``native_lock_reentry`` seam) instead of
+    seeing the guard as a competitor and skipping."""
+    held: set[tuple[str, str]] = getattr(_native_held, "keys", None) or set()
+    key = (_db_key(leases.db), sid)
+    _native_held.keys = held | {key}
+    try:
+        yield
+    finally:
+        _native_held.keys = held
+
+
+def native_lock_held_here(db: Any, sid: Any) -> bool:
+    held = getattr(_native_held, "keys", None)
+    return bool(held) and (_db_key(db), str(sid)) in held
 
 
 def notify_boundary(agent: Any, sid: str) -> None:

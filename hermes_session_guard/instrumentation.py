@@ -81,8 +81,15 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
         host_version = version or installed_version()
         runtime = Runtime(config=config, host_version=host_version)
         parsed = parse_version(host_version) if host_version else None
+        supported = any(select_row(seam, parsed) for seam in seam_names())
         for seam in seam_names():
             row = select_row(seam, parsed)
+            if row is None and supported:
+                # A seam only some releases need (e.g. re-entering a lock older hosts lack).
+                ranges = ", ".join(r.range_text for r in SEAMS if r.seam == seam)
+                runtime.seams.append(SeamStatus(seam, "-", "skipped", f"not needed on Hermes {host_version} "
+                                                f"(used on {ranges})", ""))
+                continue
             if row is None:
                 supported = ", ".join(r.range_text for r in SEAMS if r.seam == seam)
                 reason = (

@@ -9,6 +9,7 @@ from pathlib import Path
 from .audit import AuditLog
 from .config import GuardConfig
 from .hostinfo import hermes_home
+from .session_lock import SessionLocks
 from .store import GuardStore
 
 
@@ -31,6 +32,7 @@ class Runtime:
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
+    _locks: dict[Path, SessionLocks] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -54,8 +56,23 @@ class Runtime:
                 store = self._stores[key] = GuardStore(key)
             return store
 
+    def locks_for(self, db_path: Path) -> SessionLocks:
+        """The compression locks of one state.db (shared by every agent of this process)."""
+        key = Path(db_path).resolve()
+        with self._lock:
+            locks = self._locks.get(key)
+            if locks is None:
+                locks = self._locks[key] = SessionLocks()
+            return locks
+
+    def seam_patched(self, name: str) -> bool:
+        return any(s.name == name and s.state == "patched" for s in self.seams)
+
     def close(self) -> None:
         with self._lock:
+            for locks in self._locks.values():
+                locks.close()
+            self._locks.clear()
             for store in self._stores.values():
                 store.close()
             self._stores.clear()

@@ -15,6 +15,20 @@ Failure policies (the ADR explains each choice):
 ``closed``
     a guard error refuses the guarded action (and logs why); used where
     proceeding would lose or fork data.
+
+Behaviour values of the compression rows:
+
+``strategy``
+    how the host is kept from rotating the id (see :mod:`.compression`).
+``lock``
+    which cross-process lease serialises compressions of one session
+    (see :mod:`.session_lock`): ``guard`` (the guard's ``session_guard_locks``)
+    or ``native`` (Hermes's ``compression_locks``, held by the guard and
+    re-entered by the host through the ``native_lock_reentry`` seam).
+``lock_failure``
+    ``closed``: when the lease table itself fails, the compression is skipped
+    (transcript unchanged, Hermes retries on a later turn) instead of running
+    unlocked, because an unlocked compression can fork the session.
 """
 
 from __future__ import annotations
@@ -24,9 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from . import host_adapter as host
+from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
 from .hostinfo import Version
 from .runtime import Runtime
+from .session_lock import LOCK_GUARD, LOCK_NATIVE
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -65,6 +81,8 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     ``compress_context(agent, messages, system_message, ...)`` (module function)
     differ only in where the agent comes from."""
     strategy = row.behaviour["strategy"]
+    lock = LockPolicy(mode=row.behaviour.get("lock", LOCK_GUARD),
+                      on_failure=row.behaviour.get("lock_failure", "closed"))
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         called = False
@@ -80,7 +98,9 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             else:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
-            return guarded_compression(runtime, strategy, agent, messages, call_host)
+            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+            return guarded_compression(runtime, strategy, agent, messages, call_host,
+                                       system_message=system_message, lock=lock)
         except Exception as exc:
             if called:
                 raise
@@ -90,6 +110,24 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 row.target, type(exc).__name__, exc,
             )
             return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
+    without touching the table when this thread's guarded operation already holds
+    the lock on that session; otherwise Hermes's own acquire, unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = args[0] if args else kwargs.get("session_id")
+            if host.native_lock_held_here(instance, sid):
+                return True
+        except Exception as exc:
+            log.error("session guard: seam %s failed (%s: %s); failing open to Hermes's own lock.",
+                      row.target, type(exc).__name__, exc)
+        return wrapped(*args, **kwargs)
 
     return wrapper
 
@@ -107,7 +145,7 @@ SEAMS: tuple[SeamRow, ...] = (
         params=_COMPRESSION_METHOD_PARAMS,
         wrapper=compression_wrapper,
         failure_policy="open",
-        behaviour={"strategy": DETACH_DB},
+        behaviour={"strategy": DETACH_DB, "lock": LOCK_GUARD, "lock_failure": "closed"},
         note="compression lives in the method and always rotates; run it with the SessionDB detached",
     ),
     SeamRow(
@@ -119,8 +157,19 @@ SEAMS: tuple[SeamRow, ...] = (
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,
         failure_policy="open",
-        behaviour={"strategy": HOST_IN_PLACE},
+        behaviour={"strategy": HOST_IN_PLACE, "lock": LOCK_NATIVE, "lock_failure": "closed"},
         note="host has in-place compaction and a native lock; force in-place on",
+    ),
+    SeamRow(
+        seam="native_lock_reentry",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=("self", "session_id", "holder"),
+        wrapper=native_lock_reentry_wrapper,
+        failure_policy="open",
+        note="the guard holds Hermes's compression lock for the whole operation; the host's acquire re-enters it",
     ),
 )
 

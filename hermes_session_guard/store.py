@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS session_guard_meta (
@@ -59,7 +59,36 @@ CREATE TABLE IF NOT EXISTS session_guard_compressions (
 );
 CREATE INDEX IF NOT EXISTS idx_session_guard_compressions_session
     ON session_guard_compressions(session_id, started_at);
+CREATE TABLE IF NOT EXISTS session_guard_locks (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_guard_generations (
+    session_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL,
+    block_len INTEGER NOT NULL,
+    block_digest TEXT NOT NULL,
+    op_id TEXT,
+    snapshot_id TEXT,
+    updated_at REAL NOT NULL
+);
 """
+
+
+@dataclass(frozen=True)
+class GenerationRecord:
+    """The latest guarded compaction of one session: its number and the compacted
+    block (length and digest of its message keys) it made the live transcript start with."""
+
+    session_id: str
+    generation: int
+    block_len: int
+    block_digest: str
+    op_id: str | None
+    snapshot_id: str | None
+    updated_at: float
 
 
 @dataclass(frozen=True)
@@ -116,7 +145,9 @@ class GuardStore:
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
             conn.executescript(_SCHEMA)
             conn.execute(
-                "INSERT OR IGNORE INTO session_guard_meta(key, value) VALUES ('schema_version', ?)",
+                "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+                " WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
                 (str(SCHEMA_VERSION),),
             )
             self._conn = conn
@@ -278,3 +309,82 @@ class GuardStore:
             finally:
                 conn.row_factory = None
         return [dict(r) for r in rows]
+
+    # -- compression leases (cross-process, see session_lock) -----------------------
+    def try_acquire_lease(self, session_id: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Take the lease on ``session_id`` for ``holder`` unless someone else holds an
+        unexpired one; an expired lease (its holder crashed) is taken over."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.execute(
+                "DELETE FROM session_guard_locks WHERE session_id = ? AND expires_at < ?", (session_id, now)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO session_guard_locks(session_id, holder, acquired_at, expires_at)"
+                " VALUES (?,?,?,?)",
+                (session_id, holder, now, now + ttl_seconds),
+            )
+            row = conn.execute(
+                "SELECT holder FROM session_guard_locks WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return row is not None and row[0] == holder
+
+    def refresh_lease(self, session_id: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Extend ``holder``'s lease; False if it expired or belongs to someone else now."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE session_guard_locks SET expires_at = ?"
+                " WHERE session_id = ? AND holder = ? AND expires_at >= ?",
+                (now + ttl_seconds, session_id, holder, now),
+            )
+        return cur.rowcount > 0
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        """Drop the lease if ``holder`` still owns it (a late holder never frees a successor's)."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "DELETE FROM session_guard_locks WHERE session_id = ? AND holder = ?", (session_id, holder)
+            )
+        return cur.rowcount > 0
+
+    def lease_holder(self, session_id: str, now: float | None = None) -> str | None:
+        """Who holds an unexpired lease on ``session_id``, if anyone."""
+        now = time.time() if now is None else now
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT holder FROM session_guard_locks WHERE session_id = ? AND expires_at >= ?",
+                (session_id, now),
+            ).fetchone()
+        return row[0] if row else None
+
+    # -- compaction generations -----------------------------------------------------
+    def generation(self, session_id: str) -> GenerationRecord | None:
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
+                " FROM session_guard_generations WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return GenerationRecord(*row) if row else None
+
+    def record_generation(
+        self, session_id: str, *, block_len: int, block_digest: str, op_id: str | None, snapshot_id: str | None
+    ) -> GenerationRecord:
+        """Count one more compaction of ``session_id`` and remember the block it left live."""
+        now = time.time()
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO session_guard_generations(session_id, generation, block_len, block_digest, op_id,"
+                " snapshot_id, updated_at) VALUES (?, 1, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(session_id) DO UPDATE SET generation = generation + 1,"
+                " block_len = excluded.block_len, block_digest = excluded.block_digest, op_id = excluded.op_id,"
+                " snapshot_id = excluded.snapshot_id, updated_at = excluded.updated_at",
+                (session_id, block_len, block_digest, op_id, snapshot_id, now),
+            )
+            row = conn.execute(
+                "SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
+                " FROM session_guard_generations WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return GenerationRecord(*row)

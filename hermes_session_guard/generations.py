@@ -1,0 +1,138 @@
+"""Which compaction a message list belongs to, and what to do with a list that is behind.
+
+Every guarded compaction of a session makes its live transcript start with a new
+*compacted block* (summary, kept head and tail). The guard records that block's
+length and a digest of its message keys as the session's *generation*
+(:class:`~hermes_session_guard.store.GenerationRecord`). A contender whose list
+does not start with the current block predates the latest compaction: compacting
+it again would summarise turns that are already summarised and overwrite the
+winner's work (a lost update and a second summary call). Instead it *adopts* the
+live transcript plus the messages only it has.
+
+Everything here is plain data manipulation on message dicts; no Hermes import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .store import GenerationRecord, message_text
+
+Key = tuple[str, str, str]
+
+
+def message_key(message: Any) -> Key:
+    """What identifies a message across a round trip through state.db: role, text
+    (stripped, as Hermes's loaders strip it) and tool call id."""
+    if not isinstance(message, dict):
+        return (str(getattr(message, "role", "")), str(getattr(message, "content", "") or "").strip(), "")
+    return (
+        str(message.get("role") or ""),
+        (message_text(message) or "").strip(),
+        str(message.get("tool_call_id") or ""),
+    )
+
+
+def keys_of(messages: Iterable[Any]) -> list[Key]:
+    return [message_key(m) for m in messages]
+
+
+def block_digest(keys: Sequence[Key]) -> str:
+    payload = json.dumps(list(keys), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def common_prefix_len(a: Sequence[Key], b: Sequence[Key]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _without(items: Sequence[Any], keys: Sequence[Key], taken: Counter[Key]) -> list[Any]:
+    """``items`` in order, minus one occurrence per key counted in ``taken``."""
+    left = Counter(taken)
+    out = []
+    for item, key in zip(items, keys, strict=True):
+        if left[key] > 0:
+            left[key] -= 1
+            continue
+        out.append(item)
+    return out
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Where a contender's list stands against the live transcript."""
+
+    stale: bool
+    basis: str  # "record" | "summary" | "never-compacted"
+    generation: int
+    block_len: int  # how many leading live messages the latest compaction wrote
+
+
+def assess(
+    contender: Sequence[Any],
+    live: Sequence[Any],
+    record: GenerationRecord | None,
+    is_summary: Callable[[str], bool],
+) -> Assessment:
+    """Is ``contender`` behind the session's latest compaction?
+
+    With a generation record that still matches the live transcript, the answer is
+    exact: the contender must start with the recorded block. Without one (the
+    session was compacted by Hermes alone, or rewritten since), the last summary
+    in the live transcript must sit at the same place, with the same messages
+    before it, in the contender."""
+    c_keys, l_keys = keys_of(contender), keys_of(live)
+    if record is not None and len(l_keys) >= record.block_len:
+        if block_digest(l_keys[: record.block_len]) == record.block_digest:
+            stale = block_digest(c_keys[: record.block_len]) != record.block_digest
+            return Assessment(stale, "record", record.generation, record.block_len)
+    summary_at = [i for i, k in enumerate(l_keys) if is_summary(k[1])]
+    generation = record.generation if record is not None else 0
+    if not summary_at:
+        return Assessment(False, "never-compacted", generation, 0)
+    end = summary_at[-1] + 1
+    return Assessment(c_keys[:end] != l_keys[:end], "summary", generation, end)
+
+
+def foreign_messages(own: Sequence[Any], live: Sequence[Any]) -> list[Any]:
+    """Live messages the compressing agent does not have: turns other agents of the
+    same session appended since it loaded the transcript. They are not part of its
+    summary and must stay live after the compaction (in order, after the block)."""
+    own_keys, live_keys = keys_of(own), keys_of(live)
+    k = common_prefix_len(own_keys, live_keys)
+    return _without(live[k:], live_keys[k:], Counter(own_keys[k:]))
+
+
+def genuinely_new(
+    contender: Sequence[Any],
+    known_versions: Iterable[Sequence[Any]],
+    live: Sequence[Any],
+    appended_from: int,
+) -> list[Any] | None:
+    """The messages of a stale ``contender`` that no earlier transcript had and the
+    live one does not have yet (its own turns since it loaded the transcript).
+
+    ``known_versions`` are the transcripts the session went through (its snapshots
+    and the live one); the contender's list is a prefix of one of them plus its own
+    messages. Returns None when the list lines up with none of them (it cannot be
+    placed safely, so the caller skips rather than guess)."""
+    c_keys = keys_of(contender)
+    best = 0
+    for version in known_versions:
+        best = max(best, common_prefix_len(c_keys, keys_of(version)))
+        if best == len(c_keys):
+            break
+    if best == 0 and c_keys:
+        return None
+    appended = live[appended_from:]
+    return _without(contender[best:], c_keys[best:], Counter(keys_of(appended)))
