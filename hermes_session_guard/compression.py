@@ -189,9 +189,9 @@ class _Operation:
 
     # -- the operation --------------------------------------------------------------
     def run(self, lock: LockPolicy) -> tuple[list[Any], str]:
-        self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
-                        host_version=self.runtime.host_version)
         with host.pinned_log_context(self.sid):
+            self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
+                            host_version=self.runtime.host_version)
             cfg = self.runtime.config.lock
             try:
                 lease = _lease_table(self.runtime, lock.mode, self.agent, self.store)
@@ -267,6 +267,7 @@ class _Operation:
             self.audit.warning("lock.lost", reason=reason)
 
         created_at = time.time()
+        block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
         snapshot_id: str | None
         try:
@@ -306,7 +307,7 @@ class _Operation:
         generation: int | None = None
         try:
             record = self.store.record_generation(
-                sid, block_len=len(final), block_digest=block_digest(keys_of(final)), op_id=self.op_id,
+                sid, block_len=len(block), block_digest=block_digest(keys_of(block)), op_id=self.op_id,
                 snapshot_id=snapshot_id,
             )
             generation = record.generation

@@ -148,6 +148,28 @@ def capture_host_compression_logs() -> Iterator[list[str]]:
                 lines.append(msg)
 
 
+@contextmanager
+def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
+    """Capture Hermes's ``context compression`` lines and the guard's own lines, each
+    with the ``[session]`` tag Hermes's log record factory put on it and its thread."""
+    cap = _Capture()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(cap)
+    root.setLevel(min(old_level or logging.INFO, logging.INFO))
+    out: list[dict[str, Any]] = []
+    try:
+        yield out
+    finally:
+        root.removeHandler(cap)
+        root.setLevel(old_level)
+        for rec in cap.records:
+            msg = rec.getMessage()
+            if "context compression" in msg or rec.name == "hermes_session_guard":
+                tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
+                out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
+
+
 def session_ids_in(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
