@@ -28,14 +28,13 @@ Key = tuple[str, str, str]
 
 def message_key(message: Any) -> Key:
     """What identifies a message across a round trip through state.db: role, text
-    (stripped, as Hermes's loaders strip it) and tool call id."""
-    if not isinstance(message, dict):
-        return (str(getattr(message, "role", "")), str(getattr(message, "content", "") or "").strip(), "")
-    return (
-        str(message.get("role") or ""),
-        (message_text(message) or "").strip(),
-        str(message.get("tool_call_id") or ""),
-    )
+    (whitespace collapsed, as Hermes's loaders strip it and its merges re-join it)
+    and tool call id."""
+    if isinstance(message, dict):
+        role, text, call = message.get("role"), message_text(message), message.get("tool_call_id")
+    else:
+        role, text, call = getattr(message, "role", ""), getattr(message, "content", ""), ""
+    return (str(role or ""), " ".join(str(text or "").split()), str(call or ""))
 
 
 def keys_of(messages: Iterable[Any]) -> list[Key]:
@@ -47,22 +46,66 @@ def block_digest(keys: Sequence[Key]) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def common_prefix_len(a: Sequence[Key], b: Sequence[Key]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
+_MERGEABLE = ("user", "assistant")
+
+
+def _continues(text: str, joined: str) -> bool:
+    return not joined or text.startswith(joined + " ")
+
+
+def _merged_run(item: Key, reference: Sequence[Key], j: int) -> int:
+    """If ``item`` is Hermes's merge of the same-role run ``reference[j:k]`` (its
+    alternation repair joins consecutive user or assistant turns), return ``k``;
+    a merge that runs on past the end of ``reference`` counts up to the end.
+    Otherwise return ``j``."""
+    role, text = item[0], item[1]
+    if role not in _MERGEABLE or j >= len(reference) or reference[j][0] != role:
+        return j
+    joined, k = reference[j][1], j + 1
+    while True:
+        if k > j + 1 and joined == text:
+            return k
+        if k == len(reference):
+            return k if _continues(text, joined) else j
+        if reference[k][0] != role or not _continues(text, joined):
+            return j
+        joined = " ".join(f"{joined} {reference[k][1]}".split())
+        k += 1
+
+
+def aligned_prefix(contender: Sequence[Key], reference: Sequence[Key]) -> tuple[int, int]:
+    """The longest common start of two key lists, where one contender message may be
+    a merge of several consecutive reference messages. Returns how many contender
+    and how many reference messages it covers."""
+    i = j = 0
+    while i < len(contender) and j < len(reference):
+        if contender[i] == reference[j]:
+            i, j = i + 1, j + 1
+            continue
+        k = _merged_run(contender[i], reference, j)
+        if k == j:
             break
-        n += 1
-    return n
+        i, j = i + 1, k
+    return i, j
 
 
-def _without(items: Sequence[Any], keys: Sequence[Key], taken: Counter[Key]) -> list[Any]:
-    """``items`` in order, minus one occurrence per key counted in ``taken``."""
+def common_prefix_len(a: Sequence[Key], b: Sequence[Key]) -> int:
+    return aligned_prefix(a, b)[0]
+
+
+def _without(items: Sequence[Any], keys: Sequence[Key], taken: Sequence[Key]) -> list[Any]:
+    """``items`` in order, minus one occurrence per key in ``taken`` (a ``taken``
+    message that is a merge of several items accounts for each of them)."""
     left = Counter(taken)
+    merged = [k for k in taken if k[0] in _MERGEABLE]
     out = []
     for item, key in zip(items, keys, strict=True):
         if left[key] > 0:
             left[key] -= 1
+            continue
+        if key[0] in _MERGEABLE and key[1] and any(
+            m[0] == key[0] and m != key and f" {m[1]} ".find(f" {key[1]} ") >= 0 for m in merged
+        ):
             continue
         out.append(item)
     return out
@@ -93,15 +136,16 @@ def assess(
     before it, in the contender."""
     c_keys, l_keys = keys_of(contender), keys_of(live)
     if record is not None and len(l_keys) >= record.block_len:
-        if block_digest(l_keys[: record.block_len]) == record.block_digest:
-            stale = block_digest(c_keys[: record.block_len]) != record.block_digest
+        block = l_keys[: record.block_len]
+        if block_digest(block) == record.block_digest:
+            stale = aligned_prefix(c_keys, block)[1] < len(block)
             return Assessment(stale, "record", record.generation, record.block_len)
     summary_at = [i for i, k in enumerate(l_keys) if is_summary(k[1])]
     generation = record.generation if record is not None else 0
     if not summary_at:
         return Assessment(False, "never-compacted", generation, 0)
     end = summary_at[-1] + 1
-    return Assessment(c_keys[:end] != l_keys[:end], "summary", generation, end)
+    return Assessment(aligned_prefix(c_keys, l_keys[:end])[1] < end, "summary", generation, end)
 
 
 def foreign_messages(own: Sequence[Any], live: Sequence[Any]) -> list[Any]:
@@ -109,8 +153,8 @@ def foreign_messages(own: Sequence[Any], live: Sequence[Any]) -> list[Any]:
     same session appended since it loaded the transcript. They are not part of its
     summary and must stay live after the compaction (in order, after the block)."""
     own_keys, live_keys = keys_of(own), keys_of(live)
-    k = common_prefix_len(own_keys, live_keys)
-    return _without(live[k:], live_keys[k:], Counter(own_keys[k:]))
+    i, j = aligned_prefix(own_keys, live_keys)
+    return _without(live[j:], live_keys[j:], own_keys[i:])
 
 
 def genuinely_new(
@@ -135,4 +179,4 @@ def genuinely_new(
     if best == 0 and c_keys:
         return None
     appended = live[appended_from:]
-    return _without(contender[best:], c_keys[best:], Counter(keys_of(appended)))
+    return _without(contender[best:], c_keys[best:], keys_of(appended))

@@ -37,6 +37,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "_cached_system_prompt",
         "_build_system_prompt",
         "_last_compaction_in_place",
+        "_repair_message_sequence",
     ),
     "agent.context_compressor": ("SUMMARY_PREFIX", "LEGACY_SUMMARY_PREFIX"),
     "ContextCompressor attributes": ("_last_summary_error", "_last_compress_aborted", "on_session_start"),
@@ -237,11 +238,31 @@ def persist_compacted(agent: Any, sid: str, compressed: list[Any], system_prompt
 def rebase_flush(agent: Any, sid: str, persisted: list[Any]) -> None:
     """Tell the agent that ``persisted`` is exactly what state.db holds live for
     ``sid``: 0.14's positional cursor and 0.15+'s flushed-identity seed."""
-    agent._last_flushed_db_idx = len(persisted)
     if hasattr(agent, "_flushed_db_message_ids"):
+        agent._last_flushed_db_idx = len(persisted)
         agent._flushed_db_message_ids = {id(m) for m in persisted if isinstance(m, dict)}
+    else:
+        # A positional cursor: Hermes's alternation repair folds consecutive same-role
+        # turns in place before the next request, shortening the list under the cursor;
+        # without the allowance the turn's reply would fall behind it and never be written.
+        agent._last_flushed_db_idx = len(persisted) - repairs_pending(agent, persisted)
     if hasattr(agent, "_flushed_db_message_session_id"):
         agent._flushed_db_message_session_id = sid
+
+
+def repairs_pending(agent: Any, messages: list[Any]) -> int:
+    """How many messages Hermes's alternation repair will fold away in ``messages``
+    before the next request (tried on a copy)."""
+    repair = getattr(agent, "_repair_message_sequence", None)
+    if not callable(repair):
+        return 0
+    trial = [dict(m) if isinstance(m, dict) else m for m in messages]
+    try:
+        repair(trial)
+    except Exception as exc:
+        log.debug("session guard: trial alternation repair failed: %s", exc)
+        return 0
+    return max(0, len(messages) - len(trial))
 
 
 def mark_compacted_in_place(agent: Any) -> None:

@@ -37,7 +37,8 @@ BLOCK = [*RAW[:2], {"role": "user", "content": f"{PREFIX}\nsummary of turns 2-7"
 def test_message_key_survives_a_database_round_trip() -> None:
     assert message_key({"role": "user", "content": "hello "}) == message_key({"role": "user", "content": "hello"})
     parts = {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
-    assert message_key(parts) == ("user", "a\nb", "")
+    assert message_key(parts) == ("user", "a b", "")
+    assert message_key({"role": "user", "content": "two\n\n lines"}) == ("user", "two lines", "")
     assert message_key({"role": "tool", "content": None, "tool_call_id": "c1"}) == ("tool", "", "c1")
 
 
@@ -108,3 +109,27 @@ def test_stale_list_from_two_generations_ago_lines_up_with_the_older_snapshot() 
 def test_stale_list_that_lines_up_with_nothing_is_not_placed() -> None:
     assert genuinely_new(msgs("unrelated", "history"), [RAW], BLOCK, len(BLOCK)) is None
     assert genuinely_new([], [RAW], BLOCK, len(BLOCK)) == []
+
+
+def merged(*parts: dict[str, Any]) -> dict[str, Any]:
+    """What Hermes's alternation repair makes of consecutive same-role turns."""
+    return {"role": parts[0]["role"], "content": "\n\n".join(str(p["content"]) for p in parts)}
+
+
+def test_list_whose_consecutive_turns_hermes_merged_is_still_current() -> None:
+    other, mine = {"role": "user", "content": "other agent asks"}, {"role": "user", "content": "I ask"}
+    block = [*BLOCK[:-1], {"role": "user", "content": "last kept turn"}]
+    live = [*block, other, mine]
+    # the block's last user turn and the two after it became one message in memory
+    contender = [*block[:-1], merged(block[-1], other, mine), {"role": "assistant", "content": "answer"}]
+    assert not assess(contender, live, record(block), is_summary).stale
+    # ... and nothing in it is new or foreign
+    assert genuinely_new(contender, [live], live, len(block)) == [{"role": "assistant", "content": "answer"}]
+    assert foreign_messages(contender, live) == []
+
+
+def test_merged_turns_inside_the_block_still_line_up() -> None:
+    u1, u2 = {"role": "user", "content": "u1"}, {"role": "user", "content": "u2"}
+    block = [*BLOCK, u1, u2]
+    assert not assess([*BLOCK, merged(u1, u2)], block, record(block), is_summary).stale
+    assert assess([*BLOCK, {"role": "user", "content": "u1 u3"}], block, record(block), is_summary).stale
