@@ -188,6 +188,22 @@ def sessions_table(db_path: Path) -> list[dict[str, Any]]:
         conn.close()
 
 
+def compression_lock_rows(db_path: Path, session_id: str) -> list[tuple[str, str]]:
+    """(table, holder) of every compression lock row on ``session_id``: the guard's
+    lease table and Hermes's own (0.16+)."""
+    conn = sqlite3.connect(str(db_path))
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        rows: list[tuple[str, str]] = []
+        for table in ("session_guard_locks", "compression_locks"):
+            if table in tables:
+                rows += [(table, r[0]) for r in conn.execute(
+                    f"SELECT holder FROM {table} WHERE session_id = ?", (session_id,))]
+        return rows
+    finally:
+        conn.close()
+
+
 def live_messages(db_path: Path, session_id: str) -> list[dict[str, Any]]:
     """Messages Hermes would load for ``session_id`` (active rows where the host has them)."""
     conn = sqlite3.connect(str(db_path))
@@ -280,6 +296,14 @@ def run_contract_probe(home: Path) -> ProbeResult:
             "compression.started" in names and "compression.done" in names
             and {e["session_id"] for e in events} == {sid},
             ", ".join(names),
+        )
+        done = next((e for e in events if e["event"] == "compression.done"), {})
+        left = compression_lock_rows(db_path, sid)
+        result.check(
+            "compression lock taken and released",
+            done.get("lock") in ("guard", "native") and bool(done.get("lock_holder")) and not left
+            and runtime.locks_for(db_path).held_sessions() == [],
+            f"lock={done.get('lock')} holder={done.get('lock_holder')} left={left}",
         )
     return result
 

@@ -312,6 +312,38 @@ def test_a_crashed_holder_blocks_the_session_for_at_most_its_lease(
     assert _leftover_locks(home) == []
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_current_agent_compacts_again_even_after_hermes_merged_its_turns(
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+) -> None:
+    """The generation check must not mistake an up-to-date list for a stale one:
+    after the first compaction, more turns (two of them consecutive user turns that
+    Hermes's alternation repair merges in memory) and a second compaction."""
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, mode)
+    probe.mark_flushed(agent, messages)
+    compressed, _ = _compress(agent, messages)
+
+    more = probe.seed_messages(40, tag="more")
+    more.insert(1, {"role": "user", "content": "more-extra: a second user turn in a row"})
+    for m in more:
+        db.append_message(session_id=SID, role=m["role"], content=m["content"])
+    current = [*compressed, *more]
+    assert agent._repair_message_sequence(current) >= 1  # what Hermes does before its next request
+    probe.mark_flushed(agent, current)
+    llm.configure(summary_fn=lambda body: "## Goal\nsecond summary\n")
+    again, _ = _compress(agent, current)
+
+    outcomes = [e["event"] for e in _outcomes(guard)]
+    assert outcomes == ["compression.done", "compression.done"], outcomes
+    assert [e.get("generation") for e in _outcomes(guard)] == [1, 2]
+    assert len(llm.summary_requests()) == 2
+    assert _texts(probe.live_messages(home / "state.db", SID)) == _texts(again)
+    markers = [*SEED_MARKERS, *(f"more-{i}:" for i in range(40)), "more-extra:"]
+    assert contract_violations(home, SID, [agent], markers, guard) == []
+
+
 # -- five sessions at once ----------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 def test_five_sessions_compress_at_once_without_aliasing(
