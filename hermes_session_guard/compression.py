@@ -40,7 +40,7 @@ from typing import Any
 
 from . import host_adapter as host
 from .audit import new_op_id
-from .generations import Assessment, assess, block_digest, foreign_messages, genuinely_new, keys_of
+from .generations import Assessment, Keyed, assess, block_digest, foreign_messages, genuinely_new, keys_of
 from .hooks import get_plugin_manager
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
@@ -232,11 +232,11 @@ class _Operation:
 
         foreign: list[Any] = []
         if host.session_db(agent) is not None:
-            live = host.live_transcript(agent, sid)
-            standing = assess(before, live, self.store.generation(sid), is_summary_text)
+            mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
+            standing = assess(mine, live, self.store.generation(sid), is_summary_text)
             if standing.stale:
-                return self.adopt(live, standing)
-            foreign = foreign_messages(before, live)
+                return self.adopt(Keyed(self.messages, mine.keys), live, standing)
+            foreign = foreign_messages(mine, live)
 
         try:
             with host.watching_engine(agent) as engine:
@@ -320,12 +320,12 @@ class _Operation:
         )
         return final, system_prompt
 
-    def adopt(self, live: list[Any], standing: Assessment) -> tuple[list[Any], str]:
+    def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the
         messages only this list has, instead of summarising the same turns again."""
         sid, store = self.sid, self.store
         versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
-        new = genuinely_new(self.messages, [*versions, live], live, standing.block_len)
+        new = genuinely_new(mine, [*versions, live], live, standing.block_len)
         if new is None:
             return self.leave_unchanged(
                 "skipped",
@@ -334,7 +334,7 @@ class _Operation:
                 "warning", generation=standing.generation, basis=standing.basis,
             )
         host.append_messages(self.agent, sid, new)
-        adopted = [*live, *new]
+        adopted = [*live.messages, *new]
         host.rebase_flush(self.agent, sid, adopted)
         if self.strategy == HOST_IN_PLACE:
             host.mark_compacted_in_place(self.agent)

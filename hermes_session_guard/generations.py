@@ -28,17 +28,30 @@ Key = tuple[str, str, str]
 
 def message_key(message: Any) -> Key:
     """What identifies a message across a round trip through state.db: role, text
-    (whitespace collapsed, as Hermes's loaders strip it and its merges re-join it)
-    and tool call id."""
+    (stripped, as Hermes's loaders strip it) and tool call id."""
     if isinstance(message, dict):
         role, text, call = message.get("role"), message_text(message), message.get("tool_call_id")
     else:
         role, text, call = getattr(message, "role", ""), getattr(message, "content", ""), ""
-    return (str(role or ""), " ".join(str(text or "").split()), str(call or ""))
+    return (str(role or ""), str(text or "").strip(), str(call or ""))
 
 
 def keys_of(messages: Iterable[Any]) -> list[Key]:
     return [message_key(m) for m in messages]
+
+
+class Keyed:
+    """A message list with its keys computed once (texts can be large)."""
+
+    __slots__ = ("messages", "keys")
+
+    def __init__(self, messages: Sequence[Any], keys: list[Key] | None = None) -> None:
+        self.messages = messages
+        self.keys = keys_of(messages) if keys is None else keys
+
+
+def _keyed(x: Sequence[Any] | Keyed) -> Keyed:
+    return x if isinstance(x, Keyed) else Keyed(x)
 
 
 def block_digest(keys: Sequence[Key]) -> str:
@@ -49,28 +62,35 @@ def block_digest(keys: Sequence[Key]) -> str:
 _MERGEABLE = ("user", "assistant")
 
 
-def _continues(text: str, joined: str) -> bool:
-    return not joined or text.startswith(joined + " ")
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
 
 
 def _merged_run(item: Key, reference: Sequence[Key], j: int) -> int:
     """If ``item`` is Hermes's merge of the same-role run ``reference[j:k]`` (its
-    alternation repair joins consecutive user or assistant turns), return ``k``;
-    a merge that runs on past the end of ``reference`` counts up to the end.
-    Otherwise return ``j``."""
+    alternation repair joins consecutive user or assistant turns with blank lines),
+    return ``k``; a merge that runs on past the end of ``reference`` counts up to
+    the end. Otherwise return ``j``."""
     role, text = item[0], item[1]
-    if role not in _MERGEABLE or j >= len(reference) or reference[j][0] != role:
+    if role not in _MERGEABLE:
         return j
-    joined, k = reference[j][1], j + 1
-    while True:
-        if k > j + 1 and joined == text:
-            return k
-        if k == len(reference):
-            return k if _continues(text, joined) else j
-        if reference[k][0] != role or not _continues(text, joined):
+    pos, k = 0, j
+    while k < len(reference) and reference[k][0] == role:
+        part = reference[k][1]
+        if not text.startswith(part, pos):
             return j
-        joined = " ".join(f"{joined} {reference[k][1]}".split())
+        end = pos + len(part)
         k += 1
+        if end == len(text):
+            return k if k > j + 1 else j
+        pos = _skip_space(text, end)
+        if pos == end and part:  # parts of a merge are separated by whitespace
+            return j
+    # the merge goes on past what ``reference`` holds (e.g. the block's last turn
+    # merged with one appended after the compaction)
+    return k if k == len(reference) and k > j else j
 
 
 def aligned_prefix(contender: Sequence[Key], reference: Sequence[Key]) -> tuple[int, int]:
@@ -89,10 +109,6 @@ def aligned_prefix(contender: Sequence[Key], reference: Sequence[Key]) -> tuple[
     return i, j
 
 
-def common_prefix_len(a: Sequence[Key], b: Sequence[Key]) -> int:
-    return aligned_prefix(a, b)[0]
-
-
 def _without(items: Sequence[Any], keys: Sequence[Key], taken: Sequence[Key]) -> list[Any]:
     """``items`` in order, minus one occurrence per key in ``taken`` (a ``taken``
     message that is a merge of several items accounts for each of them)."""
@@ -103,9 +119,7 @@ def _without(items: Sequence[Any], keys: Sequence[Key], taken: Sequence[Key]) ->
         if left[key] > 0:
             left[key] -= 1
             continue
-        if key[0] in _MERGEABLE and key[1] and any(
-            m[0] == key[0] and m != key and f" {m[1]} ".find(f" {key[1]} ") >= 0 for m in merged
-        ):
+        if key[0] in _MERGEABLE and key[1] and any(m[0] == key[0] and m != key and key[1] in m[1] for m in merged):
             continue
         out.append(item)
     return out
@@ -122,8 +136,8 @@ class Assessment:
 
 
 def assess(
-    contender: Sequence[Any],
-    live: Sequence[Any],
+    contender: Sequence[Any] | Keyed,
+    live: Sequence[Any] | Keyed,
     record: GenerationRecord | None,
     is_summary: Callable[[str], bool],
 ) -> Assessment:
@@ -133,8 +147,8 @@ def assess(
     exact: the contender must start with the recorded block. Without one (the
     session was compacted by Hermes alone, or rewritten since), the last summary
     in the live transcript must sit at the same place, with the same messages
-    before it, in the contender."""
-    c_keys, l_keys = keys_of(contender), keys_of(live)
+    before it, in the contender. Turns Hermes merged in memory still line up."""
+    c_keys, l_keys = _keyed(contender).keys, _keyed(live).keys
     if record is not None and len(l_keys) >= record.block_len:
         block = l_keys[: record.block_len]
         if block_digest(block) == record.block_digest:
@@ -148,19 +162,19 @@ def assess(
     return Assessment(aligned_prefix(c_keys, l_keys[:end])[1] < end, "summary", generation, end)
 
 
-def foreign_messages(own: Sequence[Any], live: Sequence[Any]) -> list[Any]:
+def foreign_messages(own: Sequence[Any] | Keyed, live: Sequence[Any] | Keyed) -> list[Any]:
     """Live messages the compressing agent does not have: turns other agents of the
     same session appended since it loaded the transcript. They are not part of its
     summary and must stay live after the compaction (in order, after the block)."""
-    own_keys, live_keys = keys_of(own), keys_of(live)
-    i, j = aligned_prefix(own_keys, live_keys)
-    return _without(live[j:], live_keys[j:], own_keys[i:])
+    own_k, live_k = _keyed(own), _keyed(live)
+    i, j = aligned_prefix(own_k.keys, live_k.keys)
+    return _without(live_k.messages[j:], live_k.keys[j:], own_k.keys[i:])
 
 
 def genuinely_new(
-    contender: Sequence[Any],
-    known_versions: Iterable[Sequence[Any]],
-    live: Sequence[Any],
+    contender: Sequence[Any] | Keyed,
+    known_versions: Iterable[Sequence[Any] | Keyed],
+    live: Sequence[Any] | Keyed,
     appended_from: int,
 ) -> list[Any] | None:
     """The messages of a stale ``contender`` that no earlier transcript had and the
@@ -170,13 +184,12 @@ def genuinely_new(
     and the live one); the contender's list is a prefix of one of them plus its own
     messages. Returns None when the list lines up with none of them (it cannot be
     placed safely, so the caller skips rather than guess)."""
-    c_keys = keys_of(contender)
+    c = _keyed(contender)
     best = 0
     for version in known_versions:
-        best = max(best, common_prefix_len(c_keys, keys_of(version)))
-        if best == len(c_keys):
+        best = max(best, aligned_prefix(c.keys, _keyed(version).keys)[0])
+        if best == len(c.keys):
             break
-    if best == 0 and c_keys:
+    if best == 0 and c.keys:
         return None
-    appended = live[appended_from:]
-    return _without(contender[best:], c_keys[best:], keys_of(appended))
+    return _without(c.messages[best:], c.keys[best:], _keyed(live).keys[appended_from:])

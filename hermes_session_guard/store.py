@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -119,6 +120,10 @@ def message_text(message: dict[str, Any]) -> str | None:
     return str(content)
 
 
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _jsonable(message: Any) -> dict[str, Any]:
     if not isinstance(message, dict):
         message = {"role": getattr(message, "role", None), "content": getattr(message, "content", None)}
@@ -143,6 +148,12 @@ class GuardStore:
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            if sys.platform != "darwin":
+                # No fsync per commit: leases and generation records are short-lived, and a
+                # snapshot is always committed before the Hermes write that replaces the rows
+                # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
+                # macOS keeps FULL, as Hermes does there.
+                conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
             conn.execute(
                 "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
@@ -202,9 +213,10 @@ class GuardStore:
         writing an existing id raises ``sqlite3.IntegrityError``."""
         rows = []
         for pos, msg in enumerate(messages):
-            data = _jsonable(msg)
+            data = msg if isinstance(msg, dict) else _jsonable(msg)
             rows.append(
-                (snapshot_id, pos, data.get("role"), message_text(data), json.dumps(data, ensure_ascii=False))
+                (snapshot_id, pos, _text_or_none(data.get("role")), message_text(data),
+                 json.dumps(data, ensure_ascii=False, default=str))
             )
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
