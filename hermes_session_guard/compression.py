@@ -216,7 +216,8 @@ class _Operation:
                 )
             self.grant = taken
             self.lock_fields = (
-                {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2)}
+                {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
+                 "waited_for": taken.waited_for}
                 if taken is not None else {"lock": "none"}
             )
             try:
@@ -232,11 +233,17 @@ class _Operation:
 
         foreign: list[Any] = []
         if host.session_db(agent) is not None:
-            mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
-            standing = assess(mine, live, self.store.generation(sid), is_summary_text)
-            if standing.stale:
-                return self.adopt(Keyed(self.messages, mine.keys), live, standing)
-            foreign = foreign_messages(mine, live)
+            try:
+                mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
+                standing = assess(mine, live, self.store.generation(sid), is_summary_text)
+                if not standing.stale:
+                    foreign = foreign_messages(mine, live)
+            except Exception as exc:
+                # Compress as before, under the lock, without the generation check.
+                self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
+            else:
+                if standing.stale:
+                    return self.adopt(Keyed(self.messages, mine.keys), live, standing)
 
         try:
             with host.watching_engine(agent) as engine:
@@ -324,8 +331,12 @@ class _Operation:
         """The list predates the latest compaction: take the live transcript plus the
         messages only this list has, instead of summarising the same turns again."""
         sid, store = self.sid, self.store
-        versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
-        new = genuinely_new(mine, [*versions, live], live, standing.block_len)
+        try:
+            versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
+            new = genuinely_new(mine, [*versions, live], live, standing.block_len)
+        except Exception as exc:
+            return self.leave_unchanged("failed", f"reading earlier transcripts failed: {type(exc).__name__}: {exc}",
+                                        "warning", generation=standing.generation)
         if new is None:
             return self.leave_unchanged(
                 "skipped",
@@ -333,8 +344,12 @@ class _Operation:
                 "left as it is rather than compacted again",
                 "warning", generation=standing.generation, basis=standing.basis,
             )
-        host.append_messages(self.agent, sid, new)
         adopted = [*live.messages, *new]
+        try:
+            host.append_messages(self.agent, sid, new)
+        except Exception as exc:
+            return self.leave_unchanged("failed", f"adopting the live transcript failed: {type(exc).__name__}: {exc}",
+                                        "warning", generation=standing.generation)
         host.rebase_flush(self.agent, sid, adopted)
         if self.strategy == HOST_IN_PLACE:
             host.mark_compacted_in_place(self.agent)
