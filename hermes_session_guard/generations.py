@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -109,9 +110,19 @@ def aligned_prefix(contender: Sequence[Key], reference: Sequence[Key]) -> tuple[
     return i, j
 
 
+def _paragraph_of(whole: str, part: str) -> bool:
+    """``part`` is a whole paragraph of ``whole`` (blank lines around it): how a merged
+    turn or a turn Hermes prefixed with a note carries the text it was stored with."""
+    if not part or whole == part:
+        return False
+    pattern = rf"(?:^|\n\s*\n\s*){re.escape(part)}(?:\s*\n\s*\n|$)"
+    return re.search(pattern, whole) is not None
+
+
 def _without(items: Sequence[Any], keys: Sequence[Key], taken: Sequence[Key]) -> list[Any]:
     """``items`` in order, minus one occurrence per key in ``taken`` (a ``taken``
-    message that is a merge of several items accounts for each of them)."""
+    message that is a merge of several items, or an item with a note around it,
+    accounts for them)."""
     left = Counter(taken)
     merged = [k for k in taken if k[0] in _MERGEABLE]
     out = []
@@ -119,7 +130,7 @@ def _without(items: Sequence[Any], keys: Sequence[Key], taken: Sequence[Key]) ->
         if left[key] > 0:
             left[key] -= 1
             continue
-        if key[0] in _MERGEABLE and key[1] and any(m[0] == key[0] and m != key and key[1] in m[1] for m in merged):
+        if key[0] in _MERGEABLE and any(m[0] == key[0] and _paragraph_of(m[1], key[1]) for m in merged):
             continue
         out.append(item)
     return out

@@ -140,3 +140,16 @@ def test_merge_with_stray_whitespace_at_the_join_lines_up() -> None:
     assert not assess([*BLOCK, raw_merge], [*BLOCK, a, b], record([*BLOCK, a, b]), is_summary).stale
     assert assess([*BLOCK, {"role": "user", "content": "first questionsecond question"}], [*BLOCK, a, b],
                   record([*BLOCK, a, b]), is_summary).stale
+
+
+def test_a_turn_stored_without_its_in_memory_note_is_not_foreign() -> None:
+    stored = {"role": "user", "content": "what changed?"}
+    in_memory = {"role": "user", "content": "[System note: a new message arrived.]\n\nwhat changed?"}
+    assert foreign_messages([*RAW, in_memory], [*RAW, stored]) == []
+
+
+def test_a_short_foreign_turn_inside_a_longer_own_text_is_still_foreign() -> None:
+    theirs = {"role": "user", "content": "ok"}
+    mine = {"role": "user", "content": "looking at it, ok with me"}
+    assert foreign_messages([*RAW, mine], [*RAW, mine, theirs]) == [theirs]
+    assert foreign_messages([*RAW, mine], [*RAW, theirs]) == [theirs]
