@@ -15,8 +15,9 @@ the seam table row for the installed version:
     operation and the host's own acquire of it re-enters.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables, and the audit log gets
-one ``compression.*`` event per step, all naming the same session id.
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
+index), and the audit log gets one ``compression.*`` event per step, all naming
+the same session id.
 
 One compression per session at a time: the whole operation runs under the
 session's lock (:mod:`~hermes_session_guard.session_lock`; which lease table is
@@ -27,11 +28,22 @@ the session's latest generation, :mod:`~hermes_session_guard.generations`) does
 not compact again: it adopts the live transcript plus its own new messages
 (``compression.adopted``). Turns other agents appended to the session meanwhile
 stay live after the new compacted block.
+
+Summaries: before the host persists the compacted list, every summary in it is
+tagged ``is_compressed_summary`` (plus the host's own flag where it has one) and
+each new summary gets the line ``[Original context: session <id>, turns <a>–<b>,
+snapshot <snapshot_id>]`` after its first line. The snapshot id is fixed under
+the lock, before the host runs. The tags are recorded in
+``session_guard_summaries`` so a reload can put them back.
+
+The after-compression hook (the bounded hand-off) runs once the lock is released
+and outside the operation's pinned log context.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -42,9 +54,11 @@ from . import host_adapter as host
 from .audit import new_op_id
 from .generations import Assessment, Keyed, assess, block_digest, foreign_messages, genuinely_new, keys_of
 from .hooks import get_plugin_manager
+from .recall import recall_text
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
-from .summaries import is_summary_text
+from .store import message_text, text_hash
+from .summaries import compacted_range, decorate_summaries, is_summary_text, summary_indices, tag
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -88,6 +102,15 @@ def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
     return messages
 
 
+_active = threading.local()
+
+
+def compressing_session() -> str | None:
+    """The session whose compression this thread is running (the host rebuilds the
+    system prompt inside it, before the snapshot exists)."""
+    return getattr(_active, "session_id", None)
+
+
 def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], bool]) -> str:
     """The derived snapshot id; a numeric suffix keeps it unique when two
     compressions of one session share a timestamp (frozen clocks, fast hosts)."""
@@ -122,14 +145,16 @@ def guarded_compression(
     messages: list[Any],
     call_host: Callable[[], tuple[list[Any], str]],
     *,
+    native_summary_key: str | None = None,
     system_message: str | None = None,
     lock: LockPolicy | None = None,
 ) -> tuple[list[Any], str]:
-    """Run one host compression under the contract; returns the host's result shape."""
+    """Run one host compression under the contract; returns the host's result shape.
+    ``native_summary_key`` is the host's own summary flag, on hosts that have one."""
     sid = host.session_id(agent)
     if not sid or not isinstance(messages, list):
         return call_host()
-    op = _Operation(runtime, strategy, agent, sid, messages, call_host, system_message)
+    op = _Operation(runtime, strategy, agent, sid, messages, call_host, system_message, native_summary_key)
     return op.run(lock or LockPolicy())
 
 
@@ -145,9 +170,11 @@ class _Operation:
         messages: list[Any],
         call_host: Callable[[], tuple[list[Any], str]],
         system_message: str | None,
+        native_summary_key: str | None,
     ) -> None:
         self.runtime, self.strategy, self.agent, self.sid = runtime, strategy, agent, sid
         self.messages, self.call_host, self.system_message = messages, call_host, system_message
+        self.native_summary_key = native_summary_key
         self.op_id = new_op_id()
         self.audit = runtime.audit.operation(sid, self.op_id)
         self.pm = get_plugin_manager()
@@ -155,8 +182,11 @@ class _Operation:
         self.started = time.perf_counter()
         self.db_path = host.db_path(agent)
         self.store = runtime.store_for(self.db_path)
+        runtime.remember_session(sid, self.db_path)
         self.grant: LockGrant | None = None
         self.lock_fields: dict[str, Any] = {}
+        # Set once the compaction stands: (snapshot id, the list the conversation continues with).
+        self.done: tuple[str | None, list[Any]] | None = None
 
     # -- audit ----------------------------------------------------------------------
     def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
@@ -190,52 +220,69 @@ class _Operation:
     # -- the operation --------------------------------------------------------------
     def run(self, lock: LockPolicy) -> tuple[list[Any], str]:
         with host.pinned_log_context(self.sid):
-            self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
-                            host_version=self.runtime.host_version)
-            cfg = self.runtime.config.lock
+            result = self.run_locked(lock)
+        if self.done is not None:
+            snapshot_id, continued = self.done
+            # After the lock is released and outside the pinned log context: an
+            # extension may move the conversation on (an explicit, logged hand-off
+            # fork), and the tag must then follow it.
             try:
-                lease = _lease_table(self.runtime, lock.mode, self.agent, self.store)
-                taken = self.runtime.locks_for(self.db_path).acquire(
-                    self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
-                    lease=lease,
+                self.pm.hook.session_guard_after_compression(
+                    session_id=self.sid, op_id=self.op_id, snapshot_id=snapshot_id, compressed=continued,
+                    agent=self.agent,
                 )
-            except LockUnavailable as exc:
-                if lock.on_failure == "closed":
-                    log.error(
-                        "session guard: the compression lock of session %s is unavailable (%s); this compression "
-                        "is skipped so it cannot fork the session. Hermes retries later; run "
-                        "`hermes-session-guard selftest` if it persists.", self.sid, exc,
-                    )
-                    return self.leave_unchanged("skipped", f"compression lock unavailable: {exc}", "error")
-                self.audit.warning("lock.unavailable", reason=str(exc))
-                taken = None
-            if isinstance(taken, LockBusy):
-                return self.leave_unchanged(
-                    "skipped", "another operation holds this session's compression lock",
-                    holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
-                )
-            self.grant = taken
-            self.lock_fields = (
-                {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
-                 "waited_for": taken.waited_for}
-                if taken is not None else {"lock": "none"}
+            except Exception as exc:
+                log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
+                          "stands.", type(exc).__name__, exc, self.sid)
+        return result
+
+    def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
+                        host_version=self.runtime.host_version)
+        cfg = self.runtime.config.lock
+        try:
+            lease = _lease_table(self.runtime, lock.mode, self.agent, self.store)
+            taken = self.runtime.locks_for(self.db_path).acquire(
+                self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
+                lease=lease,
             )
-            try:
-                with _host_may_reenter(taken):
-                    return self.compress_locked()
-            finally:
-                if taken is not None:
-                    taken.release()
+        except LockUnavailable as exc:
+            if lock.on_failure == "closed":
+                log.error(
+                    "session guard: the compression lock of session %s is unavailable (%s); this compression "
+                    "is skipped so it cannot fork the session. Hermes retries later; run "
+                    "`hermes-session-guard selftest` if it persists.", self.sid, exc,
+                )
+                return self.leave_unchanged("skipped", f"compression lock unavailable: {exc}", "error")
+            self.audit.warning("lock.unavailable", reason=str(exc))
+            taken = None
+        if isinstance(taken, LockBusy):
+            return self.leave_unchanged(
+                "skipped", "another operation holds this session's compression lock",
+                holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
+            )
+        self.grant = taken
+        self.lock_fields = (
+            {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
+             "waited_for": taken.waited_for}
+            if taken is not None else {"lock": "none"}
+        )
+        try:
+            with _host_may_reenter(taken):
+                return self.compress_locked()
+        finally:
+            if taken is not None:
+                taken.release()
 
     def compress_locked(self) -> tuple[list[Any], str]:
-        sid, agent, strategy, before = self.sid, self.agent, self.strategy, self.before
+        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
         self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
 
         foreign: list[Any] = []
         if host.session_db(agent) is not None:
             try:
                 mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
-                standing = assess(mine, live, self.store.generation(sid), is_summary_text)
+                standing = assess(mine, live, store.generation(sid), is_summary_text)
                 if not standing.stale:
                     foreign = foreign_messages(mine, live)
             except Exception as exc:
@@ -245,8 +292,26 @@ class _Operation:
                 if standing.stale:
                     return self.adopt(Keyed(self.messages, mine.keys), live, standing)
 
+        # The snapshot id is fixed before the host runs: the summary's recall line names
+        # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
+        # no other compression of this session can take the same id meanwhile.
+        created_at = time.time()
+        snapshot_id: str | None = snapshot_id_for(sid, created_at, store.snapshot_exists)
+        summaries_cfg = self.runtime.config.summaries
+        native_key = self.native_summary_key
+        span: list[tuple[int, int] | None] = [None]
+
+        def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            span[0] = compacted_range(engine_input, engine_output)
+            decorate_summaries(
+                engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
+                header=summaries_cfg.recall_header, native_key=native_key,
+            )
+
+        previous = compressing_session()
+        _active.session_id = sid
         try:
-            with host.watching_engine(agent) as engine:
+            with host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
                         compressed, system_prompt = self.call_host()
@@ -258,9 +323,11 @@ class _Operation:
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
+        finally:
+            _active.session_id = previous
 
-        if engine.failure:
-            return self.leave_unchanged("failed", engine.failure, "warning", system_prompt=system_prompt)
+        if verdict.failure:
+            return self.leave_unchanged("failed", verdict.failure, "warning", system_prompt=system_prompt)
         if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
@@ -273,13 +340,15 @@ class _Operation:
                 return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
             self.audit.warning("lock.lost", reason=reason)
 
-        created_at = time.time()
+        # The host may have copied the dicts after the engine returned them.
+        marks = []
+        for i in summary_indices(compressed):
+            tag(compressed[i], native_key)
+            marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
-        snapshot_id: str | None
         try:
-            snapshot_id = snapshot_id_for(sid, created_at, self.store.snapshot_exists)
-            self.store.write_snapshot(
+            store.write_snapshot(
                 snapshot_id=snapshot_id,
                 session_id=sid,
                 messages=before,
@@ -287,6 +356,7 @@ class _Operation:
                 host_version=self.runtime.host_version,
                 host_mode=strategy,
                 created_at=created_at,
+                index_text=recall_text,
             )
             if strategy == DETACH_DB:
                 final = compressed + foreign
@@ -311,20 +381,26 @@ class _Operation:
                                    messages=len(foreign))
         if strategy == DETACH_DB:
             host.notify_boundary(agent, sid)
+        if snapshot_id is not None:
+            self.runtime.note_snapshot(sid, self.db_path)
+        try:
+            first, last = span[0] or (None, None)
+            store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
+        except Exception as exc:  # the tags stay on the live list; only a reload loses them
+            self.audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
         generation: int | None = None
         try:
-            record = self.store.record_generation(
+            record = store.record_generation(
                 sid, block_len=len(block), block_digest=block_digest(keys_of(block)), op_id=self.op_id,
                 snapshot_id=snapshot_id,
             )
             generation = record.generation
         except Exception as exc:
             self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
+        self.runtime.compactions.record(sid, final)
         self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id), generation=generation,
-                    carried_over=len(foreign) or None)
-        self.pm.hook.session_guard_after_compression(
-            session_id=sid, op_id=self.op_id, snapshot_id=snapshot_id, compressed=final
-        )
+                    carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
+        self.done = (snapshot_id, final)
         return final, system_prompt
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
