@@ -68,6 +68,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "messages.compacted",
     ),
     "gateway.platforms.base": ("BasePlatformAdapter.send", "BasePlatformAdapter.edit_message", "SendResult"),
+    "transcript rows that are not turns": ("session_meta",),
     "hermes_logging": ("set_session_context", "_session_context"),
     # Operator commands (doctor, repair, status): read state.db read-only by SQL,
     # write only through these SessionDB methods.
@@ -394,12 +395,20 @@ def current_system_prompt(agent: Any, system_message: str | None) -> str:
     return str(build(system_message)) if callable(build) else str(system_message or "")
 
 
+# Rows Hermes stores in a transcript that are not conversation turns: the gateway's
+# ``session_meta`` marker (tool list, model, platform) and system injections. The
+# gateway drops them before handing history to an agent, so an agent's list never has them.
+_TRANSCRIPT_METADATA_ROLES = frozenset({"session_meta", "system"})
+
+
 def live_transcript(agent: Any, sid: str) -> list[dict[str, Any]]:
-    """The transcript Hermes would load for ``sid`` (active rows, conversation format)."""
+    """The conversation Hermes would hand an agent for ``sid``: its active rows in
+    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``)."""
     db = session_db(agent)
     if db is None:
         return []
-    return list(db.get_messages_as_conversation(sid))
+    return [m for m in db.get_messages_as_conversation(sid)
+            if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
 
 
 _APPEND_FIELDS = (

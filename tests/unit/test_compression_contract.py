@@ -158,3 +158,23 @@ def test_without_a_session_id_the_host_runs_untouched(runtime: Runtime, db: Any)
     assert agent.session_id == "S2-rotated"
     assert not runtime.audit_path.exists()
 
+def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any) -> None:
+    """Hermes's gateway stores a ``session_meta`` row in the transcript and drops it before
+    handing history to an agent: it is not a turn another agent appended, so it never comes
+    back after the compacted block. A real turn appended meanwhile does."""
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    messages = _messages()
+    late = {"role": "user", "content": "written by another agent meanwhile"}
+    db.get_messages_as_conversation.return_value = [
+        {"role": "session_meta", "content": None, "tools": []}, *[dict(m) for m in messages], late,
+    ]
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
+    assert [m["role"] for m in out].count("session_meta") == 0
+    assert out[-1] == late and len(out) == 4
+    (call,) = db.append_message.call_args_list
+    assert call.kwargs["role"] == "user" and call.kwargs["content"] == late["content"]
+    done = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert done["event"] == "compression.done" and done["carried_over"] == 1
+
