@@ -429,6 +429,9 @@ class _Operation:
         host.rebase_flush(self.agent, sid, adopted)
         if self.strategy == HOST_IN_PLACE:
             host.mark_compacted_in_place(self.agent)
+        # The conversation continues with a different list: on 0.14 the gateway's own
+        # transcript bookkeeping (JSONL copy, history offset) must follow it, as after a compaction.
+        self.runtime.compactions.record(sid, adopted)
         reason = (
             f"message list predates compaction generation {standing.generation or '?'}; "
             "adopted the live transcript instead of compacting again"

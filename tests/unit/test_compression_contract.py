@@ -178,3 +178,22 @@ def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any
     done = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
     assert done["event"] == "compression.done" and done["carried_over"] == 1
 
+
+def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, db: Any) -> None:
+    """A second agent whose list predates the compaction adopts the live transcript; the
+    list it continues with is recorded for the 0.14 gateway's transcript re-basing."""
+    agent = Agent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    db.get_messages_as_conversation.return_value = [dict(m) for m in out]
+    late = {"role": "user", "content": "a question the other agent got meanwhile"}
+    stale = [*[dict(m) for m in messages], late]
+    other = Agent(db, Engine())
+    mark = runtime.compactions.mark()
+    calls: list[int] = []
+    adopted, _ = guarded_compression(runtime, DETACH_DB, other, stale,
+                                     lambda: calls.append(1) or other._compress_context(stale, "s"))
+    assert calls == [] and adopted == [*out, late]
+    assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"
+    compaction = runtime.compactions.since("S1", mark)
+    assert compaction is not None and list(compaction.compacted) == adopted
