@@ -197,3 +197,28 @@ def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, d
     assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"
     compaction = runtime.compactions.since("S1", mark)
     assert compaction is not None and list(compaction.compacted) == adopted
+
+def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runtime, db: Any) -> None:
+    from hermes_session_guard.hooks import get_plugin_manager
+    from hermes_session_guard.hookspecs import hookimpl
+
+    seen: list[tuple[Any, ...]] = []
+    store = runtime.store_for(db.db_path)
+
+    class Watcher:
+        @hookimpl
+        def session_guard_after_compression(self, session_id: str, compressed: list[Any], agent: Any) -> None:
+            seen.append((session_id, len(compressed), agent, runtime.locks_for(db.db_path).held_sessions(),
+                         store.lease_holder(session_id)))
+
+    agent = Agent(db, Engine())
+    messages = _messages()
+    pm = get_plugin_manager()
+    plugin = Watcher()
+    pm.register(plugin, name="test-after-compression-watcher")
+    try:
+        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages,
+                                     lambda: agent._compress_context(messages, "s"))
+    finally:
+        pm.unregister(plugin)
+    assert seen == [("S1", len(out), agent, [], None)]

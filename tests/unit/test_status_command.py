@@ -104,3 +104,23 @@ def test_lock_and_buffer_tables_added_through_hooks(home: HermesLikeHome, monkey
     finally:
         pm.unregister(plugin)
 
+
+def test_the_guards_own_leases_are_listed_and_reported(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    now = time.time()
+    store = GuardStore(home.db_path)
+    assert store.try_acquire_lease("s1", "pid=5:tid=1:guard-op=live", 300.0, now=now)
+    assert store.try_acquire_lease("s3", "pid=6:tid=1:guard-op=dead", 60.0, now=now - 3600)
+    store.close()
+    monkeypatch.setenv("HERMES_HOME", str(home.home))
+    assert cli.main(["status", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    guard = {lk["session_id"]: lk for lk in report["locks"] if lk["kind"] == "guard"}
+    assert set(guard) == {"s1", "s3"} and {lk["table"] for lk in guard.values()} == {"session_guard_locks"}
+    assert not guard["s1"]["expired"] and guard["s1"]["holder"] == "pid=5:tid=1:guard-op=live"
+    assert guard["s3"]["expired"]
+    assert cli.main(["doctor", "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    expired = {(f["session_id"], f["extra"]["kind"], f["extra"]["table"]) for f in found
+               if f["signature"] == "expired_compression_lock"}
+    assert expired == {("s2", "native", "compression_locks"), ("s3", "guard", "session_guard_locks")}
