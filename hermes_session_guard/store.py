@@ -350,6 +350,8 @@ class GuardStore:
                 # No fsync per commit: leases and generation records are short-lived, and a
                 # snapshot is always committed before the Hermes write that replaces the rows
                 # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
+                # A power cut can lose at most the latest bookkeeping rows (summary tags,
+                # recall index, hand-off records), never a snapshot of rows Hermes replaced.
                 # macOS keeps FULL, as Hermes does there.
                 conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
