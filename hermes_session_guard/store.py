@@ -323,6 +323,24 @@ def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
     return msg
 
 
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch the file to WAL (a no-op once it is). The switch needs the file to
+    itself and SQLite answers "database is locked" at once, without its busy
+    handler, while another connection opens a fresh file at the same moment; so
+    retry within the connection's own timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
 class GuardStore:
     """Thread-safe access to the ``session_guard_*`` tables of one state.db."""
 
@@ -344,8 +362,8 @@ class GuardStore:
             conn = sqlite3.connect(
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            _use_wal(conn, self._timeout)
             if sys.platform != "darwin":
                 # No fsync per commit: leases and generation records are short-lived, and a
                 # snapshot is always committed before the Hermes write that replaces the rows
