@@ -20,6 +20,7 @@ one ``compression.*`` event per step, all naming the same session id.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from . import host_adapter as host
 from .audit import new_op_id
 from .hooks import get_plugin_manager
 from .runtime import Runtime
+
+log = logging.getLogger("hermes_session_guard")
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -83,13 +86,59 @@ def guarded_compression(
         return call_host()
     op_id = new_op_id()
     audit = runtime.audit.operation(sid, op_id)
-    pm = get_plugin_manager()
     before = [dict(m) if isinstance(m, dict) else m for m in messages]
     started = time.perf_counter()
     store = runtime.store_for(host.db_path(agent))
     audit.info("compression.started", messages=len(before), strategy=strategy, host_version=runtime.host_version)
+    runtime.compressing.begin(sid, op_id)
+    _record_phase(store.begin_compression, op_id, sid, len(before))
+    op = _Operation(sid, op_id, audit, before, started, store)
+    try:
+        return _compress(runtime, strategy, agent, messages, call_host, op)
+    finally:
+        runtime.compressing.end(sid, op_id)
+        last = op.outcome
+        _record_phase(
+            store.set_compression_phase, op_id, last.status if last else "failed",
+            snapshot_id=last.snapshot_id if last else None,
+            messages_after=last.messages_after if last else None,
+            detail=(last.reason or None) if last else "interrupted", finished=True,
+        )
+
+
+def _record_phase(write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Write the durable op row; a failure here must not fail the compression."""
+    try:
+        write(*args, **kwargs)
+    except Exception as exc:
+        log.warning("session guard: could not record the compression phase in session_guard_compressions "
+                    "(%s: %s); compression continues", type(exc).__name__, exc)
+
+
+@dataclass
+class _Operation:
+    sid: str
+    op_id: str
+    audit: Any
+    before: list[Any]
+    started: float
+    store: Any
+    outcome: CompressionOutcome | None = None
+
+
+def _compress(
+    runtime: Runtime,
+    strategy: str,
+    agent: Any,
+    messages: list[Any],
+    call_host: Callable[[], tuple[list[Any], str]],
+    op: _Operation,
+) -> tuple[list[Any], str]:
+    sid, op_id, audit, before, started, store = op.sid, op.op_id, op.audit, op.before, op.started, op.store
+    pm = get_plugin_manager()
 
     def finish(outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
+        op.outcome = outcome
         getattr(audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,

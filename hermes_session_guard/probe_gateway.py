@@ -59,11 +59,13 @@ class GatewayHarness:
     chat_id: str = "42"
     _ids: int = field(default=0)
 
-    def source(self, user_id: str = "u1", user_name: str = "alice", chat_id: str | None = None) -> Any:
+    def source(self, user_id: str = "u1", user_name: str = "alice", chat_id: str | None = None,
+               chat_type: str = "dm", thread_id: str | None = None) -> Any:
+        """A sender. Users in one ``dm`` chat, or in one ``thread_id`` of a group, share a session."""
         *_, SessionSource, _ = _imports()
         _, Platform, *_ = _imports()
-        return SessionSource(platform=Platform.TELEGRAM, chat_id=chat_id or self.chat_id, chat_type="dm",
-                             user_id=user_id, user_name=user_name)
+        return SessionSource(platform=Platform.TELEGRAM, chat_id=chat_id or self.chat_id, chat_type=chat_type,
+                             user_id=user_id, user_name=user_name, thread_id=thread_id)
 
     def session_key(self, source: Any | None = None) -> str:
         *_, build_session_key = _imports()
@@ -79,15 +81,26 @@ class GatewayHarness:
         await self.adapter.handle_message(MessageEvent(text=text, source=source or self.source(),
                                                        message_id=str(self._ids)))
 
+    def _tasks(self) -> list[Any]:
+        tasks = list(self.adapter._background_tasks)
+        tasks += [t for t in getattr(self.runner, "_background_tasks", ()) if isinstance(t, asyncio.Task)]
+        return [t for t in tasks if not t.done()]
+
     async def drain(self, timeout: float = 60.0) -> None:
-        """Wait until every background task the adapter spawned (and re-spawned) ended."""
+        """Wait until every background task the adapter and the runner spawned (and re-spawned) ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.adapter._background_tasks:
+        await asyncio.sleep(0)
+        while self._tasks():
             if loop.time() > deadline:
                 raise TimeoutError("gateway tasks still running")
-            await asyncio.wait(list(self.adapter._background_tasks), timeout=max(0.1, deadline - loop.time()))
+            await asyncio.wait(self._tasks(), timeout=max(0.1, deadline - loop.time()))
+            await asyncio.sleep(0)
         await asyncio.sleep(0)
+
+    async def stop(self) -> None:
+        """Cancel what the adapter is processing (as a gateway shutdown does)."""
+        await self.adapter.cancel_background_tasks()
 
     def replies(self) -> list[str]:
         return [content for _, content in self.adapter.sent]
@@ -117,4 +130,6 @@ async def start_gateway() -> GatewayHarness:
         adapter._busy_text_mode = runner._busy_text_mode
     runner.adapters[Platform.TELEGRAM] = adapter
     runner._gateway_loop = asyncio.get_running_loop()
+    # start() resumes restart-interrupted sessions once adapters are connected.
+    runner._schedule_resume_pending_sessions()
     return GatewayHarness(runner=runner, adapter=adapter)

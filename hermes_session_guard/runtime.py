@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .audit import AuditLog
+from .compressing import CompressingSessions
 from .config import GuardConfig
 from .gateway_transcript import CompactionLog
 from .hostinfo import hermes_home
@@ -32,6 +33,7 @@ class Runtime:
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
     compactions: CompactionLog = field(default_factory=CompactionLog)
+    compressing: CompressingSessions = field(default_factory=CompressingSessions)
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -59,6 +59,23 @@ CREATE TABLE IF NOT EXISTS session_guard_compressions (
 );
 CREATE INDEX IF NOT EXISTS idx_session_guard_compressions_session
     ON session_guard_compressions(session_id, started_at);
+CREATE TABLE IF NOT EXISTS session_guard_inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    session_id TEXT,
+    op_id TEXT,
+    position INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    text TEXT,
+    user_id TEXT,
+    payload TEXT NOT NULL,
+    buffered_at REAL NOT NULL,
+    dispatched_at REAL,
+    delivered_at REAL,
+    owner TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
+    ON session_guard_inbox(session_key, state, seq);
 """
 
 
@@ -278,3 +295,14 @@ class GuardStore:
             finally:
                 conn.row_factory = None
         return [dict(r) for r in rows]
+
+    def compression_in_flight(self, session_id: str, max_age: float) -> str | None:
+        """The op id of a compression of ``session_id`` that started less than ``max_age``
+        seconds ago and has not finished (any process sharing this state.db), else None."""
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT op_id FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
+                " AND finished_at IS NULL AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
+                (session_id, time.time() - max_age),
+            ).fetchone()
+        return row[0] if row else None
