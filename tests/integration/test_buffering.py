@@ -1,0 +1,206 @@
+"""Messages that arrive while the real GatewayRunner compresses a session: buffered
+durably, answered in arrival order on the same live session id, replayed once after
+a restart. Compression is triggered by session hygiene (before the turn) or by
+preflight (inside the agent's turn); the fake LLM holds the summary call open while
+follow-ups arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import audit, probe
+from hermes_session_guard.config import GuardConfig
+from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.inbox import DELIVERED, Inbox
+from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
+
+from .conftest import HOST, MODES
+
+IS_014 = HOST < (0, 15, 0)
+ON_014_ONLY = pytest.mark.skipif(not IS_014, reason="reproduces Hermes 0.14's busy-message handling")
+
+MARK = re.compile(r"\b(?:trigger|msg-\d+|question|bob-\d+)\b")
+HISTORY = {"hygiene": (200, 126_000), "preflight": (48, 500)}
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    for m in reversed(body.get("messages") or []):
+        if m.get("role") == "user":
+            content = m.get("content")
+            return content if isinstance(content, str) else str(content)
+    return ""
+
+
+def echo(body: dict[str, Any]) -> str:
+    """The fake model answers 're: <marker of the latest user message>'."""
+    found = MARK.findall(last_user_text(body))
+    return "re: " + (found[-1] if found else "?")
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def buffer_config(guard: Any) -> Iterator[Callable[..., None]]:
+    """Change ``session_guard.buffer`` options for one test."""
+    before = guard.config
+
+    def configure(**options: Any) -> None:
+        guard.config = replace(before, buffer=replace(before.buffer, **options))
+
+    yield configure
+    guard.config = before
+
+
+def _set_mode(home: Path, llm: FakeLLMServer, mode: str) -> None:
+    if mode == "in_place" or HOST >= (0, 18, 2):
+        probe.write_config(home, llm.base_url, in_place=(mode == "in_place"))
+
+
+async def _open_session(gw: GatewayHarness, llm: FakeLLMServer, trigger: str, source: Any, tag: str) -> str:
+    """A chat whose history (messages ``<tag>-<i>: ...``) makes the next message compress
+    (by ``trigger``)."""
+    n, tokens = HISTORY[trigger]
+    llm.configure(prompt_tokens=tokens)
+    await gw.send_text("hi", source=source)
+    await gw.drain()
+    sid = gw.bound_session_id(source)
+    assert sid
+    for m in probe.seed_messages(n, tag=tag):
+        gw.runner.session_store.append_to_transcript(sid, m)
+    llm.configure(prompt_tokens=None)
+    return sid
+
+
+def new_tag() -> str:
+    return "h" + uuid.uuid4().hex[:8]
+
+
+async def _summary_started(llm: FakeLLMServer, tag: str, since: float, timeout: float = 30.0) -> None:
+    """Wait until the summary call for this session's history has reached the fake LLM
+    (a summary request from another test's leftover thread does not count)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(r.ts >= since and f"{tag}-1:" in json.dumps(r.body) for r in llm.summary_requests()):
+        assert loop.time() < deadline, "the summary call never started"
+        await asyncio.sleep(0.01)
+
+
+@dataclass
+class Observed:
+    gw: GatewayHarness
+    sid: str
+    sent: list[str]
+    home: Path
+    llm: FakeLLMServer
+    sources: list[Any] = field(default_factory=list)
+    tag: str = "hist"
+
+    def answers(self) -> list[str]:
+        return [r for r in self.gw.replies() if r.startswith("re: ")]
+
+    def live(self) -> list[str]:
+        return [str(r["content"]) for r in probe.live_messages(self.home / "state.db", self.sid)]
+
+
+async def _followups_during_compression(llm: FakeLLMServer, home: Path, trigger: str, n: int, users: int) -> Observed:
+    gw = await start_gateway()
+    group = users > 1
+    sources = [
+        gw.source(user_id=f"u{i}", user_name=f"user{i}", chat_type="group" if group else "dm",
+                  thread_id="t1" if group else None)
+        for i in range(max(users, 1))
+    ]
+    tag = new_tag()
+    sid = await _open_session(gw, llm, trigger, sources[0], tag)
+    gate = threading.Event()
+    llm.configure(reply_fn=echo, summary_gate=gate)
+    since = time.time()
+    await gw.send_text("trigger", source=sources[0])
+    await _summary_started(llm, tag, since)
+    sent = []
+    for k in range(n):
+        text = f"msg-{k}"
+        sent.append(text)
+        await gw.send_text(text, source=sources[k % len(sources)])
+    gate.set()
+    await gw.drain()
+    return Observed(gw, sid, sent, home, llm, sources, tag)
+
+
+def assert_delivered_in_order(obs: Observed) -> None:
+    """The contract for follow-ups that arrived during compression."""
+    expected = ["re: trigger"] + [f"re: {t}" for t in obs.sent]
+    assert obs.answers() == expected, obs.gw.replies()
+    src = obs.sources[0] if obs.sources else None
+    assert obs.gw.bound_session_id(src) == obs.sid
+    rows = probe.sessions_table(obs.home / "state.db")
+    assert [(r["id"], r["ended_at"]) for r in rows] == [(obs.sid, None)]
+    live = obs.live()
+    tail = [MARK.findall(c)[-1] for c in live if MARK.findall(c)]
+    assert tail[-2 * (len(obs.sent) + 1):] == [x for t in ["trigger", *obs.sent] for x in (t, t)], tail[-12:]
+    # The first turn after compression that carries a buffered message sees the compacted
+    # history of the same session, the triggering exchange, and every earlier follow-up.
+    for k, text in enumerate(obs.sent):
+        (req,) = [r for r in obs.llm.chat_requests() if MARK.findall(last_user_text(r.body))[-1:] == [text]]
+        seen = " ".join(str(m.get("content")) for m in req.body["messages"])
+        assert "re: trigger" in seen and all(t in seen for t in obs.sent[: k + 1]), text
+        assert f"{obs.tag}-100:" not in seen
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "trigger,n,users",
+    [
+        ("preflight", 1, 1),
+        ("hygiene", 5, 1),
+        pytest.param("preflight", 50, 1, marks=pytest.mark.slow),
+        ("preflight", 5, 3),
+        pytest.param("hygiene", 50, 3, marks=pytest.mark.slow),
+    ],
+)
+def test_followups_during_compression_are_answered_in_order(
+    guard: Any, llm: FakeLLMServer, home: Path, mode: str, trigger: str, n: int, users: int
+) -> None:
+    """Seed scenario 'Post-compression message delivery' with 1, 5 and 50 follow-ups
+    from one sender and from several senders sharing one session (a group thread)."""
+    _set_mode(home, llm, mode)
+    obs = run(_followups_during_compression(llm, home, trigger, n, users))
+    assert_delivered_in_order(obs)
+    receipts = [r for r in obs.gw.replies() if r == GuardConfig().buffer.receipt_text]
+    assert len(receipts) == n
+    store = guard.store_for(home / "state.db")
+    (op,) = [c["op_id"] for c in store.compressions(obs.sid)]
+    entries = Inbox(store).entries()
+    assert [(e.state, e.position, e.op_id, e.text) for e in entries] == [
+        (DELIVERED, k + 1, op, t) for k, t in enumerate(obs.sent)
+    ]
+    events = [e for e in audit.read_events(guard.audit_path) if e["event"].startswith("message.")]
+    for name in ("message.buffered", "message.delivered"):
+        got = [(e["op_id"], e["position"], e["session_id"]) for e in events if e["event"] == name]
+        assert got == [(op, k + 1, obs.sid) for k in range(n)], name
+
+
+@ON_014_ONLY
+@pytest.mark.parametrize(
+    "trigger,n,users", [("preflight", 1, 1), ("hygiene", 5, 1), ("preflight", 50, 1), ("preflight", 5, 3),
+                        ("hygiene", 50, 3)],
+)
+def test_followups_during_compression_are_lost_without_the_guard(
+    no_guard: None, llm: FakeLLMServer, home: Path, trigger: str, n: int, users: int
+) -> None:
+    obs = run(_followups_during_compression(llm, home, trigger, n, users))
+    with pytest.raises(AssertionError):
+        assert_delivered_in_order(obs)
