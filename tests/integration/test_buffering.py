@@ -12,6 +12,7 @@ import re
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -433,3 +434,91 @@ def test_two_agent_loop_loses_b_messages_without_the_guard(no_guard: None, llm: 
     gw, sid, sent = run(_two_agent_loop(llm, home))
     with pytest.raises(AssertionError):
         _assert_a_saw_b(gw, llm, sid, sent)
+
+
+# -- the gateway's binding stays on the live id on every path ----------------------------
+
+class _NoReuse(OrderedDict):  # type: ignore[type-arg]
+    """An agent cache that never hits: every turn builds a fresh AIAgent from the id
+    the gateway passes (the queued follow-up recursion passes the turn's original id)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return None
+
+
+BINDING_PATHS = ["success", "interrupted", "empty_reply", "agent_cache_miss", "followup_recursion"]
+
+
+async def _binding_path(llm: FakeLLMServer, home: Path, path: str) -> tuple[GatewayHarness, str]:
+    """A turn that compresses (preflight) and ends by ``path``, then one more message."""
+    gw = await start_gateway()
+    tag = new_tag()
+    sid = await _open_session(gw, llm, "preflight", gw.source(), tag)
+    if path == "agent_cache_miss":
+        gw.runner._agent_cache = _NoReuse()
+    slow = threading.Event()
+
+    def reply(body: dict[str, Any]) -> str:
+        last = last_user_text(body)
+        if last.endswith("trigger"):
+            if path == "interrupted":
+                slow.wait(10)
+            if path == "empty_reply":
+                return ""
+        return echo(body)
+
+    gate = threading.Event()
+    llm.configure(reply_fn=reply, summary_gate=gate)
+    since = time.time()
+    turn = asyncio.get_running_loop().create_task(gw.send_text("trigger"))
+    await _summary_started(llm, tag, since)
+    if path in ("agent_cache_miss", "followup_recursion"):
+        for k in range(2):
+            await gw.send_text(f"msg-{k}")
+    gate.set()
+    if path == "interrupted":
+        # compression is over and the turn's model call is in progress: a new message interrupts it
+        await _until(lambda: any(r.ts >= since and last_user_text(r.body).endswith("trigger")
+                                 for r in llm.chat_requests()), what="the turn's model call")
+        await gw.send_text("msg-9 interrupting")
+        slow.set()
+    await turn
+    await gw.drain()
+    await gw.send_text("question after")
+    await gw.drain()
+    return gw, sid
+
+
+def _assert_routing_on_live_id(gw: GatewayHarness, llm: FakeLLMServer, home: Path, sid: str) -> None:
+    assert gw.bound_session_id() == sid
+    rows = probe.sessions_table(home / "state.db")
+    assert [(r["id"], r["ended_at"]) for r in rows] == [(sid, None)], [(r["id"], r["end_reason"]) for r in rows]
+    rows = probe.live_messages(home / "state.db", sid)
+    assert str(rows[-1]["content"]) == "re: question", [str(r["content"])[:30] for r in rows[-6:]]
+    users = [str(r["content"]) for r in rows if r["role"] == "user"]
+    assert users.count("trigger") == 1, users[-6:]
+    assert gw.replies()[-1] == "re: question"
+    # the last turn ran on the compacted transcript of the same session
+    last = llm.chat_requests()[-1].body
+    assert "question after" in last_user_text(last)
+    assert any("CONTEXT COMPACTION" in str(m.get("content")) for m in last["messages"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", BINDING_PATHS)
+def test_gateway_binding_stays_on_the_live_id(
+    guard: Any, llm: FakeLLMServer, home: Path, mode: str, path: str
+) -> None:
+    _set_mode(home, llm, mode)
+    gw, sid = run(_binding_path(llm, home, path))
+    _assert_routing_on_live_id(gw, llm, home, sid)
+
+
+@ON_014_ONLY
+@pytest.mark.parametrize("path", BINDING_PATHS)
+def test_gateway_binding_leaves_the_live_id_without_the_guard(
+    no_guard: None, llm: FakeLLMServer, home: Path, path: str
+) -> None:
+    gw, sid = run(_binding_path(llm, home, path))
+    with pytest.raises(AssertionError):
+        _assert_routing_on_live_id(gw, llm, home, sid)
