@@ -522,3 +522,109 @@ def test_gateway_binding_leaves_the_live_id_without_the_guard(
     gw, sid = run(_binding_path(llm, home, path))
     with pytest.raises(AssertionError):
         _assert_routing_on_live_id(gw, llm, home, sid)
+
+
+# -- receipts, the operator's cap, failing open ------------------------------------------
+
+async def _compressing_then(llm: FakeLLMServer, home: Path, during: Callable[[GatewayHarness], Awaitable[Any]]
+                            ) -> tuple[GatewayHarness, str]:
+    """Hygiene compression held open while ``during(gw)`` runs; then everything drains."""
+    gw = await start_gateway()
+    tag = new_tag()
+    sid = await _open_session(gw, llm, "hygiene", gw.source(), tag)
+    gate = threading.Event()
+    llm.configure(reply_fn=echo, summary_gate=gate)
+    since = time.time()
+    await gw.send_text("trigger")
+    await _summary_started(llm, tag, since)
+    await during(gw)
+    gate.set()
+    await gw.drain()
+    return gw, sid
+
+
+def test_over_the_cap_is_refused_to_the_sender_and_logged(
+    guard: Any, buffer_config: Callable[..., None], llm: FakeLLMServer, home: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``buffer.max_messages`` caps the buffer; a message over it is refused loudly
+    (told to the sender, audit event, WARNING line), never dropped in silence."""
+    buffer_config(max_messages=2)
+
+    async def during(gw: GatewayHarness) -> None:
+        for k in range(4):
+            await gw.send_text(f"msg-{k}")
+
+    with caplog.at_level("WARNING", logger="hermes_session_guard"):
+        gw, sid = run(_compressing_then(llm, home, during))
+    receipt = GuardConfig().buffer.receipt_text
+    refusal = GuardConfig().buffer.overflow_text.format(waiting=2, limit=2)
+    notices = [r for r in gw.replies() if r in (receipt, refusal)]
+    assert notices == [receipt, receipt, refusal, refusal]
+    assert [r for r in gw.replies() if r.startswith("re: ")] == ["re: trigger", "re: msg-0", "re: msg-1"]
+    refused = [e for e in audit.read_events(guard.audit_path) if e["event"] == "message.refused"]
+    assert [(e["waiting"], e["limit"], e["session_id"]) for e in refused] == [(2, 2, sid), (2, 2, sid)]
+    assert sum("REFUSED" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_receipt_is_sent_only_after_the_message_is_stored(
+    guard: Any, llm: FakeLLMServer, home: Path
+) -> None:
+    stored_when_receipted: list[list[str]] = []
+
+    async def during(gw: GatewayHarness) -> None:
+        send = gw.adapter.send
+        inbox = Inbox(guard.store_for(home / "state.db"))
+
+        async def watching_send(chat_id: str, content: str, *args: Any, **kwargs: Any) -> Any:
+            if content == GuardConfig().buffer.receipt_text:
+                stored_when_receipted.append([e.text or "" for e in inbox.entries()])
+            return await send(chat_id, content, *args, **kwargs)
+
+        gw.adapter.send = watching_send
+        for k in range(3):
+            await gw.send_text(f"msg-{k}")
+
+    run(_compressing_then(llm, home, during))
+    assert stored_when_receipted == [["msg-0"], ["msg-0", "msg-1"], ["msg-0", "msg-1", "msg-2"]]
+
+
+def test_receipts_can_be_switched_off(guard: Any, buffer_config: Callable[..., None], llm: FakeLLMServer,
+                                      home: Path) -> None:
+    buffer_config(receipt=False)
+
+    async def during(gw: GatewayHarness) -> None:
+        for k in range(2):
+            await gw.send_text(f"msg-{k}")
+
+    gw, _ = run(_compressing_then(llm, home, during))
+    assert GuardConfig().buffer.receipt_text not in gw.replies()
+    assert [r for r in gw.replies() if r.startswith("re: ")] == ["re: trigger", "re: msg-0", "re: msg-1"]
+
+
+def test_a_store_failure_fails_open_to_hermes(
+    guard: Any, llm: FakeLLMServer, home: Path, mocker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """If the inbox cannot store the message, Hermes gets it as it would without the
+    guard (nothing is dropped by the guard) and one ERROR line says why."""
+    import sqlite3
+
+    mocker.patch.object(Inbox, "append", side_effect=sqlite3.OperationalError("disk I/O error"))
+
+    async def during(gw: GatewayHarness) -> None:
+        await gw.send_text("msg-0")
+
+    with caplog.at_level("ERROR", logger="hermes_session_guard"):
+        gw, _ = run(_compressing_then(llm, home, during))
+    assert any("could not store a message" in r.getMessage() and "failing open" in r.getMessage()
+               for r in caplog.records)
+    assert GuardConfig().buffer.receipt_text not in gw.replies()
+    assert "re: msg-0" in gw.replies()
+
+
+def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+    async def during(gw: GatewayHarness) -> None:
+        await gw.send_text("/help")
+
+    run(_compressing_then(llm, home, during))
+    assert Inbox(guard.store_for(home / "state.db")).entries() == []
