@@ -259,6 +259,9 @@ def run_contract_probe(home: Path) -> ProbeResult:
             and {e["session_id"] for e in events} == {sid},
             ", ".join(names),
         )
+        from .probe_gateway import check_buffered_delivery
+
+        check_buffered_delivery(result, llm, runtime)
     return result
 
 

@@ -133,3 +133,57 @@ async def start_gateway() -> GatewayHarness:
     # start() resumes restart-interrupted sessions once adapters are connected.
     runner._schedule_resume_pending_sessions()
     return GatewayHarness(runner=runner, adapter=adapter)
+
+
+BUFFER_CHECK = "message buffered during compression delivered"
+
+
+def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
+    """Selftest check: through the real GatewayRunner, a message that arrives while the
+    session compresses is buffered, then answered after the triggering message, on the
+    same session id. ``result`` is a ProbeResult; ``llm`` the running FakeLLMServer."""
+    import threading
+
+    from . import host_adapter, probe
+    from .inbox import DELIVERED, Inbox
+
+    def reply(body: dict[str, Any]) -> str:
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        return "re: " + str(users[-1].get("content") if users else "")
+
+    async def scenario() -> tuple[GatewayHarness, str]:
+        gw = await start_gateway()
+        await gw.send_text("hi")
+        await gw.drain()
+        sid = gw.bound_session_id() or ""
+        for m in probe.seed_messages(tag="probe"):
+            gw.runner.session_store.append_to_transcript(sid, m)
+        gate = threading.Event()
+        llm.configure(reply_fn=reply, summary_gate=gate, gate_timeout=30.0)
+        try:
+            await gw.send_text("probe trigger")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while runtime.compressing.op_for(sid) is None and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            await gw.send_text("probe follow-up")
+        finally:
+            gate.set()
+        await gw.drain()
+        return gw, sid
+
+    try:
+        gw, sid = asyncio.run(scenario())
+    except Exception as exc:
+        return bool(result.check(BUFFER_CHECK, False, f"{type(exc).__name__}: {exc}"))
+    finally:
+        llm.configure(reply_fn=None, summary_gate=None)
+    answers = [r for r in gw.replies() if r.startswith("re: ")]
+    entries = Inbox(runtime.store_for(host_adapter.runner_db_path(gw.runner))).entries()
+    ok = (
+        answers == ["re: probe trigger", "re: probe follow-up"]
+        and [(e.text, e.state) for e in entries] == [("probe follow-up", DELIVERED)]
+        and gw.bound_session_id() == sid
+    )
+    detail = f"answers={answers} inbox={[(e.text, e.state) for e in entries]} bound={gw.bound_session_id()} sid={sid}"
+    return bool(result.check(BUFFER_CHECK, ok, detail))

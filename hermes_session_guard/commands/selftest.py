@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
         print("Seams:")
         for s in report.get("seams", []):
-            print(f"  {s['name']:<12} {s['state']:<8} {s['target']}  {s['reason']}")
+            print(f"  {s['name']:<15} {s['state']:<10} {s['target']}  {s['reason']}")
         print("Contract (live probe, temporary HERMES_HOME, loopback fake LLM):")
         for c in report.get("checks", []):
             detail = f"  ({c['detail']})" if c["detail"] and not c["ok"] else ""

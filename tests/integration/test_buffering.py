@@ -628,3 +628,11 @@ def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: FakeLLM
 
     run(_compressing_then(llm, home, during))
     assert Inbox(guard.store_for(home / "state.db")).entries() == []
+
+
+def test_selftest_check_for_buffered_delivery(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+    from hermes_session_guard.probe_gateway import BUFFER_CHECK, check_buffered_delivery
+
+    result = probe.ProbeResult()
+    assert check_buffered_delivery(result, llm, guard), result.checks
+    assert [c["name"] for c in result.checks] == [BUFFER_CHECK]
