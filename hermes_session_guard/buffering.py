@@ -47,11 +47,13 @@ log = logging.getLogger("hermes_session_guard")
 
 @dataclass
 class _RunnerState:
-    """What one gateway runner has in flight: its owner token and the messages it
-    handed to an adapter that has not started them yet."""
+    """What one gateway runner has in flight: its owner token, the messages it
+    handed to an adapter that has not started them yet, and its inbox."""
 
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     handed: set[int] = field(default_factory=set)
+    inbox: Inbox | None = None
+    runtime: Runtime | None = None
 
 
 _states: weakref.WeakKeyDictionary[Any, _RunnerState] = weakref.WeakKeyDictionary()
@@ -65,7 +67,11 @@ def runner_state(runner: Any) -> _RunnerState:
 
 
 def inbox_for(runtime: Runtime, runner: Any) -> Inbox:
-    return Inbox(runtime.store_for(host.runner_db_path(runner)))
+    state = runner_state(runner)
+    if state.inbox is None or state.runtime is not runtime:
+        state.inbox = Inbox(runtime.store_for(host.runner_db_path(runner)))
+        state.runtime = runtime
+    return state.inbox
 
 
 def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | None:
@@ -76,7 +82,7 @@ def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | Non
         op = runtime.compressing.op_for(sid)
         if op:
             return op
-    store = runtime.store_for(host.runner_db_path(runner))
+    store = inbox_for(runtime, runner).store
     for sid in dict.fromkeys(ids):
         op = store.compression_in_flight(sid, runtime.config.lock.lease_seconds)
         if op:

@@ -16,6 +16,12 @@ A message moves through three states, each change one committed transaction:
 
 A ``dispatched`` message whose owner is gone (crash, restart) is either found in
 the transcript (then ``delivered``) or put back to ``buffered`` and replayed.
+
+Durability: the append is committed and on disk before it returns (the sender's
+receipt promises that). The later state changes are committed without waiting for
+the disk (WAL ``synchronous=NORMAL``): they survive a process crash; a power loss
+can roll the latest back to ``buffered``/``dispatched``, which the startup replay
+resolves from the transcript.
 Nothing here knows Hermes; the gateway side is in :mod:`hermes_session_guard.buffering`.
 """
 
@@ -166,7 +172,7 @@ class Inbox:
         oldest buffered one to dispatched. Returns (newly delivered, dispatched or None)."""
         keep = set(keep)
         now = time.time()
-        with self.store.transaction() as conn:
+        with self.store.transaction(wait_for_disk=False) as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM session_guard_inbox WHERE session_key = ? AND state = ? AND owner = ?"
                 " ORDER BY seq",
@@ -196,7 +202,7 @@ class Inbox:
     def dispatch_next(self, session_key: str, owner: str) -> InboxEntry | None:
         """Move the oldest buffered message of this session to dispatched (owned by ``owner``)."""
         now = time.time()
-        with self.store.transaction() as conn:
+        with self.store.transaction(wait_for_disk=False) as conn:
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM session_guard_inbox WHERE session_key = ? AND state = ? ORDER BY seq LIMIT 1",
                 (session_key, BUFFERED),
@@ -211,7 +217,7 @@ class Inbox:
 
     def requeue(self, seq: int) -> bool:
         """Put a dispatched message back in the queue (it keeps its place)."""
-        with self.store.transaction() as conn:
+        with self.store.transaction(wait_for_disk=False) as conn:
             cur = conn.execute(
                 "UPDATE session_guard_inbox SET state = ?, dispatched_at = NULL, owner = NULL"
                 " WHERE seq = ? AND state = ?",
@@ -221,7 +227,7 @@ class Inbox:
 
     def mark_delivered(self, seqs: Iterable[int]) -> int:
         now = time.time()
-        with self.store.transaction() as conn:
+        with self.store.transaction(wait_for_disk=False) as conn:
             cur = conn.executemany(
                 "UPDATE session_guard_inbox SET state = ?, delivered_at = ? WHERE seq = ? AND state != ?",
                 [(DELIVERED, now, s, DELIVERED) for s in seqs],

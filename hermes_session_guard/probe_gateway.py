@@ -75,11 +75,14 @@ class GatewayHarness:
         entry = self.runner.session_store._entries.get(self.session_key(source))
         return entry.session_id if entry else None
 
-    async def send_text(self, text: str, source: Any | None = None) -> None:
+    def event(self, text: str, source: Any | None = None) -> Any:
+        """A MessageEvent as a platform would deliver it (fresh message id)."""
         _, _, _, _, MessageEvent, *_ = _imports()
         self._ids += 1
-        await self.adapter.handle_message(MessageEvent(text=text, source=source or self.source(),
-                                                       message_id=str(self._ids)))
+        return MessageEvent(text=text, source=source or self.source(), message_id=str(self._ids))
+
+    async def send_text(self, text: str, source: Any | None = None) -> None:
+        await self.adapter.handle_message(self.event(text, source))
 
     def _tasks(self) -> list[Any]:
         tasks = list(self.adapter._background_tasks)

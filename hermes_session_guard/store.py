@@ -121,6 +121,8 @@ class GuardStore:
         self._timeout = timeout
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._wal = False
+        self._synchronous = 2
 
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -129,7 +131,9 @@ class GuardStore:
             conn = sqlite3.connect(
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            self._wal = bool(mode) and str(mode[0]).lower() == "wal"
+            self._synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
             conn.executescript(_SCHEMA)
             conn.execute(
@@ -140,17 +144,28 @@ class GuardStore:
         return self._conn
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, wait_for_disk: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction. By default the commit waits until the data is on disk.
+        ``wait_for_disk=False`` (WAL only, ``synchronous=NORMAL`` for this commit) survives a
+        process crash but a power loss may roll it back; use it only for changes the guard
+        can re-derive (the next full commit or checkpoint makes it durable too)."""
         with self._lock:
             conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE")
+            relaxed = not wait_for_disk and self._wal and self._synchronous > 1
+            if relaxed:
+                conn.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                else:
+                    conn.execute("COMMIT")
+            finally:
+                if relaxed:
+                    conn.execute(f"PRAGMA synchronous={self._synchronous}")
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
