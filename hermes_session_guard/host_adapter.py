@@ -45,12 +45,12 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "_background_tasks",
         "_draining",
         "adapters",
-        "_adapter_for_source",
         "_session_key_for_source",
         "_is_user_authorized",
         "_reply_anchor_for_event",
         "_thread_metadata_for_source",
     ),
+    "GatewayRunner attributes used when present": ("_adapter_for_source",),
     "SessionStore attributes": ("_entries",),
     "BasePlatformAdapter attributes": (
         "_active_sessions",

@@ -636,3 +636,34 @@ def test_selftest_check_for_buffered_delivery(guard: Any, llm: FakeLLMServer, ho
     result = probe.ProbeResult()
     assert check_buffered_delivery(result, llm, guard), result.checks
     assert [c["name"] for c in result.checks] == [BUFFER_CHECK]
+
+
+def test_gateway_names_the_guard_uses_exist_in_this_hermes(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+    """Every gateway name listed in host_adapter.HOST_NAMES is present on a live runner,
+    its session store and its adapter (a new Hermes release that renames one fails here)."""
+    from hermes_session_guard.host_adapter import HOST_NAMES
+
+    async def scenario() -> GatewayHarness:
+        gw = await start_gateway()
+        await gw.send_text("hi")
+        await gw.drain()
+        return gw
+
+    gw = run(scenario())
+    owners = {
+        "GatewayRunner attributes": gw.runner,
+        "SessionStore attributes": gw.runner.session_store,
+        "BasePlatformAdapter attributes": gw.adapter,
+    }
+    missing = [f"{group}: {name}" for group, obj in owners.items() for name in HOST_NAMES[group]
+               if not hasattr(obj, name)]
+    import importlib
+
+    for module in ("gateway.platforms.base", "gateway.session", "tools.approval"):
+        for dotted in HOST_NAMES[module]:
+            obj: Any = importlib.import_module(module)
+            for part in dotted.split("."):
+                obj = getattr(obj, part, None)
+            if obj is None:
+                missing.append(f"{module}: {dotted}")
+    assert missing == []
