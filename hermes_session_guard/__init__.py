@@ -35,13 +35,27 @@ def install(config: GuardConfig | dict[str, Any] | None = None) -> Any:
 
 def register(ctx: Any) -> None:
     """Hermes plugin entry point: read ``session_guard:`` from config.yaml, patch the
-    seams, and add ``hermes session-guard ...``. Never raises into the host."""
+    seams, and add ``hermes session-guard ...``, the ``session_guard_recall`` tool and
+    ``/handoff-packet``. Never raises into the host."""
     try:
         from .cli import register_cli
 
         register_cli(ctx)
     except Exception as exc:
         log.warning("session guard: could not register the `hermes session-guard` command: %s", exc)
+    try:
+        from .recall_tool import register_recall_tool
+
+        register_recall_tool(ctx)
+    except Exception as exc:
+        log.warning("session guard: could not register the session_guard_recall tool: %s", exc)
+    try:
+        from .commands import handoff
+
+        ctx.register_command(handoff.SLASH_NAME, handoff.slash_command, description=handoff.SLASH_HELP,
+                             args_hint="[note]")
+    except Exception as exc:
+        log.warning("session guard: could not register the /%s slash command: %s", "handoff-packet", exc)
     try:
         config = load_config(hermes_home())
     except ConfigError as exc:

@@ -7,14 +7,18 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import selftest, snapshots
+from .commands import doctor, handoff, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
+    "doctor": doctor,
+    "repair": repair,
+    "status": status,
     "snapshots": snapshots,
+    "handoff": handoff,
 }
 
-HELP = "Session-stable compression guard: selftest, snapshots"
+HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff"
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:

@@ -45,6 +45,7 @@ class SummariesConfig:
 
 @dataclass(frozen=True)
 class RecallConfig:
+    enabled: bool = True  # offer session_guard_recall (and its system-prompt rule) to compacted sessions
     max_chars: int = 8000
 
 
@@ -90,6 +91,30 @@ _MINIMUMS: dict[str, float] = {
 }
 
 
+def relative_path_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a directory inside ``HERMES_HOME`` (``None`` if it can).
+
+    Checked with both POSIX and Windows rules, so a config file moved between
+    machines cannot smuggle in ``C:\\...``, ``\\\\server\\share`` or ``..``."""
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    if not value.strip():
+        return "must not be empty"
+    if "\x00" in value:
+        return "must not contain NUL"
+    for pure in (PurePosixPath(value), PureWindowsPath(value)):
+        if pure.is_absolute() or pure.anchor:
+            return "must be relative to HERMES_HOME, not an absolute path"
+        if ".." in pure.parts:
+            return "must stay inside HERMES_HOME (no '..')"
+    return None
+
+
+_CHECKS: dict[str, Any] = {
+    "handoff.artifact_dir": relative_path_problem,
+}
+
+
 def _coerce(key: str, expected: type, value: Any) -> Any:
     if expected is bool:
         if isinstance(value, bool):
@@ -117,6 +142,10 @@ def _coerce(key: str, expected: type, value: Any) -> Any:
         except (KeyError, IndexError, ValueError) as exc:
             fields_ = ", ".join("{" + n + "}" for n in _TEMPLATES[key])
             raise ConfigError(key, f"may only use the placeholders {fields_} ({exc}); got {value!r}") from None
+    if key in _CHECKS:
+        problem = _CHECKS[key](value)
+        if problem:
+            raise ConfigError(key, f"{problem}; got {value!r}")
     return value
 
 
@@ -159,7 +188,10 @@ def load_config(hermes_home: Any) -> GuardConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError("(file)", f"{path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError("(file)", f"{path} is not valid YAML ({problem}{where})") from exc
     if not isinstance(data, dict):
         return GuardConfig()
     return parse_config(data.get("session_guard"))

@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 __all__ = [
     "ANTHROPIC_MESSAGE_KEYS",
+    "ToolCallReply",
     "DEFAULT_SUMMARY_TEXT",
     "OPENAI_MESSAGE_KEYS",
     "SUMMARY_MARKERS",
@@ -48,6 +49,9 @@ SUMMARY_MARKERS: tuple[str, ...] = (
     "handoff summary",
     "TURNS TO SUMMARIZE",
     "conversation turns to summarize",
+    # Hermes's iterative update of an earlier summary carries none of the above
+    "You are a summarization agent",
+    "NEW TURNS TO INCORPORATE",
 )
 
 OPENAI_MESSAGE_KEYS: frozenset[str] = frozenset(
@@ -94,6 +98,30 @@ _ANTHROPIC_ERROR_TYPES = {
 }
 
 _GARBAGE_PATTERN = bytes([0xFF, 0xFE, 0xC3, 0x28, 0xA0, 0xA1, 0xE2, 0x28, 0xA1, 0x80])
+
+
+@dataclass(frozen=True)
+class ToolCallReply:
+    """What a ``reply_fn`` returns to make the model call tools instead of answering:
+    ``calls`` is a list of ``(tool_name, arguments_dict)``; ``text`` optional prose."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    text: str = ""
+
+    def openai_tool_calls(self) -> list[dict[str, Any]]:
+        return [
+            {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(args)}}
+            for name, args in self.calls
+        ]
+
+    def anthropic_blocks(self) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text}] if self.text else []
+        blocks += [
+            {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", "name": name, "input": args}
+            for name, args in self.calls
+        ]
+        return blocks
 
 
 @dataclass(frozen=True)
@@ -352,14 +380,19 @@ class _Handler(BaseHTTPRequestHandler):
                 return
 
         try:
-            text = text_override if text_override is not None else fake._reply_for(kind, body)
+            reply = text_override if text_override is not None else fake._reply_for(kind, body)
         except Exception as exc:
             self._send_error(500, f"reply function failed: {exc!r}", api)
             return
 
         model = str(body.get("model") or (fake.models[0] if fake.models else "fake-model"))
-        prompt_tokens, completion_tokens = fake._usage(raw, text)
         stream = bool(body.get("stream"))
+        if isinstance(reply, ToolCallReply):
+            prompt_tokens, completion_tokens = fake._usage(raw, reply.text)
+            self._tool_call_reply(api, stream, model, reply, prompt_tokens, completion_tokens, body)
+            return
+        text = str(reply)
+        prompt_tokens, completion_tokens = fake._usage(raw, text)
         if api == "openai":
             if stream:
                 include_usage = (body.get("stream_options") or {}).get("include_usage")
@@ -370,6 +403,76 @@ class _Handler(BaseHTTPRequestHandler):
             self._anthropic_stream(model, text, prompt_tokens, completion_tokens)
         else:
             self._anthropic_json(model, text, prompt_tokens, completion_tokens)
+
+    def _tool_call_reply(
+        self, api: str, stream: bool, model: str, reply: ToolCallReply, prompt_tokens: int,
+        completion_tokens: int, body: dict[str, Any],
+    ) -> None:
+        if api == "openai":
+            calls = reply.openai_tool_calls()
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                     "total_tokens": prompt_tokens + completion_tokens}
+            if not stream:
+                self._send_json(200, {
+                    "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
+                    "created": int(time.time()), "model": model,
+                    "choices": [{"index": 0, "logprobs": None, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": reply.text or None,
+                                             "tool_calls": calls, "refusal": None}}],
+                    "usage": usage, "system_fingerprint": None,
+                })
+                return
+            include_usage = (body.get("stream_options") or {}).get("include_usage")
+            chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+            def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+                obj: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk", "created": int(time.time()),
+                                       "model": model, "system_fingerprint": None,
+                                       "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                    "finish_reason": finish}]}
+                if finish and include_usage is not False:
+                    obj["usage"] = usage
+                return b"data: " + json.dumps(obj).encode("utf-8") + b"\n\n"
+
+            self._start_stream()
+            self._write(chunk({"role": "assistant", "content": reply.text or None}, None), 0)
+            for i, call in enumerate(calls):
+                self._write(chunk({"tool_calls": [{"index": i, **call}]}, None), 0)
+            self._write(chunk({}, "tool_calls"), 0)
+            self._write(b"data: [DONE]\n\n", 0)
+            return
+        blocks = reply.anthropic_blocks()
+        message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
+                   "stop_reason": "tool_use", "stop_sequence": None,
+                   "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}}
+        if not stream:
+            self._send_json(200, {**message, "content": blocks})
+            return
+
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        self._start_stream()
+        self._write(event("message_start", {"type": "message_start", "message": {
+            **message, "content": [], "stop_reason": None, "usage": {"input_tokens": prompt_tokens, "output_tokens": 0}
+        }}), 0)
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                self._write(event("content_block_start", {"type": "content_block_start", "index": i,
+                                                          "content_block": {"type": "text", "text": ""}}), 0)
+                self._write(event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                          "delta": {"type": "text_delta", "text": block["text"]}}), 0)
+            else:
+                start = {**block, "input": {}}
+                self._write(event("content_block_start", {"type": "content_block_start", "index": i,
+                                                          "content_block": start}), 0)
+                self._write(event("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                    "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}), 0)
+            self._write(event("content_block_stop", {"type": "content_block_stop", "index": i}), 0)
+        self._write(event("message_delta", {"type": "message_delta",
+                                            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                            "usage": {"output_tokens": completion_tokens}}), 0)
+        self._write(event("message_stop", {"type": "message_stop"}), 0)
 
     # -- OpenAI -----------------------------------------------------------
 
@@ -522,7 +625,7 @@ class FakeLLMServer:
         *,
         models: list[str] | None = None,
         reply_text: str = "OK.",
-        reply_fn: Callable[[dict[str, Any]], str] | None = None,
+        reply_fn: Callable[[dict[str, Any]], str | ToolCallReply] | None = None,
         summary_text: str = DEFAULT_SUMMARY_TEXT,
         summary_fn: Callable[[dict[str, Any]], str] | None = None,
         summary_predicate: Callable[[dict[str, Any]], bool] | None = None,
@@ -743,12 +846,15 @@ class FakeLLMServer:
             self._violations.extend((path, index, key) for index, key in found)
         return found[0]
 
-    def _reply_for(self, kind: RequestKind, body: dict[str, Any]) -> str:
+    def _reply_for(self, kind: RequestKind, body: dict[str, Any]) -> str | ToolCallReply:
         if kind == "summary":
             fn, text = self.summary_fn, self.summary_text
         else:
             fn, text = self.reply_fn, self.reply_text
-        return str(fn(body)) if fn is not None else text
+        if fn is None:
+            return text
+        reply = fn(body)
+        return reply if isinstance(reply, ToolCallReply) and kind == "chat" else str(reply)
 
     def _usage(self, raw: bytes, text: str) -> tuple[int, int]:
         prompt = self.prompt_tokens if isinstance(self.prompt_tokens, int) else max(1, len(raw) // 4)

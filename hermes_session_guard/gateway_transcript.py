@@ -31,12 +31,37 @@ class Compaction:
 
 class CompactionLog:
     """The latest compaction per session id in this process (a sequence number and
-    the compacted transcript as compression returned it)."""
+    the compacted transcript as compression returned it), and the latest hand-off
+    fork per parent session."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = 0
         self._latest: dict[str, Compaction] = {}
+        self._forks: dict[str, tuple[int, str]] = {}
+
+    def record_fork(self, parent: str, child: str) -> None:
+        with self._lock:
+            self._seq += 1
+            self._forks[parent] = (self._seq, child)
+
+    def fork_target(self, session_id: str) -> str:
+        """Where a conversation addressed to ``session_id`` lives now (following
+        successive hand-offs); ``session_id`` itself when it was never handed off."""
+        seen = {session_id}
+        with self._lock:
+            while session_id in self._forks:
+                session_id = self._forks[session_id][1]
+                if session_id in seen:
+                    break
+                seen.add(session_id)
+        return session_id
+
+    def fork_since(self, parent: str, mark: int) -> str | None:
+        """The child ``parent`` was handed off to after ``mark``, if any."""
+        with self._lock:
+            found = self._forks.get(parent)
+        return found[1] if found is not None and found[0] > mark else None
 
     def record(self, session_id: str, compacted: list[Any]) -> None:
         with self._lock:

@@ -40,6 +40,7 @@ DISPATCHED = "dispatched"
 DELIVERED = "delivered"
 FAILED = "failed"
 UNDELIVERED = (BUFFERED, DISPATCHED)
+INBOX_TABLE = "session_guard_inbox"
 
 _COLUMNS = (
     "seq, session_key, session_id, op_id, position, state, text, user_id, payload,"
@@ -100,7 +101,7 @@ class Inbox:
         ``max_messages`` > 0 and that many undelivered already, raise :class:`InboxFull`."""
         data = json.dumps(payload, ensure_ascii=False, default=str)
         now = time.time()
-        with self.store.transaction() as conn:
+        with self.store.transaction(wait_for_disk=True) as conn:
             if max_messages > 0:
                 (waiting,) = conn.execute(
                     "SELECT COUNT(*) FROM session_guard_inbox WHERE session_key = ? AND state IN (?, ?)",

@@ -10,7 +10,8 @@ from .audit import AuditLog
 from .compressing import CompressingSessions
 from .config import GuardConfig
 from .gateway_transcript import CompactionLog
-from .hostinfo import hermes_home
+from .hostinfo import hermes_home, state_db_path
+from .session_lock import SessionLocks
 from .store import GuardStore
 
 
@@ -18,12 +19,33 @@ from .store import GuardStore
 class SeamStatus:
     name: str
     target: str
-    state: str  # "patched" | "skipped" | "failed"
+    state: str  # "patched" | "pending" | "not-needed" | "skipped" | "failed"
     reason: str = ""
     failure_policy: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.__dict__)
+
+
+class PendingNotices:
+    """Messages for a gateway conversation that no status channel could carry yet
+    (keyed by the session the conversation is routed to; a few per session at most)."""
+
+    MAX_PER_SESSION = 5
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[str]] = {}
+
+    def add(self, session_id: str, text: str) -> None:
+        with self._lock:
+            queue = self._pending.setdefault(session_id, [])
+            queue.append(text)
+            del queue[: -self.MAX_PER_SESSION]
+
+    def pop(self, session_id: str) -> list[str]:
+        with self._lock:
+            return self._pending.pop(session_id, [])
 
 
 @dataclass
@@ -34,8 +56,12 @@ class Runtime:
     seams: list[SeamStatus] = field(default_factory=list)
     compactions: CompactionLog = field(default_factory=CompactionLog)
     compressing: CompressingSessions = field(default_factory=CompressingSessions)
+    notices: PendingNotices = field(default_factory=PendingNotices)
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
+    _locks: dict[Path, SessionLocks] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _session_dbs: dict[str, Path] = field(default_factory=dict)
+    _with_snapshots: set[tuple[Path, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(lambda: self.audit_path)
@@ -58,8 +84,50 @@ class Runtime:
                 store = self._stores[key] = GuardStore(key)
             return store
 
+    def locks_for(self, db_path: Path) -> SessionLocks:
+        """The compression locks of one state.db (shared by every agent of this process)."""
+        key = Path(db_path).resolve()
+        with self._lock:
+            locks = self._locks.get(key)
+            if locks is None:
+                locks = self._locks[key] = SessionLocks()
+            return locks
+
+    def seam_patched(self, name: str) -> bool:
+        return any(s.name == name and s.state == "patched" for s in self.seams)
+
+    def remember_session(self, session_id: str, db_path: Path) -> None:
+        """The state.db an agent of ``session_id`` writes to (tools only learn the id)."""
+        if session_id:
+            self._session_dbs[session_id] = Path(db_path)
+
+    def db_for_session(self, session_id: str) -> Path:
+        return self._session_dbs.get(session_id) or state_db_path(self.home)
+
+    def has_snapshots(self, session_id: str, db_path: Path | None = None) -> bool:
+        """Whether ``session_id`` has compacted history (cached once true: snapshots are never removed
+        while the guard runs)."""
+        if not session_id:
+            return False
+        path = Path(db_path) if db_path is not None else self.db_for_session(session_id)
+        key = (path.resolve(), session_id)
+        if key in self._with_snapshots:
+            return True
+        if not path.exists():
+            return False
+        if self.store_for(path).has_snapshots(session_id):
+            self._with_snapshots.add(key)
+            return True
+        return False
+
+    def note_snapshot(self, session_id: str, db_path: Path) -> None:
+        self._with_snapshots.add((Path(db_path).resolve(), session_id))
+
     def close(self) -> None:
         with self._lock:
+            for locks in self._locks.values():
+                locks.close()
+            self._locks.clear()
             for store in self._stores.values():
                 store.close()
             self._stores.clear()

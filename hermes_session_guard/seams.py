@@ -15,6 +15,20 @@ Failure policies (the ADR explains each choice):
 ``closed``
     a guard error refuses the guarded action (and logs why); used where
     proceeding would lose or fork data.
+
+Behaviour values of the compression rows:
+
+``strategy``
+    how the host is kept from rotating the id (see :mod:`.compression`).
+``lock``
+    which cross-process lease serialises compressions of one session
+    (see :mod:`.session_lock`): ``guard`` (the guard's ``session_guard_locks``)
+    or ``native`` (Hermes's ``compression_locks``, held by the guard and
+    re-entered by the host through the ``native_lock_reentry`` seam).
+``lock_failure``
+    ``closed``: when the lease table itself fails, the compression is skipped
+    (transcript unchanged, Hermes retries on a later turn) instead of running
+    unlocked, because an unlocked compression can fork the session.
 """
 
 from __future__ import annotations
@@ -22,14 +36,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import buffering
-from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from . import host_adapter as host
+from . import summary_seams as ss
+from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
 from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version
 from .runtime import Runtime
+from .session_lock import LOCK_GUARD, LOCK_NATIVE
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -48,6 +66,7 @@ class SeamRow:
     failure_policy: str
     behaviour: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    lazy: bool = False  # patch when Hermes imports the module; never import it for that
 
     @property
     def target(self) -> str:
@@ -68,6 +87,8 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     ``compress_context(agent, messages, system_message, ...)`` (module function)
     differ only in where the agent comes from."""
     strategy = row.behaviour["strategy"]
+    lock = LockPolicy(mode=row.behaviour.get("lock", LOCK_GUARD),
+                      on_failure=row.behaviour.get("lock_failure", "closed"))
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         called = False
@@ -83,7 +104,12 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             else:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
-            return guarded_compression(runtime, strategy, agent, messages, call_host)
+            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+            return guarded_compression(
+                runtime, strategy, agent, messages, call_host,
+                native_summary_key=row.behaviour.get("native_summary_key") or None,
+                system_message=system_message, lock=lock,
+            )
         except Exception as exc:
             if called:
                 raise
@@ -97,22 +123,72 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
+    without touching the table when this thread's guarded operation already holds
+    the lock on that session; otherwise Hermes's own acquire, unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = args[0] if args else kwargs.get("session_id")
+            if host.native_lock_held_here(instance, sid):
+                return True
+        except Exception as exc:
+            log.error("session guard: seam %s failed (%s: %s); failing open to Hermes's own lock.",
+                      row.target, type(exc).__name__, exc)
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """After a gateway turn in which the guard compacted the session in place, bring
-    the gateway's transcript bookkeeping in line (see gateway_transcript)."""
+    """Around one gateway turn: a turn addressed to a session the guard handed off
+    runs in its child; guard notices for the chat (hand-off packet written, fork)
+    are sent as messages of their own, before the turn (decided during gateway
+    hygiene) and after it (decided during the turn); then,
+    where the row says so (``transcript: jsonl_and_offset``), bring the gateway's
+    transcript bookkeeping in line after the guard compacted in place (see
+    gateway_transcript). After a hand-off fork the turn belongs to the child, and
+    the host's own split handling already writes it whole (history offset 0)."""
+    rebase = row.behaviour.get("transcript") == "jsonl_and_offset"
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sid: Any = None
+        source: Any = None
         try:
             sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+            source = kwargs["source"] if "source" in kwargs else args[3]
+            target = runtime.compactions.fork_target(sid) if sid else sid
+            if target != sid:
+                # A turn still addressed to a handed-off session (the host drains queued
+                # follow-ups with the id the turn started on): run it in the child.
+                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
+                if "session_id" in kwargs:
+                    kwargs = {**kwargs, "session_id": target}
+                else:
+                    args = (*args[:4], target, *args[5:])
+                sid = target
             mark = runtime.compactions.mark()
+            notices = runtime.notices.pop(sid) if sid else []
         except Exception:
-            sid = None
+            sid, notices = None, []
+        await _deliver(instance, source, sid, notices)
         result = await wrapped(*args, **kwargs)
         if sid:
             try:
+                after = runtime.notices.pop(sid)
+                moved_to = runtime.compactions.fork_target(sid)
+                if moved_to != sid:
+                    after += runtime.notices.pop(moved_to)
+            except Exception:
+                after = []
+            await _deliver(instance, source, sid, after)
+        if sid and rebase:
+            try:
                 compaction = runtime.compactions.since(sid, mark)
                 if compaction is not None:
-                    rebase_after_compaction(instance.session_store, sid, compaction, result)
+                    forked = runtime.compactions.fork_since(sid, mark) is not None
+                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result)
             except Exception as exc:
                 log.error(
                     "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
@@ -120,6 +196,30 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                     "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
                 )
         return result
+
+    return wrapper
+
+
+async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
+    for text in notices:
+        try:
+            await host.gateway_send(runner, source, text)
+        except Exception as exc:
+            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
+
+
+def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Remember which chat the message being handled came from, so the guard's
+    ``/handoff-packet`` slash command (whose handler only gets its argument text)
+    knows which session it was typed in."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            context: Any = host.gateway_message_context(instance, args[0] if args else kwargs.get("event"))
+        except Exception:
+            context = nullcontext()
+        with context:
+            return await wrapped(*args, **kwargs)
 
     return wrapper
 
@@ -216,6 +316,9 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+# The release ranges the guard supports, oldest first.
+_SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 14, 0), (0, 15, 0)), ((0, 18, 2), (0, 20, 0)))
+
 _COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
 _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
 
@@ -229,7 +332,7 @@ SEAMS: tuple[SeamRow, ...] = (
         params=_COMPRESSION_METHOD_PARAMS,
         wrapper=compression_wrapper,
         failure_policy="open",
-        behaviour={"strategy": DETACH_DB},
+        behaviour={"strategy": DETACH_DB, "lock": LOCK_GUARD, "lock_failure": "closed"},
         note="compression lives in the method and always rotates; run it with the SessionDB detached",
     ),
     SeamRow(
@@ -242,7 +345,8 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=gateway_turn_wrapper,
         failure_policy="open",
         behaviour={"transcript": "jsonl_and_offset"},
-        note="gateway keeps a JSONL copy and slices new messages at len(history); rebase both after a compaction",
+        note="gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a compaction; "
+        "hand-off notices and redirects",
     ),
     SeamRow(
         seam="gateway_turn",
@@ -250,10 +354,33 @@ SEAMS: tuple[SeamRow, ...] = (
         until=(0, 20, 0),
         module="gateway.run",
         attribute="GatewayRunner._run_agent",
-        params=(),
-        wrapper=None,
-        failure_policy="",
-        note="not needed: the gateway re-baselines on agent._last_compaction_in_place and keeps no JSONL",
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        wrapper=gateway_turn_wrapper,
+        failure_policy="open",
+        behaviour={"transcript": "host"},
+        note="hand-off notices and redirects only; the gateway re-baselines on agent._last_compaction_in_place",
+    ),
+    SeamRow(
+        seam="gateway_message",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        failure_policy="open",
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
+    ),
+    SeamRow(
+        seam="gateway_message",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        failure_policy="open",
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
     ),
     SeamRow(
         seam="compression",
@@ -264,8 +391,218 @@ SEAMS: tuple[SeamRow, ...] = (
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,
         failure_policy="open",
-        behaviour={"strategy": HOST_IN_PLACE},
+        behaviour={
+            "strategy": HOST_IN_PLACE, "lock": LOCK_NATIVE, "lock_failure": "closed",
+            "native_summary_key": "_compressed_summary",
+        },
         note="host has in-place compaction and a native lock; force in-place on",
+    ),
+    SeamRow(
+        seam="native_lock_reentry",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=(),
+        wrapper=None,
+        failure_policy="",
+        note="not needed: 0.14 has no native compression lock; the guard's session_guard_locks table is used",
+    ),
+    SeamRow(
+        seam="native_lock_reentry",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=("self", "session_id", "holder"),
+        wrapper=native_lock_reentry_wrapper,
+        failure_policy="open",
+        note="the guard holds Hermes's compression lock for the whole operation; the host's acquire re-enters it",
+    ),
+    *(
+        # Summaries carry the recall line; the body the host re-summarises must not.
+        SeamRow(
+            seam="summary_strip",
+            since=since,
+            until=until,
+            module="agent.context_compressor",
+            attribute="ContextCompressor._strip_summary_prefix",
+            params=("summary",),
+            wrapper=ss.summary_strip_wrapper,
+            failure_policy="open",
+            note="rehydrated summary bodies lose the [Original context] line before the next summary call",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="transcript_load",
+            since=since,
+            until=until,
+            module="hermes_state",
+            attribute="SessionDB.get_messages_as_conversation",
+            params=("self", "session_id"),
+            wrapper=ss.transcript_load_wrapper,
+            failure_policy="open",
+            behaviour={"native_summary_key": native},
+            note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
+        )
+        for (since, until), native in zip(_SUPPORTED, ("", "_compressed_summary"), strict=True)
+    ),
+    *(
+        SeamRow(
+            seam="wire",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="AIAgent._sanitize_api_messages",
+            params=("messages",),
+            wrapper=ss.wire_wrapper,
+            failure_policy="closed",
+            behaviour={"host_strips": host_strips},
+            note=note,
+        )
+        for (since, until), host_strips, note in zip(
+            _SUPPORTED,
+            ("nothing", "underscore keys"),
+            ("0.14 sends every message key: strip is_compressed_summary and _compressed_summary",
+             "host strips only _-prefixed keys (chat completions): strip is_compressed_summary too"),
+            strict=True,
+        )
+    ),
+    *(
+        SeamRow(
+            seam="request_tools",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="AIAgent._build_api_kwargs",
+            params=("self", "api_messages"),
+            wrapper=ss.request_tools_wrapper,
+            failure_policy="open",
+            note="offer session_guard_recall only to sessions with snapshots",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="system_prompt",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="AIAgent._build_system_prompt",
+            params=("self", "system_message"),
+            wrapper=ss.system_prompt_wrapper,
+            failure_policy="open",
+            note="recall rule once the session has compacted history",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="tool_session",
+            since=since,
+            until=until,
+            module="run_agent",
+            attribute="handle_function_call",
+            params=("function_name", "function_args", "task_id", "tool_call_id", "session_id"),
+            wrapper=ss.tool_session_wrapper,
+            failure_policy="open",
+            note="the host passes the calling agent's session_id; recall reads only that session",
+        )
+        for since, until in _SUPPORTED
+    ),
+    SeamRow(
+        seam="cli_resume_history",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="cli",
+        attribute="HermesCLI._display_resumed_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        failure_policy="open",
+        lazy=True,
+        note="resume recap renders a display copy without summaries",
+    ),
+    SeamRow(
+        seam="cli_resume_history",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="hermes_cli.cli_agent_setup_mixin",
+        attribute="CLIAgentSetupMixin._display_resumed_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        failure_policy="open",
+        lazy=True,
+        note="resume recap moved to a mixin; display copy without summaries",
+    ),
+    *(
+        SeamRow(
+            seam="cli_history",
+            since=since,
+            until=until,
+            module="cli",
+            attribute="HermesCLI.show_history",
+            params=("self",),
+            wrapper=ss.cli_history_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="/history renders a display copy without summaries",
+        )
+        for since, until in _SUPPORTED
+    ),
+    *(
+        SeamRow(
+            seam="tui_history",
+            since=since,
+            until=until,
+            module="tui_gateway.server",
+            attribute="_history_to_messages",
+            params=("history",),
+            wrapper=ss.tui_history_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="session.resume / session.history payloads",
+        )
+        for since, until in _SUPPORTED
+    ),
+    SeamRow(
+        seam="api_session_messages",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_messages",
+        params=(),
+        wrapper=None,
+        failure_policy="",
+        note="not needed: 0.14's API server has no session messages endpoint",
+    ),
+    SeamRow(
+        seam="api_session_messages",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_messages",
+        params=("self", "request"),
+        wrapper=ss.api_messages_wrapper,
+        failure_policy="open",
+        lazy=True,
+        note="GET /api/sessions/{id}/messages",
+    ),
+    *(
+        SeamRow(
+            seam="platform_delivery",
+            since=since,
+            until=until,
+            module="gateway.platforms.base",
+            attribute="BasePlatformAdapter.set_message_handler",
+            params=("self", "handler"),
+            wrapper=ss.delivery_wrapper,
+            failure_policy="open",
+            lazy=True,
+            note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
+        )
+        for since, until in _SUPPORTED
     ),
     SeamRow(
         seam="busy_message",

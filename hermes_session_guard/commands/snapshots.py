@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.show:
             msgs = store.snapshot_messages(args.show, session_id=args.session_id)
-            if not msgs and not store.snapshot_exists(args.show):
+            if not msgs and args.show not in {s.snapshot_id for s in store.list_snapshots(args.session_id)}:
                 print(f"error: no snapshot {args.show} for session {args.session_id}", file=sys.stderr)
                 return 1
             if args.json:

@@ -33,6 +33,21 @@ async def _session_with_history(gw: GatewayHarness, llm: FakeLLMServer, n: int, 
     return sid
 
 
+async def _executor_threads_served_another_session() -> None:
+    """Leave every default-executor thread tagged with another session, as a gateway
+    thread pool serving many chats does (the stale bracket of anomaly B)."""
+    import time
+
+    import hermes_logging
+
+    def serve_other() -> None:
+        hermes_logging.set_session_context("20260528_155201_68dc5996")
+        time.sleep(0.05)
+
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.run_in_executor(None, serve_other) for _ in range(40)))
+
+
 def _set_in_place(home: Path, llm: FakeLLMServer, mode: str) -> None:
     if HOST_HAS_IN_PLACE:
         probe.write_config(home, llm.base_url, in_place=(mode == "in_place"))
@@ -59,6 +74,7 @@ def test_session_hygiene_keeps_routing_on_the_same_id(guard: Any, llm: FakeLLMSe
     async def scenario() -> tuple[GatewayHarness, str, list[str]]:
         gw = await start_gateway()
         sid = await _session_with_history(gw, llm, 200, prompt_tokens=126_000)
+        await _executor_threads_served_another_session()
         llm.configure(reply_text="answer after hygiene")
         with probe.capture_host_compression_logs() as lines:
             await gw.send_text("what is the plan?")
@@ -68,6 +84,8 @@ def test_session_hygiene_keeps_routing_on_the_same_id(guard: Any, llm: FakeLLMSe
     gw, sid, lines = run(scenario())
 
     assert lines and set(probe.session_ids_in(lines)) == {sid}, lines
+    # the executor thread that ran hygiene tagged the operation's lines with S
+    assert set(probe.log_tags_in(lines)) == {sid}, lines
     assert gw.bound_session_id() == sid
     assert gw.replies()[-1] == "answer after hygiene"
     live = _assert_one_live_session(home, sid)
@@ -116,8 +134,10 @@ def test_preflight_in_a_gateway_turn_keeps_transcript_consistent(
     assert guard.store_for(home / "state.db").list_snapshots(sid)
 
 
-@pytest.mark.skipif(HOST_HAS_IN_PLACE, reason="reproduces the 0.14 gateway's split handling")
 def test_gateway_turn_moves_routing_without_the_guard(no_guard: None, llm: FakeLLMServer, home: Path) -> None:
+    """Hermes as shipped, rotating: the gateway follows the split to a child id."""
+    _set_in_place(home, llm, "rotate")
+
     async def scenario() -> tuple[GatewayHarness, str]:
         gw = await start_gateway()
         sid = await _session_with_history(gw, llm, 48, prompt_tokens=500)

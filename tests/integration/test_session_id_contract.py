@@ -65,6 +65,7 @@ def test_direct_compression_keeps_every_id(guard: Any, db: Any, llm: FakeLLMServ
     # 2. the host's own started/done lines name the same id
     ids = probe.session_ids_in(lines)
     assert len(ids) >= 2 and set(ids) == {SID}, lines
+    assert set(probe.log_tags_in(lines)) == {SID}, lines
     # 3. no child, not ended, the compacted transcript is live under S
     rows = probe.sessions_table(home / "state.db")
     assert [r["id"] for r in rows] == [SID]

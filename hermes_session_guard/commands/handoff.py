@@ -1,0 +1,75 @@
+"""``handoff SESSION_ID [--note ...]``: write a hand-off packet for a session now.
+
+Also the ``/handoff-packet [note]`` slash command (Hermes owns ``/handoff``).
+Neither switches anything nor counts against ``handoff.max_auto_handoffs``: the
+packet is written (redacted, mode 0600) under ``$HERMES_HOME/<handoff.artifact_dir>``
+and its path is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import ConfigError
+from ..handoff_packet import PathEscapeError
+from ..hostinfo import hermes_home, state_db_path
+
+HELP = "Write a redacted hand-off packet for a session (nothing is switched)"
+SLASH_NAME = "handoff-packet"
+SLASH_HELP = "Write a redacted hand-off packet for this session (path in the reply; nothing is switched)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session_id")
+    p.add_argument("--note", help="a note to put at the top of the packet")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..handoff import write_requested_packet
+
+    home = hermes_home()
+    if not home.is_dir():
+        print(f"error: HERMES_HOME {home} does not exist", file=sys.stderr)
+        return 2
+    if not state_db_path(home).exists():
+        print(f"error: no state.db at {state_db_path(home)}", file=sys.stderr)
+        return 2
+    try:
+        path = write_requested_packet(None, args.session_id, args.note, via="hermes-session-guard handoff",
+                                      home=home)
+    except (PathEscapeError, ConfigError) as exc:
+        print(f"error: refused: {exc}", file=sys.stderr)
+        return 2
+    except LookupError as exc:
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"session_id": args.session_id, "packet_path": str(path)}))
+    else:
+        print(path)
+    return 0
+
+
+def slash_command(raw_args: str) -> str:
+    """``/handoff-packet [note]`` in the CLI or a gateway chat."""
+    from .. import host_adapter as host
+    from ..handoff import write_requested_packet
+    from ..instrumentation import current_runtime
+
+    note = (raw_args or "").strip() or None
+    sid = host.current_conversation_session()
+    if not sid:
+        return "No active session here to write a hand-off packet for."
+    try:
+        path = write_requested_packet(current_runtime(), sid, note, via="/handoff-packet")
+    except (PathEscapeError, ConfigError) as exc:
+        return f"Hand-off packet refused: {exc}"
+    except LookupError:
+        return f"Session {sid} has nothing stored yet; send a message first."
+    except Exception as exc:
+        return f"Hand-off packet failed ({type(exc).__name__}: {exc}); nothing was changed."
+    return (f"📝 Hand-off packet for session {sid} saved at `{path}`. Nothing was switched; "
+            "send /new to start fresh and share the packet there.")

@@ -1,0 +1,224 @@
+"""The contract function against a stand-in host (no Hermes): id kept, snapshot
+stored verbatim, persistence through the SessionDB API, audit events, failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+
+from hermes_session_guard import audit
+from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.config import GuardConfig
+from hermes_session_guard.runtime import Runtime
+
+SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it"
+
+
+class Engine:
+    def __init__(self, fail: str | None = None, empty: bool = False) -> None:
+        self.fail = fail
+        self.empty = empty
+        self._last_summary_error: str | None = None
+
+    def compress(self, messages: list[dict], current_tokens: int | None = None) -> list[dict]:
+        self._last_summary_error = self.fail
+        body = "[CONTEXT COMPACTION — REFERENCE ONLY]" if self.empty else SUMMARY
+        return [messages[0], {"role": "assistant", "content": body}, messages[-1]]
+
+
+class Agent:
+    def __init__(self, db: Any, engine: Engine, sid: str = "S1") -> None:
+        self.session_id = sid
+        self._session_db = db
+        self.context_compressor = engine
+        self._last_flushed_db_idx = 10
+        self.rotate_on_compress = True
+
+    def _compress_context(self, messages: list[dict], system_message: str) -> tuple[list[dict], str]:
+        compressed = self.context_compressor.compress(messages)
+        if self._session_db is not None and self.rotate_on_compress:  # what 0.14 does when it can
+            self.session_id = "S2-rotated"
+        return compressed, "new prompt"
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Runtime:
+    rt = Runtime(config=GuardConfig(), host_version="test", fixed_home=tmp_path)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def db(mocker: Any, tmp_path: Path) -> Any:
+    fake = mocker.Mock()
+    fake.db_path = tmp_path / "state.db"
+    # The guard reads the live transcript for its generation check: nothing stored yet.
+    fake.get_messages_as_conversation.return_value = []
+    return fake
+
+
+def _messages(n: int = 10) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(n)]
+
+
+@freeze_time("2026-05-28 16:15:40.123456")
+def test_detach_strategy_keeps_id_and_persists_under_it(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    messages = _messages()
+    out, prompt = guarded_compression(runtime, DETACH_DB, agent, messages,
+                                      lambda: agent._compress_context(messages, "sys"))
+    assert agent.session_id == "S1"
+    assert agent._session_db is db  # put back after the host ran detached
+    db.replace_messages.assert_called_once_with("S1", out)
+    db.update_system_prompt.assert_called_once_with("S1", "new prompt")
+    assert agent._last_flushed_db_idx == len(out) == 3
+    store = runtime.store_for(db.db_path)
+    (snap,) = store.list_snapshots("S1")
+    assert snap.snapshot_id == "S1.snapshot.20260528T161540.123456Z"
+    assert store.snapshot_messages(snap.snapshot_id) == messages
+    events = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")]
+    assert [e["event"] for e in events] == ["compression.started", "compression.done"]
+    assert {e["session_id"] for e in events} == {"S1"} and len({e["op_id"] for e in events}) == 1
+    assert events[-1]["session_id_after"] == "S1" and events[-1]["messages_after"] == 3
+
+
+@freeze_time("2026-05-28 16:15:40")
+def test_snapshot_ids_stay_unique_under_a_frozen_clock(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    for _ in range(2):
+        messages = _messages()
+        guarded_compression(runtime, DETACH_DB, agent, messages, lambda m=messages: agent._compress_context(m, "s"))
+    ids = [s.snapshot_id for s in runtime.store_for(db.db_path).list_snapshots("S1")]
+    assert ids == ["S1.snapshot.20260528T161540.000000Z", "S1.snapshot.20260528T161540.000000Z-2"]
+
+
+@pytest.mark.parametrize("engine", [Engine(fail="HTTP 500"), Engine(empty=True)])
+@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+def test_failed_summary_changes_nothing(runtime: Runtime, db: Any, engine: Engine, strategy: str) -> None:
+    agent = Agent(db, engine)
+    agent.rotate_on_compress = False
+    messages = _messages()
+    original = [dict(m) for m in messages]
+    out, _ = guarded_compression(runtime, strategy, agent, messages, lambda: agent._compress_context(messages, "s"))
+    assert out is messages and out == original
+    db.replace_messages.assert_not_called()
+    assert runtime.store_for(db.db_path).list_snapshots("S1") == []
+    last = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert last["event"] == "compression.failed" and last["reason"]
+
+
+def test_host_exception_propagates_and_is_audited(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+
+    def boom() -> Any:
+        raise RuntimeError("summary timeout")
+
+    with pytest.raises(RuntimeError):
+        guarded_compression(runtime, DETACH_DB, agent, _messages(), boom)
+    assert agent._session_db is db
+    last = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert last["event"] == "compression.failed" and "summary timeout" in last["reason"]
+
+
+def test_persistence_failure_fails_closed(runtime: Runtime, db: Any) -> None:
+    db.replace_messages.side_effect = OSError("disk full")
+    agent = Agent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    assert out is messages and len(out) == 10
+    assert agent.session_id == "S1"
+    last = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert last["event"] == "compression.failed" and "disk full" in last["reason"]
+
+
+def test_in_place_strategy_forces_host_flag_and_restores_it(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    agent.compression_in_place = False
+    seen: list[bool] = []
+
+    def host() -> Any:
+        seen.append(agent.compression_in_place)
+        return agent._compress_context(messages, "s")
+
+    messages = _messages()
+    guarded_compression(runtime, HOST_IN_PLACE, agent, messages, host)
+    assert seen == [True] and agent.compression_in_place is False
+    db.replace_messages.assert_not_called()  # the host persists in place itself
+    assert len(runtime.store_for(db.db_path).list_snapshots("S1")) == 1
+
+
+def test_without_a_session_id_the_host_runs_untouched(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine(), sid="")
+    messages = _messages()
+    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    assert agent.session_id == "S2-rotated"
+    assert not runtime.audit_path.exists()
+
+def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any) -> None:
+    """Hermes's gateway stores a ``session_meta`` row in the transcript and drops it before
+    handing history to an agent: it is not a turn another agent appended, so it never comes
+    back after the compacted block. A real turn appended meanwhile does."""
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    messages = _messages()
+    late = {"role": "user", "content": "written by another agent meanwhile"}
+    db.get_messages_as_conversation.return_value = [
+        {"role": "session_meta", "content": None, "tools": []}, *[dict(m) for m in messages], late,
+    ]
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
+    assert [m["role"] for m in out].count("session_meta") == 0
+    assert out[-1] == late and len(out) == 4
+    (call,) = db.append_message.call_args_list
+    assert call.kwargs["role"] == "user" and call.kwargs["content"] == late["content"]
+    done = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert done["event"] == "compression.done" and done["carried_over"] == 1
+
+
+def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, db: Any) -> None:
+    """A second agent whose list predates the compaction adopts the live transcript; the
+    list it continues with is recorded for the 0.14 gateway's transcript re-basing."""
+    agent = Agent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    db.get_messages_as_conversation.return_value = [dict(m) for m in out]
+    late = {"role": "user", "content": "a question the other agent got meanwhile"}
+    stale = [*[dict(m) for m in messages], late]
+    other = Agent(db, Engine())
+    mark = runtime.compactions.mark()
+    calls: list[int] = []
+    adopted, _ = guarded_compression(runtime, DETACH_DB, other, stale,
+                                     lambda: calls.append(1) or other._compress_context(stale, "s"))
+    assert calls == [] and adopted == [*out, late]
+    assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"
+    compaction = runtime.compactions.since("S1", mark)
+    assert compaction is not None and list(compaction.compacted) == adopted
+
+def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runtime, db: Any) -> None:
+    from hermes_session_guard.hooks import get_plugin_manager
+    from hermes_session_guard.hookspecs import hookimpl
+
+    seen: list[tuple[Any, ...]] = []
+    store = runtime.store_for(db.db_path)
+
+    class Watcher:
+        @hookimpl
+        def session_guard_after_compression(self, session_id: str, compressed: list[Any], agent: Any) -> None:
+            seen.append((session_id, len(compressed), agent, runtime.locks_for(db.db_path).held_sessions(),
+                         store.lease_holder(session_id)))
+
+    agent = Agent(db, Engine())
+    messages = _messages()
+    pm = get_plugin_manager()
+    plugin = Watcher()
+    pm.register(plugin, name="test-after-compression-watcher")
+    try:
+        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages,
+                                     lambda: agent._compress_context(messages, "s"))
+    finally:
+        pm.unregister(plugin)
+    assert seen == [("S1", len(out), agent, [], None)]

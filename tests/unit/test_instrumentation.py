@@ -1,0 +1,94 @@
+"""install()/uninstall() against a stand-in host module: idempotent, reversible,
+refuses unknown versions and targets whose signature changed."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import instrumentation, seams
+from hermes_session_guard.compression import DETACH_DB
+
+
+def _host_module() -> types.ModuleType:
+    mod = types.ModuleType("fake_host_run_agent")
+
+    class AIAgent:
+        def _compress_context(self, messages: list, system_message: str, **kw: Any) -> tuple[list, str]:
+            return messages[:1], system_message
+
+    mod.AIAgent = AIAgent  # type: ignore[attr-defined]
+    return mod
+
+
+@pytest.fixture
+def fake_table(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    mod = _host_module()
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    row = seams.SeamRow(
+        seam="compression", since=(1, 0, 0), until=(2, 0, 0), module=mod.__name__,
+        attribute="AIAgent._compress_context", params=("self", "messages", "system_message"),
+        wrapper=seams.compression_wrapper, failure_policy="open", behaviour={"strategy": DETACH_DB},
+    )
+    monkeypatch.setattr(seams, "SEAMS", (row,))
+    monkeypatch.setattr(instrumentation, "SEAMS", (row,))
+    instrumentation.uninstall()
+    yield mod
+    instrumentation.uninstall()
+
+
+def test_install_wraps_once_and_uninstall_restores_the_original(fake_table: types.ModuleType) -> None:
+    original = fake_table.AIAgent.__dict__["_compress_context"]
+    rt = instrumentation.install(version="1.2.0")
+    assert [(s.name, s.state) for s in rt.seams] == [("compression", "patched")]
+    wrapped = fake_table.AIAgent.__dict__["_compress_context"]
+    assert wrapped is not original
+    assert instrumentation.install(version="1.2.0") is rt  # idempotent: no second wrapper
+    assert fake_table.AIAgent.__dict__["_compress_context"] is wrapped
+    instrumentation.uninstall()
+    assert fake_table.AIAgent.__dict__["_compress_context"] is original
+    assert instrumentation.current_runtime() is None
+
+
+def test_unknown_version_patches_nothing(fake_table: types.ModuleType) -> None:
+    original = fake_table.AIAgent.__dict__["_compress_context"]
+    rt = instrumentation.install(version="9.0.0")
+    (status,) = rt.seams
+    assert status.state == "skipped" and "9.0.0" in status.reason and ">=1.0.0,<2.0.0" in status.reason
+    assert fake_table.AIAgent.__dict__["_compress_context"] is original
+
+
+def test_changed_signature_is_refused(fake_table: types.ModuleType) -> None:
+    def other(self: Any, conversation: list) -> tuple[list, str]:
+        return conversation, ""
+
+    fake_table.AIAgent._compress_context = other
+    rt = instrumentation.install(version="1.0.0")
+    (status,) = rt.seams
+    assert status.state == "skipped" and "signature" in status.reason
+    assert fake_table.AIAgent.__dict__["_compress_context"] is other
+
+
+def test_missing_target_is_refused(fake_table: types.ModuleType) -> None:
+    del fake_table.AIAgent._compress_context
+    rt = instrumentation.install(version="1.0.0")
+    assert rt.seams[0].state == "skipped" and "not found" in rt.seams[0].reason
+
+
+def test_guard_failure_before_the_host_fails_open(fake_table: types.ModuleType, mocker: Any) -> None:
+    instrumentation.install(version="1.0.0")
+    mocker.patch.object(seams, "guarded_compression", side_effect=RuntimeError("guard bug"))
+    agent = fake_table.AIAgent()
+    out, prompt = agent._compress_context([1, 2, 3], "sys")
+    assert out == [1] and prompt == "sys"
+
+
+def test_select_row_matches_declared_ranges() -> None:
+    assert seams.select_row("compression", (0, 14, 0)).behaviour["strategy"] == "detach_db"
+    assert seams.select_row("compression", (0, 19, 0)).behaviour["strategy"] == "host_in_place"
+    assert seams.select_row("compression", (0, 20, 0)) is None
+    assert seams.select_row("compression", None) is None

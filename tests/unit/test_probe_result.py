@@ -1,0 +1,23 @@
+"""The live probe's result: pass, fail and skip, and the ordered check table."""
+
+from __future__ import annotations
+
+from hermes_session_guard.probe import PROBE_CHECKS, ProbeResult
+
+
+def test_skips_neither_pass_nor_fail() -> None:
+    result = ProbeResult()
+    result.skip("lock", "no lock table on this host")
+    assert not result.ok  # nothing passed
+    result.check("id", True)
+    assert result.ok
+    result.check("other", False, "why")
+    assert not result.ok
+    assert [c["state"] for c in result.as_dict()["checks"]] == ["skip", "pass", "fail"]
+
+
+def test_the_probe_checks_the_contract_in_order() -> None:
+    names = [c.name for c in PROBE_CHECKS]
+    assert names[0] == "id stable across compression"
+    assert {"snapshot", "audit", "lock", "doctor"} <= set(names)
+    assert all(callable(c.verify) for c in PROBE_CHECKS)

@@ -1,0 +1,127 @@
+"""Summary detection, the recall line, compacted ranges, display and wire copies."""
+
+from __future__ import annotations
+
+import copy
+
+from hermes_session_guard import host_adapter as host
+from hermes_session_guard import summaries as s
+from hermes_session_guard.visibility import display_messages, outgoing_text
+from hermes_session_guard.wire import provider_messages
+
+PREFIX = host.summary_prefixes()[0]
+END = "--- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---"
+HEADER, DELIM = host.merged_summary_markers()
+BODY = "## Goal\nShip the release.\n\n## Progress\n- migrated the orders table"
+
+
+def standalone() -> str:
+    return f"{PREFIX}\n{BODY}\n\n{END}"
+
+
+def merged_014(original: str) -> str:  # summary first, then the real tail message
+    return f"{PREFIX}\n{BODY}\n\n{END}\n\n{original}"
+
+
+def merged_019(original: str) -> str:  # prior content, delimiter, then the summary
+    return f"{HEADER}\n{original}\n\n{DELIM}\n\n{PREFIX}\n{BODY}\n\n{END}"
+
+
+def host_detects(text: str) -> bool:
+    """What Hermes's own _is_context_summary_content checks (0.19 looks past the delimiter)."""
+    text = text.split(DELIM, 1)[1].lstrip() if DELIM in text else text.lstrip()
+    return text.startswith(PREFIX)
+
+
+def test_detection_finds_standalone_and_merged_summaries() -> None:
+    assert s.is_summary_text(standalone())
+    assert s.is_summary_text(merged_014("what next?"))
+    assert s.is_summary_text(merged_019("what next?"))
+    assert not s.is_summary_text("a normal answer that mentions compaction")
+    assert s.is_summary_message({"role": "user", "content": "x", "is_compressed_summary": True})
+    assert s.is_summary_message({"role": "user", "content": "x", "_compressed_summary": True})
+
+
+def test_recall_line_goes_after_the_prefix_line_and_comes_out_byte_for_byte() -> None:
+    line = s.recall_header("S1", 4, 17, "S1.snapshot.X")
+    assert line == "[Original context: session S1, turns 4–17, snapshot S1.snapshot.X]"
+    for text in (standalone(), merged_014("what next?"), merged_019("what next?")):
+        with_line = s.with_recall_header(text, line)
+        lines = with_line.splitlines()
+        at = next(i for i, x in enumerate(lines) if PREFIX in x)
+        assert lines[at + 1] == line
+        assert host_detects(with_line) == host_detects(text)
+        assert s.strip_recall_header(with_line) == text
+        assert s.header_snapshot_ids(with_line) == ["S1.snapshot.X"]
+        # adding it twice keeps one line
+        assert s.with_recall_header(with_line, line).count("[Original context:") == 1
+
+
+def test_original_part_keeps_only_the_conversation() -> None:
+    assert s.original_part(standalone()) == ""
+    assert s.original_part(merged_014("what next?")) == "what next?"
+    assert s.original_part(merged_019("what next?")) == "what next?"
+    assert s.original_part("plain") == "plain"
+    assert s.summary_body(s.with_recall_header(standalone(), "[Original context: session a, turns 1–2, snapshot b]")) \
+        == BODY
+
+
+def _msgs(n: int) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn-{i}"} for i in range(n)]
+
+
+def test_compacted_range_standalone_and_merged() -> None:
+    before = _msgs(10)
+    after = before[:3] + [{"role": "user", "content": standalone()}] + copy.deepcopy(before[7:])
+    assert s.compacted_range(before, after) == (4, 7)
+    merged = copy.deepcopy(before[6:])
+    merged[0]["content"] = merged_014(merged[0]["content"])
+    assert s.compacted_range(before, before[:3] + merged) == (4, 6)
+    assert s.compacted_range(before, copy.deepcopy(before)) is None
+
+
+def test_decorate_tags_every_summary_and_heads_only_new_ones() -> None:
+    old_line = "[Original context: session S, turns 4–9, snapshot S.snapshot.1]"
+    old = {"role": "user", "content": s.with_recall_header(standalone(), old_line)}
+    before = [*_msgs(3), old, *_msgs(12)[3:]]
+    after = [*copy.deepcopy(before[:4]), {"role": "assistant", "content": standalone()}, *copy.deepcopy(before[13:])]
+    fresh = s.decorate_summaries(before, after, session_id="S", snapshot_id="S.snapshot.2", header=True,
+                                 native_key="_compressed_summary")
+    assert fresh == [4]
+    assert after[3]["content"] == old["content"]  # the earlier summary keeps its own line
+    assert after[3]["is_compressed_summary"] and after[4]["is_compressed_summary"]
+    assert after[4]["_compressed_summary"] is True
+    assert "[Original context: session S, turns 5–13, snapshot S.snapshot.2]" in after[4]["content"]
+
+
+def test_display_copy_hides_summaries_and_keeps_the_real_text() -> None:
+    history = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": standalone(), "is_compressed_summary": True},
+        {"role": "user", "content": merged_019("the real question")},
+        {"role": "assistant", "content": "answer"},
+    ]
+    frozen = copy.deepcopy(history)
+    hidden = display_messages(history, "false")
+    assert [m["content"] for m in hidden] == ["hello", "the real question", "answer"]
+    assert not any("is_compressed_summary" in m for m in hidden)
+    tagged = display_messages(history, "tagged")
+    assert [bool(m.get("is_compressed_summary")) for m in tagged] == [False, True, True, False]
+    assert history == frozen
+
+
+def test_outgoing_text_drops_summary_blocks() -> None:
+    assert outgoing_text("plain reply", "false") == "plain reply"
+    assert outgoing_text(standalone(), "false") is None
+    assert outgoing_text(f"Here you go.\n\n{standalone()}\n\nAnything else?", "false") == \
+        "Here you go.\n\nAnything else?"
+    assert outgoing_text(standalone(), "tagged") == standalone()
+
+
+def test_provider_copy_never_carries_guard_keys_and_leaves_the_original() -> None:
+    live = [{"role": "assistant", "content": "x", "is_compressed_summary": True, "_compressed_summary": True},
+            {"role": "user", "content": "y"}]
+    sent = provider_messages(live)
+    assert sent == [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
+    assert live[0]["is_compressed_summary"] is True
+    assert sent[1] is live[1]
