@@ -8,8 +8,11 @@ Buffering (busy-message seam). A message for a busy session is appended to the
 session's inbox, instead of interrupting the agent or replacing the one queued
 before it, when
 
-* the session is compressing (this process's registry, or a durable
-  ``session_guard_compressions`` row younger than ``lock.lease_seconds``), or
+* the session is compressing: this process's registry, a durable
+  ``session_guard_compressions`` row younger than ``lock.lease_seconds``, or a
+  compression lease held on the session (the guard's ``session_guard_locks``, or
+  Hermes's ``compression_locks``, which the guard holds for a whole compression
+  from 0.18.2), or
 * earlier buffered messages of the session are not delivered yet (a later
   message must not overtake them).
 
@@ -41,6 +44,7 @@ from typing import Any
 from . import host_adapter as host
 from .inbox import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from .runtime import Runtime
+from .session_lock import op_of_holder
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -87,6 +91,11 @@ def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | Non
         op = store.compression_in_flight(sid, runtime.config.lock.lease_seconds)
         if op:
             return op
+        # A compression in another process holds the session's lock (the guard's lease
+        # table, or Hermes's compression_locks that the guard holds from 0.18.2).
+        holder = store.lease_holder(sid) or host.runner_lock_holder(runner, sid)
+        if holder:
+            return op_of_holder(holder) or holder
     return None
 
 

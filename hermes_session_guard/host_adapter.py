@@ -130,6 +130,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "gateway.session": ("SessionSource.to_dict", "SessionSource.from_dict"),
     "tools.approval": ("has_blocking_approval",),
+    "SessionDB compression lock, read by the busy-message seam (0.16+)": ("get_compression_lock_holder",),
 }
 
 
@@ -1604,6 +1605,19 @@ async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
     else:
         result = await adapter.send(source.chat_id, text, reply_to=anchor, metadata=meta)
     return bool(getattr(result, "success", True))
+
+
+def runner_lock_holder(runner: Any, session_id: str) -> str | None:
+    """Who holds Hermes's own compression lock on ``session_id`` (0.16+; the guard
+    holds it for a whole compression from 0.18.2), read as the gateway's own
+    in-flight check reads it. None on hosts without the lock API."""
+    db = getattr(runner, "_session_db", None)
+    raw = getattr(db, "_db", db)
+    read = getattr(raw, "get_compression_lock_holder", None)
+    if not callable(read):
+        return None
+    found = read(str(session_id))
+    return str(found) if found else None
 
 
 def runner_db_path(runner: Any) -> Path:

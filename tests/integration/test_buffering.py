@@ -622,6 +622,75 @@ def test_a_store_failure_fails_open_to_hermes(
     assert "re: msg-0" in gw.replies()
 
 
+def _lease_elsewhere(home: Path, sid: str, holder: str) -> Callable[[], None]:
+    """Hold the session's compression lock as a compression in another process would:
+    Hermes's own ``compression_locks`` where the host has it (the guard holds it from
+    0.18.2), else the guard's ``session_guard_locks``. Returns the release."""
+    from hermes_session_guard.store import GuardStore
+
+    if HOST >= (0, 16, 0):
+        from hermes_state import SessionDB
+
+        db = SessionDB(home / "state.db")
+        assert db.try_acquire_compression_lock(sid, holder, ttl_seconds=300.0)
+
+        def release_native() -> None:
+            db.release_compression_lock(sid, holder)
+            db.close()
+
+        return release_native
+    store = GuardStore(home / "state.db")
+    assert store.try_acquire_lease(sid, holder, 300.0)
+
+    def release_guard() -> None:
+        store.release_lease(sid, holder)
+        store.close()
+
+    return release_guard
+
+
+def test_a_compression_lease_held_by_another_process_buffers_follow_ups(
+    guard: Any, llm: FakeLLMServer, home: Path
+) -> None:
+    """A turn is running here while another process compresses the same session (it
+    holds the session's compression lock): a follow-up waits in the inbox behind that
+    compression instead of interrupting the turn, then runs after it, in order."""
+    holder = "pid=99999:tid=1:guard-op=op-elsewhere:nonce=abc123"
+    replying = threading.Event()
+    gate = threading.Event()
+
+    def slow(body: dict[str, Any]) -> str:
+        if "question" in last_user_text(body):
+            replying.set()
+            gate.wait(30)
+        return echo(body)
+
+    async def scenario() -> tuple[GatewayHarness, str]:
+        gw = await start_gateway()
+        await gw.send_text("hi")
+        await gw.drain()
+        sid = gw.bound_session_id()
+        assert sid
+        release = _lease_elsewhere(home, sid, holder)
+        try:
+            llm.configure(reply_fn=slow)
+            await gw.send_text("question")
+            await _until(replying.is_set, what="the turn reached the model")
+            await gw.send_text("msg-0")
+        finally:
+            release()
+            gate.set()
+        await gw.drain()
+        return gw, sid
+
+    gw, sid = run(scenario())
+    entries = Inbox(guard.store_for(home / "state.db")).entries()
+    assert [(e.text, e.op_id, e.session_id, e.state) for e in entries] == [("msg-0", "op-elsewhere", sid, DELIVERED)]
+    assert GuardConfig().buffer.receipt_text in gw.replies()
+    assert [r for r in gw.replies() if r.startswith("re: ")] == ["re: question", "re: msg-0"]
+    assert gw.bound_session_id() == sid
+
+
 def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: FakeLLMServer, home: Path) -> None:
     async def during(gw: GatewayHarness) -> None:
         await gw.send_text("/help")
@@ -655,6 +724,9 @@ def test_gateway_names_the_guard_uses_exist_in_this_hermes(guard: Any, llm: Fake
         "SessionStore attributes": gw.runner.session_store,
         "BasePlatformAdapter attributes": gw.adapter,
     }
+    if HOST >= (0, 16, 0):
+        db = gw.runner._session_db
+        owners["SessionDB compression lock, read by the busy-message seam (0.16+)"] = getattr(db, "_db", db)
     missing = [f"{group}: {name}" for group, obj in owners.items() for name in HOST_NAMES[group]
                if not hasattr(obj, name)]
     import importlib

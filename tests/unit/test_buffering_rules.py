@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,6 +152,37 @@ def test_compression_recorded_by_another_process_counts(runtime: Runtime, runner
     inbox(runtime, runner).store.begin_compression("op-elsewhere", "S1", 48)
     assert busy(runtime, runner, Event("hello")) == (True, [])
     assert inbox(runtime, runner).entries(KEY)[0].op_id == "op-elsewhere"
+
+
+def test_compression_lease_held_by_another_process_counts(runtime: Runtime, runner: Runner) -> None:
+    """0.14: the guard's own lease table; the holder names the compression's op."""
+    store = inbox(runtime, runner).store
+    assert store.try_acquire_lease("S1", "pid=1:tid=2:guard-op=op-leased:nonce=abc", 300.0)
+    assert busy(runtime, runner, Event("hello")) == (True, [])
+    assert inbox(runtime, runner).entries(KEY)[0].op_id == "op-leased"
+    store.release_lease("S1", "pid=1:tid=2:guard-op=op-leased:nonce=abc")
+
+
+def test_expired_lease_does_not_count(runtime: Runtime, runner: Runner) -> None:
+    store = inbox(runtime, runner).store
+    assert store.try_acquire_lease("S1", "pid=1:tid=2:guard-op=dead:nonce=abc", 60.0, now=time.time() - 3600)
+    assert busy(runtime, runner, Event("hello")) == (False, ["hello"])
+
+
+@pytest.mark.parametrize("holder, op", [("pid=1:tid=2:guard-op=op-native:nonce=x", "op-native"),
+                                        ("hermes-pid-9", "hermes-pid-9")])
+def test_hermes_compression_lock_held_counts(runtime: Runtime, runner: Runner, holder: str, op: str) -> None:
+    """0.18.2+: Hermes's compression_locks (held by the guard for a whole compression,
+    or by Hermes itself), read through the runner's SessionDB as the gateway reads it."""
+    asked: list[str] = []
+
+    def get_compression_lock_holder(sid: str) -> str | None:
+        asked.append(sid)
+        return holder if sid == "S1" else None
+
+    runner._session_db.get_compression_lock_holder = get_compression_lock_holder  # type: ignore[attr-defined]
+    assert busy(runtime, runner, Event("hello")) == (True, [])
+    assert inbox(runtime, runner).entries(KEY)[0].op_id == op and "S1" in asked
 
 
 def test_store_failure_fails_open(runtime: Runtime, runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
