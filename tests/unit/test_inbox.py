@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,3 +167,31 @@ def test_buffer_options_are_validated() -> None:
         parse_config({"buffer": {"overflow_text": "full {count}"}})
     with pytest.raises(ConfigError, match="session_guard.buffer.enabled"):
         parse_config({"buffer": {"enabled": "yes"}})
+
+
+def test_the_append_commit_waits_for_the_disk_and_later_changes_do_not(
+    store: GuardStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receipt promises the message is on disk: its commit runs at synchronous=FULL
+    whatever the connection's own level (NORMAL except on macOS); the later state changes
+    run at NORMAL; the connection goes back to its own level after each."""
+    levels: list[int] = []
+    real = store.transaction
+
+    @contextmanager
+    def spy(**kwargs: Any) -> Iterator[Any]:
+        with real(**kwargs) as conn:
+            levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
+            yield conn
+
+    monkeypatch.setattr(store, "transaction", spy)
+    inbox = Inbox(store)
+    _append(inbox, "chat-a", "a0")
+    head = inbox.dispatch_next("chat-a", "runner")
+    assert head is not None
+    inbox.settle_and_dispatch("chat-a", "runner")
+    store.begin_compression("op", "S", 3)  # neither: the connection's own level
+    with store.reading() as conn:
+        own = conn.execute("PRAGMA synchronous").fetchone()[0]
+    assert own == (2 if sys.platform == "darwin" else 1)
+    assert levels == [2, 1, 1, own]
