@@ -61,7 +61,8 @@ def session_guard_after_compression(
     session_id: str, op_id: str, snapshot_id: str | None, compressed: list[Any], agent: Any
 ) -> None:
     """Called after a compression kept ``session_id`` live and stored its snapshot,
-    outside the operation's pinned log context. ``agent`` is the host's agent
+    once the session's compression lock is released and outside the operation's
+    pinned log context. ``agent`` is the host's agent
     object. ``compressed`` is the list the conversation continues with: an
     implementation that forks the conversation explicitly (the built-in
     hand-off) replaces its contents in place. Exceptions are logged, never

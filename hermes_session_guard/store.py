@@ -343,6 +343,24 @@ def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
     return msg
 
 
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switch the file to WAL (a no-op once it is) and return the journal mode it
+    has now. The switch needs the file to itself and SQLite answers "database is
+    locked" at once, without its busy handler, while another connection opens a
+    fresh file at the same moment; so retry within the connection's own timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            return str(row[0]) if row else ""
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
 class GuardStore:
     """Thread-safe access to the ``session_guard_*`` tables of one state.db."""
 
@@ -366,15 +384,17 @@ class GuardStore:
             conn = sqlite3.connect(
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            self._wal = bool(mode) and str(mode[0]).lower() == "wal"
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            self._wal = _use_wal(conn, self._timeout).lower() == "wal"
             if sys.platform != "darwin" and self._wal:
                 # No fsync per commit: leases and generation records are short-lived, and a
                 # snapshot is always committed before the Hermes write that replaces the rows
                 # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
-                # macOS keeps FULL, as Hermes does there. A commit that must be on disk before
-                # the guard tells anyone (a buffered message's receipt) asks for it: see transaction().
+                # A power cut can lose at most the latest bookkeeping rows (summary tags,
+                # recall index, hand-off records, inbox state changes the startup replay
+                # re-derives), never a snapshot of rows Hermes replaced. A commit that must be
+                # on disk before the guard tells anyone (a buffered message's receipt) asks
+                # for it: see transaction(). macOS keeps FULL, as Hermes does there.
                 conn.execute("PRAGMA synchronous=NORMAL")
             self._synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
             conn.executescript(_SCHEMA)
