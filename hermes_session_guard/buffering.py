@@ -167,8 +167,12 @@ async def on_busy_message(
             "Hermes queues it in memory as it would without the guard.", session_key, type(exc).__name__, exc,
         )
         return await call_host()
-    audit.info("message.buffered", seq=entry.seq, position=entry.position, session_key=session_key,
-               user_id=entry.user_id, while_compressing=compressing)
+    try:
+        audit.info("message.buffered", seq=entry.seq, position=entry.position, session_key=session_key,
+                   user_id=entry.user_id, while_compressing=compressing)
+    except Exception as exc:  # stored: it must not also go to Hermes
+        log.warning("session guard: message #%d for %s is buffered but its audit event failed: %s",
+                    entry.seq, session_key, exc)
     if cfg.receipt and adapter is not None:
         await _notify(runner, adapter, event, cfg.receipt_text)
     return True

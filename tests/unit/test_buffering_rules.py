@@ -196,6 +196,23 @@ def test_store_failure_fails_open(runtime: Runtime, runner: Runner, monkeypatch:
     assert runner.adapter.sent == []
 
 
+def test_a_stored_message_never_also_goes_to_hermes(
+    runtime: Runtime, runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the row is committed, a later failure (its audit event) leaves it buffered
+    and receipted, and Hermes does not get it a second time."""
+    runtime.compressing.begin("S1", "op1")
+
+    class BrokenAudit:
+        def info(self, *a: Any, **k: Any) -> None:
+            raise RuntimeError("audit sink broken")
+
+    monkeypatch.setattr(runtime.audit, "operation", lambda *a, **k: BrokenAudit())
+    assert busy(runtime, runner, Event("hello")) == (True, [])
+    assert [e.text for e in inbox(runtime, runner).entries(KEY)] == ["hello"]
+    assert runner.adapter.sent == [GuardConfig().buffer.receipt_text]
+
+
 def test_replayed_message_finding_its_session_busy_goes_back_in_line(runtime: Runtime, runner: Runner) -> None:
     runtime.compressing.begin("S1", "op1")
     busy(runtime, runner, Event("a"))
