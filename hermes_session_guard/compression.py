@@ -36,6 +36,14 @@ snapshot <snapshot_id>]`` after its first line. The snapshot id is fixed under
 the lock, before the host runs. The tags are recorded in
 ``session_guard_summaries`` so a reload can put them back.
 
+While the operation runs (from before the lock is requested until it is released)
+the session is registered in ``runtime.compressing`` and has a
+``session_guard_compressions`` row in phase ``started``; the row ends in the
+outcome (``done``, ``adopted``, ``skipped``, ``failed``) on every exit path. The
+gateway's busy-message seam reads both (and the lease) to buffer messages that
+arrive meanwhile (:mod:`~hermes_session_guard.buffering`). A failure to write the
+row is logged and never fails the compression.
+
 The after-compression hook (the bounded hand-off) runs once the lock is released
 and outside the operation's pinned log context.
 """
@@ -122,6 +130,15 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
     return candidate
 
 
+def _record_phase(write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Write the durable op row; a failure here must not fail the compression."""
+    try:
+        write(*args, **kwargs)
+    except Exception as exc:
+        log.warning("session guard: could not record the compression phase in session_guard_compressions "
+                    "(%s: %s); compression continues", type(exc).__name__, exc)
+
+
 def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any) -> LeaseTable:
     """Hermes's own lock where the row says so and the host can re-enter it;
     otherwise (0.14, or an agent without a SessionDB) the guard's table."""
@@ -187,9 +204,11 @@ class _Operation:
         self.lock_fields: dict[str, Any] = {}
         # Set once the compaction stands: (snapshot id, the list the conversation continues with).
         self.done: tuple[str | None, list[Any]] | None = None
+        self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
 
     # -- audit ----------------------------------------------------------------------
     def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
+        self.last = outcome
         getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
@@ -239,6 +258,21 @@ class _Operation:
     def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
         self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
                         host_version=self.runtime.host_version)
+        self.runtime.compressing.begin(self.sid, self.op_id)
+        _record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
+        try:
+            return self.lock_and_compress(lock)
+        finally:
+            self.runtime.compressing.end(self.sid, self.op_id)
+            last = self.last
+            _record_phase(
+                self.store.set_compression_phase, self.op_id, last.status if last else "failed",
+                snapshot_id=last.snapshot_id if last else None,
+                messages_after=last.messages_after if last else None,
+                detail=(last.reason or None) if last else "interrupted", finished=True,
+            )
+
+    def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
         cfg = self.runtime.config.lock
         try:
             lease = _lease_table(self.runtime, lock.mode, self.agent, self.store)

@@ -67,7 +67,9 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "messages.id", "messages.session_id", "messages.role", "messages.content", "messages.active",
         "messages.compacted",
     ),
-    "gateway.platforms.base": ("BasePlatformAdapter.send", "BasePlatformAdapter.edit_message", "SendResult"),
+    "gateway.platforms.base": (
+        "BasePlatformAdapter.send", "BasePlatformAdapter.edit_message", "SendResult", "MessageEvent", "MessageType",
+    ),
     "transcript rows that are not turns": ("session_meta",),
     "hermes_logging": ("set_session_context", "_session_context"),
     # Operator commands (doctor, repair, status): read state.db read-only by SQL,
@@ -104,6 +106,31 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "SessionStore._record_gateway_session_peer", "SessionEntry.session_id", "SessionEntry.origin",
         "SessionEntry.last_prompt_tokens", "MessageEvent.source",
     ),
+    # Buffering during compression (busy-message, drain, hand-off and replay seams).
+    "GatewayRunner attributes": (
+        "session_store",
+        "_running_agents",
+        "_session_db",
+        "_background_tasks",
+        "_draining",
+        "adapters",
+        "_session_key_for_source",
+        "_is_user_authorized",
+        "_reply_anchor_for_event",
+        "_thread_metadata_for_source",
+    ),
+    "GatewayRunner attributes used when present": ("_adapter_for_source",),
+    "SessionStore attributes": ("_entries",),
+    "BasePlatformAdapter attributes": (
+        "_active_sessions",
+        "_pending_messages",
+        "_send_with_retry",
+        "send",
+        "handle_message",
+    ),
+    "gateway.session": ("SessionSource.to_dict", "SessionSource.from_dict"),
+    "tools.approval": ("has_blocking_approval",),
+    "SessionDB compression lock, read by the busy-message seam (0.16+)": ("get_compression_lock_holder",),
 }
 
 
@@ -1393,3 +1420,258 @@ def current_conversation_session() -> str | None:
                 entry = None
             return getattr(entry, "session_id", None) if entry is not None else None
     return os.environ.get("HERMES_SESSION_ID") or None
+
+
+# -- gateway ----------------------------------------------------------------------------
+# The gateway seams (busy message, drain, handler, startup) reach the runner, its
+# adapters and MessageEvent only through the functions below.
+
+INBOX_TAG = "_session_guard_inbox_seq"
+
+
+def gateway_session_id(runner: Any, session_key: str) -> str | None:
+    """The session id the gateway routes ``session_key`` to (its SessionEntry)."""
+    store = getattr(runner, "session_store", None)
+    entries = getattr(store, "_entries", None)
+    entry = entries.get(session_key) if isinstance(entries, dict) else None
+    sid = getattr(entry, "session_id", None)
+    return str(sid) if sid else None
+
+
+def running_agent_session_id(runner: Any, session_key: str) -> str | None:
+    agent = (getattr(runner, "_running_agents", None) or {}).get(session_key)
+    sid = getattr(agent, "session_id", None)
+    return sid if isinstance(sid, str) and sid else None
+
+
+def session_running(runner: Any, session_key: str) -> bool:
+    """An agent turn (or its pending sentinel) is registered for ``session_key``."""
+    return session_key in (getattr(runner, "_running_agents", None) or {})
+
+
+def adapter_busy(adapter: Any, session_key: str) -> bool:
+    return session_key in (getattr(adapter, "_active_sessions", None) or {})
+
+
+def adapter_for(runner: Any, source: Any) -> Any:
+    find = getattr(runner, "_adapter_for_source", None)
+    if callable(find):
+        return find(source)
+    return (getattr(runner, "adapters", None) or {}).get(getattr(source, "platform", None))
+
+
+def session_key_for(runner: Any, source: Any) -> str:
+    return str(runner._session_key_for_source(source))
+
+
+def user_authorized(runner: Any, event: Any) -> bool:
+    check = getattr(runner, "_is_user_authorized", None)
+    return bool(check(event.source)) if callable(check) else True
+
+
+def runner_draining(runner: Any) -> bool:
+    return bool(getattr(runner, "_draining", False))
+
+
+def approval_pending(session_key: str) -> bool:
+    """The agent of this session waits for a dangerous-command approval."""
+    try:
+        from tools.approval import has_blocking_approval
+    except Exception:
+        return False
+    try:
+        return bool(has_blocking_approval(session_key))
+    except Exception:
+        return False
+
+
+def event_is_plain_message(event: Any) -> bool:
+    """A user message the guard may buffer: not a slash command, not a synthetic event."""
+    if getattr(event, "internal", False):
+        return False
+    text = getattr(event, "text", None) or ""
+    return not text.lstrip().startswith("/")
+
+
+def event_text(event: Any) -> str:
+    return str(getattr(event, "text", None) or "")
+
+
+def event_user_id(event: Any) -> str | None:
+    user = getattr(getattr(event, "source", None), "user_id", None)
+    return str(user) if user is not None else None
+
+
+def event_chat_id(event: Any) -> str | None:
+    chat = getattr(getattr(event, "source", None), "chat_id", None)
+    return str(chat) if chat is not None else None
+
+
+def event_platform(payload: dict[str, Any]) -> str | None:
+    return (payload.get("source") or {}).get("platform")
+
+
+def event_payload(event: Any) -> dict[str, Any]:
+    """Everything needed to rebuild ``event`` in another process (JSON-safe).
+    ``raw_message`` (the platform's own object) is not kept."""
+    import dataclasses
+    import json
+    from datetime import datetime
+    from enum import Enum
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(event):
+        if f.name == "raw_message":
+            continue
+        value = getattr(event, f.name, None)
+        if f.name == "source":
+            out["source"] = value.to_dict() if value is not None else None
+            continue
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[f.name] = value
+    return out
+
+
+def event_from_payload(payload: dict[str, Any], seq: int | None = None) -> Any:
+    """A MessageEvent of the installed Hermes rebuilt from :func:`event_payload`
+    (fields this Hermes does not know are left out), tagged with its inbox ``seq``."""
+    import dataclasses
+    from datetime import datetime
+
+    from gateway.platforms.base import MessageEvent, MessageType
+    from gateway.session import SessionSource
+
+    known = {f.name for f in dataclasses.fields(MessageEvent)}
+    kwargs: dict[str, Any] = {k: v for k, v in payload.items() if k in known}
+    if kwargs.get("source") is not None:
+        kwargs["source"] = SessionSource.from_dict(kwargs["source"])
+    if "message_type" in kwargs:
+        try:
+            kwargs["message_type"] = MessageType(kwargs["message_type"])
+        except ValueError:
+            kwargs["message_type"] = MessageType.TEXT
+    if isinstance(kwargs.get("timestamp"), str):
+        try:
+            kwargs["timestamp"] = datetime.fromisoformat(kwargs["timestamp"])
+        except ValueError:
+            kwargs.pop("timestamp")
+    kwargs.setdefault("text", "")
+    event = MessageEvent(**kwargs)
+    if seq is not None:
+        setattr(event, INBOX_TAG, seq)
+    return event
+
+
+def event_inbox_seq(event: Any) -> int | None:
+    seq = getattr(event, INBOX_TAG, None)
+    return seq if isinstance(seq, int) else None
+
+
+def adapter_has_pending(adapter: Any, session_key: str) -> bool:
+    return session_key in (getattr(adapter, "_pending_messages", None) or {})
+
+
+def adapter_pending_seq(adapter: Any, session_key: str) -> int | None:
+    event = (getattr(adapter, "_pending_messages", None) or {}).get(session_key)
+    return event_inbox_seq(event) if event is not None else None
+
+
+def stage_pending(adapter: Any, session_key: str, event: Any) -> None:
+    """Put ``event`` in the adapter's next-up slot; the adapter runs it when the
+    current message's processing ends (its in-band or late-arrival drain)."""
+    adapter._pending_messages[session_key] = event
+
+
+async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
+    """Reply to ``event`` in its chat/thread the way the gateway's own busy ack does."""
+    source = event.source
+    anchor = None
+    meta = None
+    try:
+        anchor = runner._reply_anchor_for_event(event)
+        meta = runner._thread_metadata_for_source(source, anchor)
+    except Exception:
+        anchor = getattr(event, "message_id", None)
+    sender = getattr(adapter, "_send_with_retry", None)
+    if callable(sender):
+        result = await sender(chat_id=source.chat_id, content=text, reply_to=anchor, metadata=meta)
+    else:
+        result = await adapter.send(source.chat_id, text, reply_to=anchor, metadata=meta)
+    return bool(getattr(result, "success", True))
+
+
+def runner_lock_holder(runner: Any, session_id: str) -> str | None:
+    """Who holds Hermes's own compression lock on ``session_id`` (0.16+; the guard
+    holds it for a whole compression from 0.18.2), read as the gateway's own
+    in-flight check reads it. None on hosts without the lock API."""
+    db = getattr(runner, "_session_db", None)
+    raw = getattr(db, "_db", db)
+    read = getattr(raw, "get_compression_lock_holder", None)
+    if not callable(read):
+        return None
+    found = read(str(session_id))
+    return str(found) if found else None
+
+
+def runner_db_path(runner: Any) -> Path:
+    db = getattr(runner, "_session_db", None)
+    path = getattr(db, "db_path", None) if db is not None else None
+    return Path(path) if path else state_db_path()
+
+
+def transcript_has_user_text(runner: Any, session_id: str | None, text: str | None, since: float | None) -> bool:
+    """Whether the session's live transcript holds a user message containing ``text``
+    written at or after ``since`` (used to settle a message whose turn outlived its process)."""
+    db = getattr(runner, "_session_db", None)
+    if db is None or not session_id or not text:
+        return False
+    try:
+        rows = db.get_messages(session_id)
+    except Exception:
+        return False
+    floor = (since or 0) - 1.0
+    for row in rows:
+        if row.get("role") != "user":
+            continue
+        if (row.get("timestamp") or 0) < floor:
+            continue
+        if text in str(row.get("content") or ""):
+            return True
+    return False
+
+
+def adapter_for_platform(runner: Any, platform_value: str | None) -> Any:
+    for platform, adapter in (getattr(runner, "adapters", None) or {}).items():
+        if getattr(platform, "value", platform) == platform_value:
+            return adapter
+    return None
+
+
+def platform_value(platform: Any) -> str | None:
+    if platform is None:
+        return None
+    return str(getattr(platform, "value", platform))
+
+
+def spawn(runner: Any, coro: Any) -> Any:
+    """Run ``coro`` as a task the runner tracks (as its own startup resume does)."""
+    import asyncio
+
+    task = asyncio.get_running_loop().create_task(coro)
+    tasks = getattr(runner, "_background_tasks", None)
+    if isinstance(tasks, set):
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    return task
+
+
+def redeliver(runner: Any, adapter: Any, event: Any) -> Any:
+    """Feed ``event`` to the adapter as if it had just arrived (a tracked task)."""
+    return spawn(runner, adapter.handle_message(event))

@@ -424,6 +424,15 @@ def verify_summary_tag(ctx: ProbeContext, result: ProbeResult) -> None:
     summary_tag_check(result, ctx.llm, ctx.agent, ctx.compressed, ctx.sid)
 
 
+def verify_buffered_delivery(ctx: ProbeContext, result: ProbeResult) -> None:
+    """Through the real GatewayRunner, a message that arrives while its session
+    compresses is buffered and answered after the one that triggered the compression."""
+    from .probe_gateway import check_buffered_delivery
+
+    ctx.llm.reset()  # the default replies and summaries, without the probe's summary observers
+    check_buffered_delivery(result, ctx.llm, ctx.runtime)
+
+
 # The contract checks of the live probe, in order. A new guarantee is one entry here.
 PROBE_CHECKS: list[ProbeCheck] = [
     ProbeCheck("id stable across compression", verify_id_stable),
@@ -433,6 +442,8 @@ PROBE_CHECKS: list[ProbeCheck] = [
     ProbeCheck("doctor", verify_doctor_clean),
     # Runs a further turn against a strict provider, so it comes after the state checks.
     ProbeCheck("summary tagged and stripped", verify_summary_tag),
+    # Its own gateway session in the same HERMES_HOME, after the checks on the probe session.
+    ProbeCheck("buffered delivery", verify_buffered_delivery),
 ]
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .audit import AuditLog
+from .compressing import CompressingSessions
 from .config import GuardConfig
 from .gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
@@ -54,6 +55,7 @@ class Runtime:
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
     compactions: CompactionLog = field(default_factory=CompactionLog)
+    compressing: CompressingSessions = field(default_factory=CompressingSessions)
     notices: PendingNotices = field(default_factory=PendingNotices)
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _locks: dict[Path, SessionLocks] = field(default_factory=dict)

@@ -33,12 +33,14 @@ Behaviour values of the compression rows:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import buffering
 from . import host_adapter as host
 from . import summary_seams as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
@@ -218,6 +220,98 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             context = nullcontext()
         with context:
             return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def _fail_open(row: SeamRow, exc: BaseException, consequence: str) -> None:
+    log.error("session guard: seam %s failed (%s: %s); failing open: %s. Run `hermes-session-guard selftest`.",
+              row.target, type(exc).__name__, exc, consequence)
+
+
+def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """A message for a busy session: buffer it while the session compresses (see buffering)."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called = False
+
+        async def call_host() -> Any:
+            nonlocal called
+            called = True
+            return await wrapped(*args, **kwargs)
+
+        try:
+            event = _arg(args, kwargs, 0, "event")
+            session_key = _arg(args, kwargs, 1, "session_key")
+            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
+        except Exception as exc:
+            if called:
+                raise
+            _fail_open(row, exc, "Hermes handles this message as it would without the guard")
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Where a finished turn picks its follow-up: the oldest buffered message when Hermes has none."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        picked = wrapped(*args, **kwargs)
+        try:
+            session_key = _arg(args, kwargs, 0, "session_key")
+            return buffering.on_drain(runtime, instance, session_key, picked)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+            return picked
+
+    return wrapper
+
+
+def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
+
+    def after(instance: Any, event: Any) -> None:
+        try:
+            buffering.on_handler_done(runtime, instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        event = _arg(args, kwargs, 0, "event")
+        try:
+            buffering.on_handler_start(instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages are still delivered")
+        try:
+            result = await wrapped(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            after(instance, event)
+            raise
+        after(instance, event)
+        return result
+
+    return wrapper
+
+
+def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Gateway startup (and 0.19 platform reconnect): replay what an earlier runner left buffered."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
+        return result
 
     return wrapper
 
@@ -509,6 +603,96 @@ SEAMS: tuple[SeamRow, ...] = (
             note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
         )
         for since, until in _SUPPORTED
+    ),
+    SeamRow(
+        seam="busy_message",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_active_session_busy_message",
+        params=("self", "event", "session_key"),
+        wrapper=busy_message_wrapper,
+        failure_policy="open",
+        behaviour={"storage": "session_guard_inbox"},
+        note="0.14 interrupts the agent and keeps one pending message (a second replaces the first); buffer instead",
+    ),
+    SeamRow(
+        seam="buffer_drain",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._promote_queued_event",
+        params=("self", "session_key", "adapter", "pending_event"),
+        wrapper=buffer_drain_wrapper,
+        failure_policy="open",
+        note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
+    ),
+    SeamRow(
+        seam="buffer_handoff",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=buffer_handoff_wrapper,
+        failure_policy="open",
+        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
+    ),
+    SeamRow(
+        seam="buffer_replay",
+        since=(0, 14, 0),
+        until=(0, 15, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._schedule_resume_pending_sessions",
+        params=("self",),
+        wrapper=buffer_replay_wrapper,
+        failure_policy="open",
+        note="start() calls it once adapters are connected",
+    ),
+    SeamRow(
+        seam="busy_message",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_active_session_busy_message",
+        params=("self", "event", "session_key"),
+        wrapper=busy_message_wrapper,
+        failure_policy="open",
+        behaviour={"storage": "session_guard_inbox"},
+        note="0.19 demotes interrupt to queue while its lock is held but caps the queue at 32; buffer instead",
+    ),
+    SeamRow(
+        seam="buffer_drain",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._promote_queued_event",
+        params=("self", "session_key", "adapter", "pending_event"),
+        wrapper=buffer_drain_wrapper,
+        failure_policy="open",
+        note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
+    ),
+    SeamRow(
+        seam="buffer_handoff",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=buffer_handoff_wrapper,
+        failure_policy="open",
+        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
+    ),
+    SeamRow(
+        seam="buffer_replay",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._schedule_resume_pending_sessions",
+        params=("self",),
+        wrapper=buffer_replay_wrapper,
+        failure_policy="open",
+        note="start() calls it once adapters are connected (and on platform reconnect)",
     ),
 )
 

@@ -94,6 +94,15 @@ def holder_id(op_id: str) -> str:
     return f"pid={os.getpid()}:tid={threading.get_ident()}:guard-op={op_id}:nonce={uuid.uuid4().hex[:6]}"
 
 
+def op_of_holder(holder: str | None) -> str | None:
+    """The guard operation named in a holder written by :func:`holder_id` (None for
+    a holder the guard did not write, such as Hermes's own)."""
+    for part in (holder or "").split(":"):
+        if part.startswith("guard-op="):
+            return part[len("guard-op="):] or None
+    return None
+
+
 @dataclass(eq=False)
 class LockGrant:
     """A held session lock. Release it exactly once (``release`` is idempotent)."""

@@ -27,9 +27,12 @@ log = logging.getLogger("hermes_session_guard")
 #    ``message_json``, and both read back the same).
 # 2: two independent layouts carried this number: one added summaries and the
 #    recall index, the other the compression leases and compaction generations.
-# 3: all of them. Every table is created if missing on connect, so a file from
-#    any earlier layout gains what it lacks.
-SCHEMA_VERSION = 3
+# 3: all of them.
+# 4: adds the inbox of messages buffered while a session compresses
+#    (``session_guard_inbox``; a layout that already had it carried 1).
+# Every table is created if missing on connect, so a file from any earlier layout
+# gains what it lacks.
+SCHEMA_VERSION = 4
 
 LOCK_TABLE = "session_guard_locks"  # the guard's own compression leases (see session_lock)
 
@@ -144,6 +147,23 @@ CREATE TABLE IF NOT EXISTS session_guard_recall_sources (
     seen_row_id INTEGER NOT NULL,
     PRIMARY KEY (session_id, host_session_id)
 );
+CREATE TABLE IF NOT EXISTS session_guard_inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    session_id TEXT,
+    op_id TEXT,
+    position INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    text TEXT,
+    user_id TEXT,
+    payload TEXT NOT NULL,
+    buffered_at REAL NOT NULL,
+    dispatched_at REAL,
+    delivered_at REAL,
+    owner TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
+    ON session_guard_inbox(session_key, state, seq);
 """
 
 # Contentless full-text index over the recall documents (the text itself stays in
@@ -323,17 +343,17 @@ def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
     return msg
 
 
-def _use_wal(conn: sqlite3.Connection, timeout: float) -> None:
-    """Switch the file to WAL (a no-op once it is). The switch needs the file to
-    itself and SQLite answers "database is locked" at once, without its busy
-    handler, while another connection opens a fresh file at the same moment; so
-    retry within the connection's own timeout."""
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switch the file to WAL (a no-op once it is) and return the journal mode it
+    has now. The switch needs the file to itself and SQLite answers "database is
+    locked" at once, without its busy handler, while another connection opens a
+    fresh file at the same moment; so retry within the connection's own timeout."""
     deadline = time.monotonic() + timeout
     delay = 0.005
     while True:
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
+            row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            return str(row[0]) if row else ""
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
@@ -354,6 +374,8 @@ class GuardStore:
         # indexing the same file are picked up after a short while.
         self._df: dict[str, int] = {}
         self._df_at = 0.0
+        self._wal = False
+        self._synchronous = 2  # the connection's own level once set up (see _connect)
 
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -363,15 +385,18 @@ class GuardStore:
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
-            _use_wal(conn, self._timeout)
-            if sys.platform != "darwin":
+            self._wal = _use_wal(conn, self._timeout).lower() == "wal"
+            if sys.platform != "darwin" and self._wal:
                 # No fsync per commit: leases and generation records are short-lived, and a
                 # snapshot is always committed before the Hermes write that replaces the rows
                 # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
                 # A power cut can lose at most the latest bookkeeping rows (summary tags,
-                # recall index, hand-off records), never a snapshot of rows Hermes replaced.
-                # macOS keeps FULL, as Hermes does there.
+                # recall index, hand-off records, inbox state changes the startup replay
+                # re-derives), never a snapshot of rows Hermes replaced. A commit that must be
+                # on disk before the guard tells anyone (a buffered message's receipt) asks
+                # for it: see transaction(). macOS keeps FULL, as Hermes does there.
                 conn.execute("PRAGMA synchronous=NORMAL")
+            self._synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
             conn.executescript(_SCHEMA)
             try:
                 conn.executescript(_FTS_SCHEMA)
@@ -389,17 +414,36 @@ class GuardStore:
         return self._conn
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, wait_for_disk: bool | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed at the connection's own level (see _connect).
+        ``wait_for_disk=True`` makes this commit wait until the data is on disk
+        (``synchronous=FULL`` for it): for a promise made right after it, such as a
+        buffered message's receipt. ``wait_for_disk=False`` (WAL only,
+        ``synchronous=NORMAL`` for it) survives a process crash but a power loss may
+        roll it back; only for changes the guard can re-derive (the next synchronous
+        commit or checkpoint makes it durable too)."""
         with self._lock:
             conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE")
+            level = self._synchronous
+            if wait_for_disk is True and level < 2:
+                level = 2
+            elif wait_for_disk is False and self._wal and level > 1:
+                level = 1
+            changed = level != self._synchronous
+            if changed:
+                conn.execute(f"PRAGMA synchronous={level}")
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                else:
+                    conn.execute("COMMIT")
+            finally:
+                if changed:
+                    conn.execute(f"PRAGMA synchronous={self._synchronous}")
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -807,6 +851,17 @@ class GuardStore:
             finally:
                 conn.row_factory = None
         return [dict(r) for r in rows]
+
+    def compression_in_flight(self, session_id: str, max_age: float) -> str | None:
+        """The op id of a compression of ``session_id`` that started less than ``max_age``
+        seconds ago and has not finished (any process sharing this state.db), else None."""
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT op_id FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
+                " AND finished_at IS NULL AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
+                (session_id, time.time() - max_age),
+            ).fetchone()
+        return row[0] if row else None
 
     # -- repairs --------------------------------------------------------------------
     def record_repair(self, *, op_id: str, session_id: str, record: dict[str, Any],
