@@ -46,9 +46,14 @@ class JsonlSink:
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
         with self._lock:
+            path = self.path
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as fh:
+                try:
+                    fh = open(path, "a", encoding="utf-8")
+                except FileNotFoundError:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    fh = open(path, "a", encoding="utf-8")
+                with fh:
                     fh.write(line)
             except OSError as exc:  # a full disk must not take the host down
                 stdlib_logger.warning("session guard audit write failed (%s): %s", self.path, exc)

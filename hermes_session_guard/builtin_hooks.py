@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from .hookspecs import LockTable, hookimpl
+from .hookspecs import BufferTable, LockTable, hookimpl
 from .host_adapter import NATIVE_LOCK_TABLE
+from .inbox import INBOX_TABLE, UNDELIVERED
+from .session_lock import LOCK_GUARD, LOCK_NATIVE
+from .store import LOCK_TABLE
 
 
 def snapshot_timestamp(created_at: float) -> str:
@@ -21,7 +24,20 @@ def session_guard_snapshot_id(session_id: str, created_at: float) -> str:
 
 @hookimpl
 def session_guard_lock_tables() -> list[LockTable]:
-    return [LockTable(kind="native", table=NATIVE_LOCK_TABLE, owned_by_guard=False)]
+    """Hermes's native lock (0.16+; cleared through its own API) and the guard's own
+    lease table (cleared by the guard's SQL), in that order."""
+    return [
+        LockTable(kind=LOCK_NATIVE, table=NATIVE_LOCK_TABLE, owned_by_guard=False),
+        LockTable(kind=LOCK_GUARD, table=LOCK_TABLE, owned_by_guard=True),
+    ]
+
+
+@hookimpl
+def session_guard_buffer_tables() -> list[BufferTable]:
+    """The guard's inbox: messages that arrived while their session compressed and
+    whose turn has not finished yet (buffered, or handed to the gateway)."""
+    states = ", ".join(f"'{s}'" for s in UNDELIVERED)
+    return [BufferTable(table=INBOX_TABLE, session_column="session_id", pending_where=f"state IN ({states})")]
 
 
 @hookimpl

@@ -8,23 +8,47 @@ the seam table row for the installed version:
 ``detach_db``
     (0.13-0.17) the host runs with its SessionDB detached, so its rotation block
     cannot run; the guard then persists the compacted transcript under the same
-    id, re-bases the flush cursor and sends the boundary notifications. Where the
-    host has a native state.db lock (0.16-0.17, ``lock: native``) the guard takes
-    it for the whole operation, since the detached host skips it.
+    id, re-bases the flush cursor (the row's ``flush_cursor``; on 0.17, whose
+    transcript loads ``ORDER BY timestamp``, with timestamps that keep it first)
+    and sends the boundary notifications. On 0.16-0.17 the lock it holds is the
+    host's own ``compression_locks`` row, which the detached host never asks for.
 ``host_in_place``
-    (0.18.2+) the host's own in-place path is forced on; it keeps the id,
-    archives the old rows and takes its native lock.
+    (0.18.2+) the host's own in-place path is forced on; it keeps the id and
+    archives the old rows. The guard holds the host's native lock for the whole
+    operation and the host's own acquire of it re-enters.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
 ``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
 index), and the audit log gets one ``compression.*`` event per step, all naming
 the same session id.
 
+One compression per session at a time: the whole operation runs under the
+session's lock (:mod:`~hermes_session_guard.session_lock`; which lease table is
+the row's ``lock`` behaviour). A contender that cannot get it within
+``session_guard.lock.wait_seconds`` skips (``compression.skipped`` names the
+holder). One that gets it after a compaction it did not see (its list predates
+the session's latest generation, :mod:`~hermes_session_guard.generations`) does
+not compact again: it adopts the live transcript plus its own new messages
+(``compression.adopted``). Turns other agents appended to the session meanwhile
+stay live after the new compacted block.
+
 Summaries: before the host persists the compacted list, every summary in it is
 tagged ``is_compressed_summary`` (plus the host's own flag where it has one) and
 each new summary gets the line ``[Original context: session <id>, turns <a>–<b>,
-snapshot <snapshot_id>]`` after its first line. The tags are recorded in
+snapshot <snapshot_id>]`` after its first line. The snapshot id is fixed under
+the lock, before the host runs. The tags are recorded in
 ``session_guard_summaries`` so a reload can put them back.
+
+While the operation runs (from before the lock is requested until it is released)
+the session is registered in ``runtime.compressing`` and has a
+``session_guard_compressions`` row in phase ``started``; the row ends in the
+outcome (``done``, ``adopted``, ``skipped``, ``failed``) on every exit path. The
+gateway's busy-message seam reads both (and the lease) to buffer messages that
+arrive meanwhile (:mod:`~hermes_session_guard.buffering`). A failure to write the
+row is logged and never fails the compression.
+
+The after-compression hook (the bounded hand-off) runs once the lock is released
+and outside the operation's pinned log context.
 """
 
 from __future__ import annotations
@@ -33,17 +57,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from . import host_adapter as host
 from .audit import new_op_id
+from .generations import Assessment, Keyed, assess, block_digest, foreign_messages, genuinely_new, keys_of
 from .hooks import get_plugin_manager
 from .recall import recall_text
 from .runtime import Runtime
+from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from .store import message_text, text_hash
-from .summaries import compacted_range, decorate_summaries, summary_indices, tag
+from .summaries import compacted_range, decorate_summaries, is_summary_text, summary_indices, tag
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -52,12 +78,23 @@ STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
 log = logging.getLogger("hermes_session_guard")
 
 
+@dataclass(frozen=True)
+class LockPolicy:
+    """How a seam row locks: which lease table (``lock`` behaviour) and what happens
+    when the lock itself cannot be taken because the table fails (``lock_failure``):
+    ``closed`` skips this compression (nothing changes; Hermes retries later),
+    ``open`` compresses without the lock."""
+
+    mode: str = LOCK_GUARD
+    on_failure: str = "closed"
+
+
 @dataclass
 class CompressionOutcome:
     session_id: str
     session_id_after: str
     op_id: str
-    status: str  # "done" | "skipped" | "failed"
+    status: str  # "done" | "adopted" | "skipped" | "failed"
     snapshot_id: str | None
     messages_before: int
     messages_after: int
@@ -96,6 +133,33 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
     return candidate
 
 
+def _record_phase(write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Write the durable op row; a failure here must not fail the compression."""
+    try:
+        write(*args, **kwargs)
+    except Exception as exc:
+        log.warning("session guard: could not record the compression phase in session_guard_compressions "
+                    "(%s: %s); compression continues", type(exc).__name__, exc)
+
+
+def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any, strategy: str) -> LeaseTable:
+    """Hermes's own lock where the row says so and the host either can re-enter it
+    (0.18.2+, which takes it itself inside the call) or never asks for it (0.16-0.17:
+    the detached host skips its lock); otherwise (0.13-0.15, or an agent without a
+    SessionDB) the guard's table."""
+    if mode == LOCK_NATIVE and (strategy == DETACH_DB or runtime.seam_patched("native_lock_reentry")):
+        native = host.native_leases(agent)
+        if native is not None:
+            return native
+    return GuardLeases(store)
+
+
+def _host_may_reenter(grant: LockGrant | None) -> AbstractContextManager[None]:
+    if grant is not None and isinstance(grant.lease, host.NativeLeases):
+        return host.native_lock_reentry(grant.lease, grant.session_id)
+    return nullcontext()
+
+
 def guarded_compression(
     runtime: Runtime,
     strategy: str,
@@ -103,153 +167,325 @@ def guarded_compression(
     messages: list[Any],
     call_host: Callable[[], tuple[list[Any], str]],
     *,
-    behaviour: Mapping[str, str] | None = None,
-    system_message: str | None = None,
     native_summary_key: str | None = None,
+    system_message: str | None = None,
+    lock: LockPolicy | None = None,
+    behaviour: Mapping[str, str] | None = None,
 ) -> tuple[list[Any], str]:
     """Run one host compression under the contract; returns the host's result shape.
-
-    ``behaviour`` is the seam row's version data (``flush_cursor``, ``lock``, ...);
-    ``system_message`` is the host call's own argument (needed only to answer a
-    skipped call the way the host would); ``native_summary_key`` is the host's own
-    summary flag, on hosts that have one."""
-    behaviour = behaviour or {}
+    ``native_summary_key`` is the host's own summary flag, on hosts that have one;
+    ``behaviour`` is the seam row's other version data (``flush_cursor``,
+    ``transcript_order``)."""
     sid = host.session_id(agent)
     if not sid or not isinstance(messages, list):
         return call_host()
-    op_id = new_op_id()
-    audit = runtime.audit.operation(sid, op_id)
-    pm = get_plugin_manager()
-    before = [dict(m) if isinstance(m, dict) else m for m in messages]
-    started = time.perf_counter()
-    db_path = host.db_path(agent)
-    store = runtime.store_for(db_path)
-    runtime.remember_session(sid, db_path)
-    audit.info("compression.started", messages=len(before), strategy=strategy, host_version=runtime.host_version)
+    op = _Operation(runtime, strategy, agent, sid, messages, call_host, system_message, native_summary_key,
+                    behaviour or {})
+    return op.run(lock or LockPolicy())
 
-    def finish(outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
-        getattr(audit, level)(
+
+class _Operation:
+    """One guarded compression of one session: every audit line names ``sid``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        strategy: str,
+        agent: Any,
+        sid: str,
+        messages: list[Any],
+        call_host: Callable[[], tuple[list[Any], str]],
+        system_message: str | None,
+        native_summary_key: str | None,
+        behaviour: Mapping[str, str],
+    ) -> None:
+        self.runtime, self.strategy, self.agent, self.sid = runtime, strategy, agent, sid
+        self.messages, self.call_host, self.system_message = messages, call_host, system_message
+        self.native_summary_key = native_summary_key
+        self.flush_cursor = behaviour.get("flush_cursor")
+        self.transcript_order = behaviour.get("transcript_order")
+        self.op_id = new_op_id()
+        self.audit = runtime.audit.operation(sid, self.op_id)
+        self.pm = get_plugin_manager()
+        self.before = [dict(m) if isinstance(m, dict) else m for m in messages]
+        self.started = time.perf_counter()
+        self.db_path = host.db_path(agent)
+        self.store = runtime.store_for(self.db_path)
+        runtime.remember_session(sid, self.db_path)
+        self.grant: LockGrant | None = None
+        self.lock_fields: dict[str, Any] = {}
+        # Set once the compaction stands: (snapshot id, the list the conversation continues with).
+        self.done: tuple[str | None, list[Any]] | None = None
+        self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
+
+    # -- audit ----------------------------------------------------------------------
+    def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
+        self.last = outcome
+        getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
             messages_before=outcome.messages_before,
             messages_after=outcome.messages_after,
             snapshot_id=outcome.snapshot_id,
-            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            duration_ms=round((time.perf_counter() - self.started) * 1000, 2),
             reason=outcome.reason or None,
+            **self.lock_fields,
             **extra,
         )
 
-    # The snapshot id is fixed before the host runs: the summary's recall line names
-    # it, and on 0.18.2+ the host persists the summary itself.
-    created_at = time.time()
-    snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
-    summaries_cfg = runtime.config.summaries
+    def outcome(self, status: str, reason: str = "", *, after: int | None = None,
+                snapshot_id: str | None = None) -> CompressionOutcome:
+        n = len(self.before)
+        return CompressionOutcome(self.sid, host.session_id(self.agent), self.op_id, status, snapshot_id, n,
+                                  n if after is None else after, reason)
 
-    span: list[tuple[int, int] | None] = [None]
+    def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
+                        system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
+        self.finish(self.outcome(status, reason), level, **extra)
+        if status == "failed":
+            self.pm.hook.session_guard_compression_failed(session_id=self.sid, op_id=self.op_id, reason=reason)
+        if system_prompt is None:
+            system_prompt = host.current_system_prompt(self.agent, self.system_message)
+        return _unchanged(self.messages, self.before), system_prompt
 
-    def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
-        span[0] = compacted_range(engine_input, engine_output)
-        decorate_summaries(
-            engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
-            header=summaries_cfg.recall_header, native_key=native_summary_key,
+    # -- the operation --------------------------------------------------------------
+    def run(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        with host.pinned_log_context(self.sid):
+            result = self.run_locked(lock)
+        if self.done is not None:
+            snapshot_id, continued = self.done
+            # After the lock is released and outside the pinned log context: an
+            # extension may move the conversation on (an explicit, logged hand-off
+            # fork), and the tag must then follow it.
+            try:
+                self.pm.hook.session_guard_after_compression(
+                    session_id=self.sid, op_id=self.op_id, snapshot_id=snapshot_id, compressed=continued,
+                    agent=self.agent,
+                )
+            except Exception as exc:
+                log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
+                          "stands.", type(exc).__name__, exc, self.sid)
+        return result
+
+    def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
+                        host_version=self.runtime.host_version)
+        self.runtime.compressing.begin(self.sid, self.op_id)
+        _record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
+        try:
+            return self.lock_and_compress(lock)
+        finally:
+            self.runtime.compressing.end(self.sid, self.op_id)
+            last = self.last
+            _record_phase(
+                self.store.set_compression_phase, self.op_id, last.status if last else "failed",
+                snapshot_id=last.snapshot_id if last else None,
+                messages_after=last.messages_after if last else None,
+                detail=(last.reason or None) if last else "interrupted", finished=True,
+            )
+
+    def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        cfg = self.runtime.config.lock
+        try:
+            lease = _lease_table(self.runtime, lock.mode, self.agent, self.store, self.strategy)
+            taken = self.runtime.locks_for(self.db_path).acquire(
+                self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
+                lease=lease,
+            )
+        except LockUnavailable as exc:
+            if lock.on_failure == "closed":
+                log.error(
+                    "session guard: the compression lock of session %s is unavailable (%s); this compression "
+                    "is skipped so it cannot fork the session. Hermes retries later; run "
+                    "`hermes-session-guard selftest` if it persists.", self.sid, exc,
+                )
+                return self.leave_unchanged("skipped", f"compression lock unavailable: {exc}", "error")
+            self.audit.warning("lock.unavailable", reason=str(exc))
+            taken = None
+        if isinstance(taken, LockBusy):
+            return self.leave_unchanged(
+                "skipped", "another operation holds this session's compression lock",
+                holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
+            )
+        self.grant = taken
+        self.lock_fields = (
+            {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
+             "waited_for": taken.waited_for}
+            if taken is not None else {"lock": "none"}
         )
+        try:
+            with _host_may_reenter(taken):
+                return self.compress_locked()
+        finally:
+            if taken is not None:
+                taken.release()
 
-    # Detaching the SessionDB also skips the host's own state.db lock (0.16-0.17):
-    # take it here, the way the host would have, for the whole operation.
-    native_lock = strategy == DETACH_DB and behaviour.get("lock") == "native"
-    lock = host.native_compression_lock(agent, sid) if native_lock else nullcontext((True, None))
-    with host.pinned_log_context(sid), lock as (held, holder):
-        if not held:
-            reason = "another path holds the host's compression lock on this session"
-            finish(CompressionOutcome(sid, host.session_id(agent), op_id, "skipped", None, len(before),
-                                      len(before), reason), holder=holder)
-            return _unchanged(messages, before), host.unchanged_system_prompt(agent, system_message)
-        pm.hook.session_guard_before_compression(session_id=sid, op_id=op_id, messages=messages)
+    def compress_locked(self) -> tuple[list[Any], str]:
+        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
+        self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
+
+        foreign: list[Any] = []
+        if host.session_db(agent) is not None:
+            try:
+                mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
+                standing = assess(mine, live, store.generation(sid), is_summary_text)
+                if not standing.stale:
+                    foreign = foreign_messages(mine, live)
+            except Exception as exc:
+                # Compress as before, under the lock, without the generation check.
+                self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
+            else:
+                if standing.stale:
+                    return self.adopt(Keyed(self.messages, mine.keys), live, standing)
+
+        # The snapshot id is fixed before the host runs: the summary's recall line names
+        # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
+        # no other compression of this session can take the same id meanwhile.
+        created_at = time.time()
+        snapshot_id: str | None = snapshot_id_for(sid, created_at, store.snapshot_exists)
+        summaries_cfg = self.runtime.config.summaries
+        native_key = self.native_summary_key
+        span: list[tuple[int, int] | None] = [None]
+
+        def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            span[0] = compacted_range(engine_input, engine_output)
+            decorate_summaries(
+                engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
+                header=summaries_cfg.recall_header, native_key=native_key,
+            )
+
         previous = compressing_session()
         _active.session_id = sid
         try:
             with host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
-                        compressed, system_prompt = call_host()
+                        compressed, system_prompt = self.call_host()
                 else:
                     with host.forced_in_place(agent):
-                        compressed, system_prompt = call_host()
+                        compressed, system_prompt = self.call_host()
         except BaseException as exc:
-            outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "failed", None, len(before),
-                                         len(before), f"{type(exc).__name__}: {exc}")
-            finish(outcome, "warning")
-            pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=outcome.reason)
+            reason = f"{type(exc).__name__}: {exc}"
+            self.finish(self.outcome("failed", reason), "warning")
+            self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
         finally:
             _active.session_id = previous
 
-        failure = verdict.failure
-        if failure or _no_progress(before, compressed, messages):
+        if verdict.failure:
+            return self.leave_unchanged("failed", verdict.failure, "warning", system_prompt=system_prompt)
+        if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
-            status = "failed" if failure else "skipped"
-            reason = failure or "host made no progress (lock held elsewhere, cooldown or nothing to compress)"
-            outcome = CompressionOutcome(sid, host.session_id(agent), op_id, status, None, len(before),
-                                         len(before), reason)
-            finish(outcome, "warning" if failure else "info")
-            if failure:
-                pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=reason)
-            return _unchanged(messages, before), system_prompt
+            return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
+                                        system_prompt=system_prompt)
+
+        if self.grant is not None and not self.grant.still_held():
+            reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
+            if strategy == DETACH_DB:
+                # Fail closed: another process may own the session now; write nothing.
+                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
+            self.audit.warning("lock.lost", reason=reason)
 
         # The host may have copied the dicts after the engine returned them.
         marks = []
         for i in summary_indices(compressed):
-            tag(compressed[i], native_summary_key)
+            tag(compressed[i], native_key)
             marks.append((i, text_hash(message_text(compressed[i]))))
+        block = list(compressed)  # what this compaction wrote; carried-over turns follow it
+        final = compressed
         try:
             store.write_snapshot(
                 snapshot_id=snapshot_id,
                 session_id=sid,
                 messages=before,
-                op_id=op_id,
-                host_version=runtime.host_version,
+                op_id=self.op_id,
+                host_version=self.runtime.host_version,
                 host_mode=strategy,
                 created_at=created_at,
                 index_text=recall_text,
             )
             if strategy == DETACH_DB:
+                final = compressed + foreign
                 host.commit_memory(agent, before)
-                host.persist_compacted(agent, sid, compressed, system_prompt,
-                                      flush_cursor=behaviour.get("flush_cursor"),
-                                      transcript_order=behaviour.get("transcript_order"))
+                host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.flush_cursor,
+                                      transcript_order=self.transcript_order)
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:
                 # Fail closed: nothing reached the live transcript, so keep the
                 # uncompressed conversation rather than a compaction that was never stored.
-                outcome = CompressionOutcome(sid, sid, op_id, "failed", None, len(before), len(before), reason)
-                finish(outcome, "warning")
-                pm.hook.session_guard_compression_failed(session_id=sid, op_id=op_id, reason=reason)
-                return _unchanged(messages, before), system_prompt
+                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
             # The host already compacted in place and archived the old rows itself.
-            audit.warning("snapshot.failed", reason=reason)
+            self.audit.warning("snapshot.failed", reason=reason)
             snapshot_id = None
+        if strategy == HOST_IN_PLACE and foreign:
+            try:
+                host.append_messages(agent, sid, foreign)
+                compressed.extend(foreign)
+                host.rebase_flush(agent, sid, compressed, self.flush_cursor)
+            except Exception as exc:
+                self.audit.warning("carry_over.failed", reason=f"{type(exc).__name__}: {exc}",
+                                   messages=len(foreign))
         if strategy == DETACH_DB:
             host.notify_boundary(agent, sid)
         if snapshot_id is not None:
-            runtime.note_snapshot(sid, db_path)
+            self.runtime.note_snapshot(sid, self.db_path)
         try:
             first, last = span[0] or (None, None)
             store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
         except Exception as exc:  # the tags stay on the live list; only a reload loses them
-            audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
-        outcome = CompressionOutcome(sid, host.session_id(agent), op_id, "done", snapshot_id, len(before),
-                                     len(compressed), "")
-        runtime.compactions.record(sid, compressed)
-        finish(outcome, summary_positions=[i for i, _ in marks])
+            self.audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
+        generation: int | None = None
+        try:
+            record = store.record_generation(
+                sid, block_len=len(block), block_digest=block_digest(keys_of(block)), op_id=self.op_id,
+                snapshot_id=snapshot_id,
+            )
+            generation = record.generation
+        except Exception as exc:
+            self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
+        self.runtime.compactions.record(sid, final)
+        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id), generation=generation,
+                    carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
+        self.done = (snapshot_id, final)
+        return final, system_prompt
 
-    # Outside the pinned log context: an extension may move the conversation on
-    # (an explicit, logged hand-off fork), and the tag must then follow it.
-    try:
-        pm.hook.session_guard_after_compression(
-            session_id=sid, op_id=op_id, snapshot_id=snapshot_id, compressed=compressed, agent=agent
+    def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
+        """The list predates the latest compaction: take the live transcript plus the
+        messages only this list has, instead of summarising the same turns again."""
+        sid, store = self.sid, self.store
+        try:
+            versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
+            new = genuinely_new(mine, [*versions, live], live, standing.block_len)
+        except Exception as exc:
+            return self.leave_unchanged("failed", f"reading earlier transcripts failed: {type(exc).__name__}: {exc}",
+                                        "warning", generation=standing.generation)
+        if new is None:
+            return self.leave_unchanged(
+                "skipped",
+                "the message list predates the latest compaction and lines up with no earlier transcript; "
+                "left as it is rather than compacted again",
+                "warning", generation=standing.generation, basis=standing.basis,
+            )
+        adopted = [*live.messages, *new]
+        try:
+            host.append_messages(self.agent, sid, new)
+        except Exception as exc:
+            return self.leave_unchanged("failed", f"adopting the live transcript failed: {type(exc).__name__}: {exc}",
+                                        "warning", generation=standing.generation)
+        host.rebase_flush(self.agent, sid, adopted, self.flush_cursor)
+        if self.strategy == HOST_IN_PLACE:
+            host.mark_compacted_in_place(self.agent)
+        # The conversation continues with a different list: on 0.14 the gateway's own
+        # transcript bookkeeping (JSONL copy, history offset) must follow it, as after a compaction.
+        self.runtime.compactions.record(sid, adopted)
+        reason = (
+            f"message list predates compaction generation {standing.generation or '?'}; "
+            "adopted the live transcript instead of compacting again"
         )
-    except Exception as exc:
-        log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
-                  "stands.", type(exc).__name__, exc, sid)
-    return compressed, system_prompt
+        self.finish(self.outcome("adopted", reason, after=len(adopted)), generation=standing.generation,
+                    basis=standing.basis, new_messages=len(new))
+        self.pm.hook.session_guard_transcript_adopted(
+            session_id=sid, op_id=self.op_id, generation=standing.generation, adopted=adopted
+        )
+        return adopted, host.current_system_prompt(self.agent, self.system_message)

@@ -27,9 +27,14 @@ class LockConfig:
 
 @dataclass(frozen=True)
 class BufferConfig:
-    max_messages: int = 0  # 0 = unbounded
+    enabled: bool = True
+    max_messages: int = 0  # 0 = unbounded; above it a message is refused (told to the sender), never dropped
     receipt: bool = True
     receipt_text: str = "Queued while I compact the conversation; I will answer in order."
+    overflow_text: str = (
+        "Not queued: {waiting} messages are already waiting while I compact the conversation "
+        "(limit {limit}). Please send it again after I have answered them."
+    )
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,9 @@ class GuardConfig:
 _CHOICES: dict[str, tuple[str, ...]] = {
     "summaries.visible": ("false", "tagged"),
     "handoff.mode": ("prompt_user", "fresh_session"),
+}
+_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "buffer.overflow_text": ("waiting", "limit"),
 }
 _MINIMUMS: dict[str, float] = {
     "lock.wait_seconds": 0,
@@ -128,6 +136,12 @@ def _coerce(key: str, expected: type, value: Any) -> Any:
         raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {value!r}")
     if key in _MINIMUMS and value < _MINIMUMS[key]:
         raise ConfigError(key, f"must be >= {_MINIMUMS[key]:g}; got {value!r}")
+    if key in _TEMPLATES:
+        try:
+            value.format(**{name: 1 for name in _TEMPLATES[key]})
+        except (KeyError, IndexError, ValueError) as exc:
+            fields_ = ", ".join("{" + n + "}" for n in _TEMPLATES[key])
+            raise ConfigError(key, f"may only use the placeholders {fields_} ({exc}); got {value!r}") from None
     if key in _CHECKS:
         problem = _CHECKS[key](value)
         if problem:

@@ -49,6 +49,9 @@ SUMMARY_MARKERS: tuple[str, ...] = (
     "handoff summary",
     "TURNS TO SUMMARIZE",
     "conversation turns to summarize",
+    # Hermes's iterative update of an earlier summary carries none of the above
+    "You are a summarization agent",
+    "NEW TURNS TO INCORPORATE",
 )
 
 OPENAI_MESSAGE_KEYS: frozenset[str] = frozenset(

@@ -93,10 +93,19 @@ def rewrite_jsonl(path: Path, messages: tuple[dict[str, Any], ...]) -> None:
 def rebase_after_compaction(
     session_store: Any, session_id: str, compaction: Compaction, result: Any, *, jsonl: bool = True
 ) -> None:
+    keep = len(compaction.compacted)
+    messages = result.get("messages") if isinstance(result, dict) else None
+    if isinstance(messages, list):
+        keep = min(keep, len(messages))
+        if keep and keep == len(messages) and (messages[keep - 1] or {}).get("role") == "user":
+            # The turn produced nothing after the compaction (empty reply, interruption):
+            # the gateway then records the turn's user message itself when it finds no
+            # new messages, a second time in state.db. Count it as this turn's message.
+            keep -= 1
     path_fn = getattr(session_store, "get_transcript_path", None) if jsonl else None
     if callable(path_fn):
         path = Path(path_fn(session_id))
         if path.exists():
-            rewrite_jsonl(path, compaction.compacted)
-    if isinstance(result, dict) and isinstance(result.get("messages"), list):
-        result["history_offset"] = min(len(compaction.compacted), len(result["messages"]))
+            rewrite_jsonl(path, compaction.compacted[:keep])
+    if isinstance(messages, list):
+        result["history_offset"] = keep

@@ -61,7 +61,8 @@ def session_guard_after_compression(
     session_id: str, op_id: str, snapshot_id: str | None, compressed: list[Any], agent: Any
 ) -> None:
     """Called after a compression kept ``session_id`` live and stored its snapshot,
-    outside the operation's pinned log context. ``agent`` is the host's agent
+    once the session's compression lock is released and outside the operation's
+    pinned log context. ``agent`` is the host's agent
     object. ``compressed`` is the list the conversation continues with: an
     implementation that forks the conversation explicitly (the built-in
     hand-off) replaces its contents in place. Exceptions are logged, never
@@ -71,6 +72,13 @@ def session_guard_after_compression(
 @hookspec
 def session_guard_compression_failed(session_id: str, op_id: str, reason: str) -> None:
     """Called when a compression aborted and left the transcript unchanged."""
+
+
+@hookspec
+def session_guard_transcript_adopted(session_id: str, op_id: str, generation: int, adopted: list[Any]) -> None:
+    """Called when a compression found its message list behind the session's latest
+    compaction and took the live transcript (plus its own new messages) instead of
+    compacting again."""
 
 
 @hookspec

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .hostinfo import state_db_path
+from .store import message_text
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -42,6 +43,10 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "context_compressor",
         "_memory_manager",
         "commit_memory_session",
+        "_cached_system_prompt",
+        "_build_system_prompt",
+        "_last_compaction_in_place",
+        "_repair_message_sequence",
     ),
     "AIAgent tool and prompt attributes": ("tools", "valid_tool_names"),
     "agent.context_compressor": (
@@ -50,16 +55,23 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "ContextCompressor attributes": ("_last_summary_error", "_last_compress_aborted", "on_session_start"),
     "SessionDB methods": (
-        "db_path", "replace_messages", "update_system_prompt", "get_messages", "get_session", "create_session",
-        "delete_session", "end_session", "get_session_title", "set_session_title", "get_next_title_in_lineage",
-        "try_acquire_compression_lock", "release_compression_lock", "get_compression_lock_holder",
+        "db_path", "replace_messages", "update_system_prompt", "get_messages", "get_messages_as_conversation",
+        "append_message", "get_session", "create_session", "delete_session", "end_session", "get_session_title",
+        "set_session_title", "get_next_title_in_lineage",
+    ),
+    "SessionDB compression lock (0.16+; refresh 0.18.2+)": (
+        "try_acquire_compression_lock", "refresh_compression_lock", "release_compression_lock",
+        "get_compression_lock_holder",
     ),
     "state.db columns (recall index, read only)": (
         "sessions.id", "sessions.parent_session_id", "sessions.end_reason",
         "messages.id", "messages.session_id", "messages.role", "messages.content", "messages.active",
         "messages.compacted",
     ),
-    "gateway.platforms.base": ("BasePlatformAdapter.send", "BasePlatformAdapter.edit_message", "SendResult"),
+    "gateway.platforms.base": (
+        "BasePlatformAdapter.send", "BasePlatformAdapter.edit_message", "SendResult", "MessageEvent", "MessageType",
+    ),
+    "transcript rows that are not turns": ("session_meta",),
     "hermes_logging": ("set_session_context", "_session_context"),
     # Operator commands (doctor, repair, status): read state.db read-only by SQL,
     # write only through these SessionDB methods.
@@ -95,6 +107,31 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "SessionStore._record_gateway_session_peer", "SessionEntry.session_id", "SessionEntry.origin",
         "SessionEntry.last_prompt_tokens", "MessageEvent.source",
     ),
+    # Buffering during compression (busy-message, drain, hand-off and replay seams).
+    "GatewayRunner attributes": (
+        "session_store",
+        "_running_agents",
+        "_session_db",
+        "_background_tasks",
+        "_draining",
+        "adapters",
+        "_session_key_for_source",
+        "_is_user_authorized",
+        "_reply_anchor_for_event",
+        "_thread_metadata_for_source",
+    ),
+    "GatewayRunner attributes used when present": ("_adapter_for_source",),
+    "SessionStore attributes": ("_entries",),
+    "BasePlatformAdapter attributes": (
+        "_active_sessions",
+        "_pending_messages",
+        "_send_with_retry",
+        "send",
+        "handle_message",
+    ),
+    "gateway.session": ("SessionSource.to_dict", "SessionSource.from_dict"),
+    "tools.approval": ("has_blocking_approval",),
+    "SessionDB compression lock, read by the busy-message seam (0.16+)": ("get_compression_lock_holder",),
 }
 
 
@@ -317,61 +354,6 @@ def watching_engine(
         _engine_op.verdict = previous
 
 
-def _native_lock_holder(agent: Any) -> str:
-    """The holder id the host itself would write (pid:tid:agent:uuid)."""
-    try:
-        from agent.conversation_compression import _compression_lock_holder
-
-        return str(_compression_lock_holder(agent))
-    except Exception:
-        return f"{os.getpid()}:{threading.get_ident()}:{id(agent)}:{uuid.uuid4().hex[:8]}"
-
-
-@contextmanager
-def native_compression_lock(agent: Any, sid: str) -> Iterator[tuple[bool, str | None]]:
-    """The host's own per-session state.db lock (``compression_locks``, 0.16+), taken
-    and released the way the host's ``compress_context`` does it while it has a
-    SessionDB: yields ``(True, holder)`` while held, ``(False, other_holder)`` when
-    another path holds it (the caller then skips, as the host does). A host without
-    a working lock subsystem proceeds unlocked, as the host does."""
-    db = session_db(agent)
-    acquire = getattr(db, "try_acquire_compression_lock", None)
-    if db is None or not callable(acquire):
-        yield True, None
-        return
-    holder = _native_lock_holder(agent)
-    try:
-        acquired = bool(acquire(sid, holder))
-    except Exception as exc:
-        log.warning("session guard: the host's compression lock is unavailable for session=%s (%s: %s); "
-                    "proceeding without it, as Hermes itself does.", sid, type(exc).__name__, exc)
-        yield True, None
-        return
-    if not acquired:
-        try:
-            other = db.get_compression_lock_holder(sid)
-        except Exception:
-            other = None
-        yield False, other
-        return
-    try:
-        yield True, holder
-    finally:
-        try:
-            db.release_compression_lock(sid, holder)
-        except Exception as exc:
-            log.debug("session guard: releasing the host's compression lock failed: %s", exc)
-
-
-def unchanged_system_prompt(agent: Any, system_message: str | None) -> str:
-    """What the host returns as the system prompt when it skips a compression."""
-    cached = getattr(agent, "_cached_system_prompt", None)
-    if cached:
-        return str(cached)
-    build = getattr(agent, "_build_system_prompt", None)
-    return str(build(system_message)) if callable(build) else str(system_message or "")
-
-
 def commit_memory(agent: Any, messages: list[Any]) -> None:
     fn = getattr(agent, "commit_memory_session", None)
     if callable(fn):
@@ -382,24 +364,6 @@ def commit_memory(agent: Any, messages: list[Any]) -> None:
 
 
 FLUSH_CURSORS = ("index", "identity", "marker")
-
-
-def rebase_flush_cursor(agent: Any, sid: str, compressed: list[Any], kind: str | None) -> None:
-    """Tell the host's flush that ``compressed`` is already in state.db, so the next
-    flush appends only what comes after it.
-
-    ``index`` hosts slice at ``_last_flushed_db_idx``; ``identity`` hosts skip the
-    ``id()`` of every dict in ``_flushed_db_message_ids`` while
-    ``_flushed_db_message_session_id`` names the current session (and reset the
-    set otherwise, so both must be set even on an agent that never flushed);
-    ``marker`` hosts take that set as a one-shot seed and stamp the dicts.
-    ``None`` (no row data): set whatever the agent already has."""
-    agent._last_flushed_db_idx = len(compressed)
-    if kind == "index":
-        return
-    if kind in ("identity", "marker") or hasattr(agent, "_flushed_db_message_ids"):
-        agent._flushed_db_message_ids = {id(m) for m in compressed if isinstance(m, dict)}
-        agent._flushed_db_message_session_id = sid
 
 
 def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
@@ -446,7 +410,163 @@ def persist_compacted(
             db.update_system_prompt(sid, system_prompt)
         except Exception as exc:
             log.debug("session guard: update_system_prompt failed: %s", exc)
-    rebase_flush_cursor(agent, sid, compressed, flush_cursor)
+    rebase_flush(agent, sid, compressed, flush_cursor)
+
+
+def rebase_flush(agent: Any, sid: str, persisted: list[Any], kind: str | None = None) -> None:
+    """Tell the agent that ``persisted`` is exactly what state.db holds live for
+    ``sid``. ``kind`` is the row's ``flush_cursor``: ``index`` hosts (0.13-0.16)
+    slice at ``_last_flushed_db_idx``; ``identity`` (0.17) and ``marker`` (0.18.2+)
+    hosts skip the ``id()`` of every dict in ``_flushed_db_message_ids`` while
+    ``_flushed_db_message_session_id`` names the session, and reset that set
+    otherwise, so both are set even on an agent that never flushed (0.18.2+ take
+    the set as a one-shot seed). ``None`` (no row data): whatever the agent has."""
+    identity = kind in ("identity", "marker") if kind else hasattr(agent, "_flushed_db_message_ids")
+    if identity:
+        agent._last_flushed_db_idx = len(persisted)
+        agent._flushed_db_message_ids = {id(m) for m in persisted if isinstance(m, dict)}
+        agent._flushed_db_message_session_id = sid
+        return
+    # A positional cursor: Hermes's alternation repair folds consecutive same-role
+    # turns in place before the next request, shortening the list under the cursor;
+    # without the allowance the turn's reply would fall behind it and never be written.
+    agent._last_flushed_db_idx = len(persisted) - repairs_pending(agent, persisted)
+    if hasattr(agent, "_flushed_db_message_session_id"):
+        agent._flushed_db_message_session_id = sid
+
+
+def repairs_pending(agent: Any, messages: list[Any]) -> int:
+    """How many messages Hermes's alternation repair will fold away in ``messages``
+    before the next request (tried on a copy)."""
+    repair = getattr(agent, "_repair_message_sequence", None)
+    if not callable(repair):
+        return 0
+    trial = [dict(m) if isinstance(m, dict) else m for m in messages]
+    try:
+        repair(trial)
+    except Exception as exc:
+        log.debug("session guard: trial alternation repair failed: %s", exc)
+        return 0
+    return max(0, len(messages) - len(trial))
+
+
+def mark_compacted_in_place(agent: Any) -> None:
+    """0.18.2+: tell the caller (turn loop, gateway) that the list it gets back replaced
+    the transcript on the same id and is already persisted."""
+    agent._last_compaction_in_place = True
+
+
+def current_system_prompt(agent: Any, system_message: str | None) -> str:
+    """The prompt a compression that changed nothing returns (what Hermes returns on a skip)."""
+    cached = getattr(agent, "_cached_system_prompt", None)
+    if cached:
+        return str(cached)
+    build = getattr(agent, "_build_system_prompt", None)
+    return str(build(system_message)) if callable(build) else str(system_message or "")
+
+
+# Rows Hermes stores in a transcript that are not conversation turns: the gateway's
+# ``session_meta`` marker (tool list, model, platform) and system injections. The
+# gateway drops them before handing history to an agent, so an agent's list never has them.
+_TRANSCRIPT_METADATA_ROLES = frozenset({"session_meta", "system"})
+
+
+def live_transcript(agent: Any, sid: str) -> list[dict[str, Any]]:
+    """The conversation Hermes would hand an agent for ``sid``: its active rows in
+    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``)."""
+    db = session_db(agent)
+    if db is None:
+        return []
+    return [m for m in db.get_messages_as_conversation(sid)
+            if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
+
+
+_APPEND_FIELDS = (
+    "tool_name", "tool_calls", "tool_call_id", "finish_reason", "reasoning", "reasoning_content",
+    "reasoning_details", "codex_reasoning_items", "codex_message_items",
+)
+
+
+def append_messages(agent: Any, sid: str, messages: list[Any]) -> None:
+    """Append ``messages`` to ``sid``'s live transcript through Hermes's own API."""
+    db = session_db(agent)
+    if db is None or not messages:
+        return
+    accepted = set(inspect.signature(db.append_message).parameters)
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            content = message_text(m)
+        extra = {k: m[k] for k in _APPEND_FIELDS if k in accepted and m.get(k) is not None}
+        db.append_message(session_id=sid, role=str(m.get("role") or "user"), content=content, **extra)
+
+
+class NativeLeases:
+    """Hermes's own ``compression_locks`` rows (0.16+), through its SessionDB methods."""
+
+    name = "native"
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        return bool(self.db.try_acquire_compression_lock(session_id, holder, ttl_seconds=ttl_seconds))
+
+    def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        refresh = getattr(self.db, "refresh_compression_lock", None)
+        if callable(refresh):
+            return bool(refresh(session_id, holder, ttl_seconds=ttl_seconds))
+        # 0.16-0.17 cannot extend a lease (nor can the host's own compressions):
+        # the lock stays ours until the TTL it was taken with runs out.
+        return self.holder(session_id) == holder
+
+    def release(self, session_id: str, holder: str) -> None:
+        self.db.release_compression_lock(session_id, holder)
+
+    def holder(self, session_id: str) -> str | None:
+        found = self.db.get_compression_lock_holder(session_id)
+        return str(found) if found else None
+
+
+def native_leases(agent: Any) -> NativeLeases | None:
+    """The agent's SessionDB as a lease table, when it has Hermes's lock API (0.16+;
+    ``refresh_compression_lock`` only from 0.18.2, see :meth:`NativeLeases.refresh`)."""
+    db = session_db(agent)
+    if db is None or not all(
+        callable(getattr(db, name, None))
+        for name in ("try_acquire_compression_lock", "release_compression_lock", "get_compression_lock_holder")
+    ):
+        return None
+    return NativeLeases(db)
+
+
+_native_held = threading.local()
+
+
+def _db_key(db: Any) -> str:
+    path = getattr(db, "db_path", None)
+    return str(Path(path).resolve()) if path else f"id:{id(db)}"
+
+
+@contextmanager
+def native_lock_reentry(leases: NativeLeases, sid: str) -> Iterator[None]:
+    """While the guard holds Hermes's lock on ``sid``, the host's own acquire of that
+    lock on this thread succeeds (see the ``native_lock_reentry`` seam) instead of
+    seeing the guard as a competitor and skipping."""
+    held: set[tuple[str, str]] = getattr(_native_held, "keys", None) or set()
+    key = (_db_key(leases.db), sid)
+    _native_held.keys = held | {key}
+    try:
+        yield
+    finally:
+        _native_held.keys = held
+
+
+def native_lock_held_here(db: Any, sid: Any) -> bool:
+    held = getattr(_native_held, "keys", None)
+    return bool(held) and (_db_key(db), str(sid)) in held
 
 
 def notify_boundary(agent: Any, sid: str) -> None:
@@ -1350,3 +1470,258 @@ def current_conversation_session() -> str | None:
                 entry = None
             return getattr(entry, "session_id", None) if entry is not None else None
     return os.environ.get("HERMES_SESSION_ID") or None
+
+
+# -- gateway ----------------------------------------------------------------------------
+# The gateway seams (busy message, drain, handler, startup) reach the runner, its
+# adapters and MessageEvent only through the functions below.
+
+INBOX_TAG = "_session_guard_inbox_seq"
+
+
+def gateway_session_id(runner: Any, session_key: str) -> str | None:
+    """The session id the gateway routes ``session_key`` to (its SessionEntry)."""
+    store = getattr(runner, "session_store", None)
+    entries = getattr(store, "_entries", None)
+    entry = entries.get(session_key) if isinstance(entries, dict) else None
+    sid = getattr(entry, "session_id", None)
+    return str(sid) if sid else None
+
+
+def running_agent_session_id(runner: Any, session_key: str) -> str | None:
+    agent = (getattr(runner, "_running_agents", None) or {}).get(session_key)
+    sid = getattr(agent, "session_id", None)
+    return sid if isinstance(sid, str) and sid else None
+
+
+def session_running(runner: Any, session_key: str) -> bool:
+    """An agent turn (or its pending sentinel) is registered for ``session_key``."""
+    return session_key in (getattr(runner, "_running_agents", None) or {})
+
+
+def adapter_busy(adapter: Any, session_key: str) -> bool:
+    return session_key in (getattr(adapter, "_active_sessions", None) or {})
+
+
+def adapter_for(runner: Any, source: Any) -> Any:
+    find = getattr(runner, "_adapter_for_source", None)
+    if callable(find):
+        return find(source)
+    return (getattr(runner, "adapters", None) or {}).get(getattr(source, "platform", None))
+
+
+def session_key_for(runner: Any, source: Any) -> str:
+    return str(runner._session_key_for_source(source))
+
+
+def user_authorized(runner: Any, event: Any) -> bool:
+    check = getattr(runner, "_is_user_authorized", None)
+    return bool(check(event.source)) if callable(check) else True
+
+
+def runner_draining(runner: Any) -> bool:
+    return bool(getattr(runner, "_draining", False))
+
+
+def approval_pending(session_key: str) -> bool:
+    """The agent of this session waits for a dangerous-command approval."""
+    try:
+        from tools.approval import has_blocking_approval
+    except Exception:
+        return False
+    try:
+        return bool(has_blocking_approval(session_key))
+    except Exception:
+        return False
+
+
+def event_is_plain_message(event: Any) -> bool:
+    """A user message the guard may buffer: not a slash command, not a synthetic event."""
+    if getattr(event, "internal", False):
+        return False
+    text = getattr(event, "text", None) or ""
+    return not text.lstrip().startswith("/")
+
+
+def event_text(event: Any) -> str:
+    return str(getattr(event, "text", None) or "")
+
+
+def event_user_id(event: Any) -> str | None:
+    user = getattr(getattr(event, "source", None), "user_id", None)
+    return str(user) if user is not None else None
+
+
+def event_chat_id(event: Any) -> str | None:
+    chat = getattr(getattr(event, "source", None), "chat_id", None)
+    return str(chat) if chat is not None else None
+
+
+def event_platform(payload: dict[str, Any]) -> str | None:
+    return (payload.get("source") or {}).get("platform")
+
+
+def event_payload(event: Any) -> dict[str, Any]:
+    """Everything needed to rebuild ``event`` in another process (JSON-safe).
+    ``raw_message`` (the platform's own object) is not kept."""
+    import dataclasses
+    import json
+    from datetime import datetime
+    from enum import Enum
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(event):
+        if f.name == "raw_message":
+            continue
+        value = getattr(event, f.name, None)
+        if f.name == "source":
+            out["source"] = value.to_dict() if value is not None else None
+            continue
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[f.name] = value
+    return out
+
+
+def event_from_payload(payload: dict[str, Any], seq: int | None = None) -> Any:
+    """A MessageEvent of the installed Hermes rebuilt from :func:`event_payload`
+    (fields this Hermes does not know are left out), tagged with its inbox ``seq``."""
+    import dataclasses
+    from datetime import datetime
+
+    from gateway.platforms.base import MessageEvent, MessageType
+    from gateway.session import SessionSource
+
+    known = {f.name for f in dataclasses.fields(MessageEvent)}
+    kwargs: dict[str, Any] = {k: v for k, v in payload.items() if k in known}
+    if kwargs.get("source") is not None:
+        kwargs["source"] = SessionSource.from_dict(kwargs["source"])
+    if "message_type" in kwargs:
+        try:
+            kwargs["message_type"] = MessageType(kwargs["message_type"])
+        except ValueError:
+            kwargs["message_type"] = MessageType.TEXT
+    if isinstance(kwargs.get("timestamp"), str):
+        try:
+            kwargs["timestamp"] = datetime.fromisoformat(kwargs["timestamp"])
+        except ValueError:
+            kwargs.pop("timestamp")
+    kwargs.setdefault("text", "")
+    event = MessageEvent(**kwargs)
+    if seq is not None:
+        setattr(event, INBOX_TAG, seq)
+    return event
+
+
+def event_inbox_seq(event: Any) -> int | None:
+    seq = getattr(event, INBOX_TAG, None)
+    return seq if isinstance(seq, int) else None
+
+
+def adapter_has_pending(adapter: Any, session_key: str) -> bool:
+    return session_key in (getattr(adapter, "_pending_messages", None) or {})
+
+
+def adapter_pending_seq(adapter: Any, session_key: str) -> int | None:
+    event = (getattr(adapter, "_pending_messages", None) or {}).get(session_key)
+    return event_inbox_seq(event) if event is not None else None
+
+
+def stage_pending(adapter: Any, session_key: str, event: Any) -> None:
+    """Put ``event`` in the adapter's next-up slot; the adapter runs it when the
+    current message's processing ends (its in-band or late-arrival drain)."""
+    adapter._pending_messages[session_key] = event
+
+
+async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
+    """Reply to ``event`` in its chat/thread the way the gateway's own busy ack does."""
+    source = event.source
+    anchor = None
+    meta = None
+    try:
+        anchor = runner._reply_anchor_for_event(event)
+        meta = runner._thread_metadata_for_source(source, anchor)
+    except Exception:
+        anchor = getattr(event, "message_id", None)
+    sender = getattr(adapter, "_send_with_retry", None)
+    if callable(sender):
+        result = await sender(chat_id=source.chat_id, content=text, reply_to=anchor, metadata=meta)
+    else:
+        result = await adapter.send(source.chat_id, text, reply_to=anchor, metadata=meta)
+    return bool(getattr(result, "success", True))
+
+
+def runner_lock_holder(runner: Any, session_id: str) -> str | None:
+    """Who holds Hermes's own compression lock on ``session_id`` (0.16+; the guard
+    holds it for a whole compression from 0.18.2), read as the gateway's own
+    in-flight check reads it. None on hosts without the lock API."""
+    db = getattr(runner, "_session_db", None)
+    raw = getattr(db, "_db", db)
+    read = getattr(raw, "get_compression_lock_holder", None)
+    if not callable(read):
+        return None
+    found = read(str(session_id))
+    return str(found) if found else None
+
+
+def runner_db_path(runner: Any) -> Path:
+    db = getattr(runner, "_session_db", None)
+    path = getattr(db, "db_path", None) if db is not None else None
+    return Path(path) if path else state_db_path()
+
+
+def transcript_has_user_text(runner: Any, session_id: str | None, text: str | None, since: float | None) -> bool:
+    """Whether the session's live transcript holds a user message containing ``text``
+    written at or after ``since`` (used to settle a message whose turn outlived its process)."""
+    db = getattr(runner, "_session_db", None)
+    if db is None or not session_id or not text:
+        return False
+    try:
+        rows = db.get_messages(session_id)
+    except Exception:
+        return False
+    floor = (since or 0) - 1.0
+    for row in rows:
+        if row.get("role") != "user":
+            continue
+        if (row.get("timestamp") or 0) < floor:
+            continue
+        if text in str(row.get("content") or ""):
+            return True
+    return False
+
+
+def adapter_for_platform(runner: Any, platform_value: str | None) -> Any:
+    for platform, adapter in (getattr(runner, "adapters", None) or {}).items():
+        if getattr(platform, "value", platform) == platform_value:
+            return adapter
+    return None
+
+
+def platform_value(platform: Any) -> str | None:
+    if platform is None:
+        return None
+    return str(getattr(platform, "value", platform))
+
+
+def spawn(runner: Any, coro: Any) -> Any:
+    """Run ``coro`` as a task the runner tracks (as its own startup resume does)."""
+    import asyncio
+
+    task = asyncio.get_running_loop().create_task(coro)
+    tasks = getattr(runner, "_background_tasks", None)
+    if isinstance(tasks, set):
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    return task
+
+
+def redeliver(runner: Any, adapter: Any, event: Any) -> Any:
+    """Feed ``event`` to the adapter as if it had just arrived (a tracked task)."""
+    return spawn(runner, adapter.handle_message(event))

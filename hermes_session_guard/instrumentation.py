@@ -402,7 +402,9 @@ def uninstall() -> None:
         _pending.clear()
         _imported.clear()
         _remove_finder()
-        for seam in list(_applied):
+        # Last applied first: two seams may wrap one attribute (the later one wraps the
+        # earlier one's wrapper), and each restores what it found.
+        for seam in reversed(list(_applied)):
             applied = _applied.pop(seam)
             setattr(applied.parent, applied.name, applied.original)
         unshim_engines()

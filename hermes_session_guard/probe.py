@@ -152,6 +152,28 @@ def capture_host_compression_logs() -> Iterator[list[str]]:
                 lines.append(f"{tag} {msg}" if tag else msg)
 
 
+@contextmanager
+def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
+    """Capture Hermes's ``context compression`` lines and the guard's own lines, each
+    with the ``[session]`` tag Hermes's log record factory put on it and its thread."""
+    cap = _Capture()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(cap)
+    root.setLevel(min(old_level or logging.INFO, logging.INFO))
+    out: list[dict[str, Any]] = []
+    try:
+        yield out
+    finally:
+        root.removeHandler(cap)
+        root.setLevel(old_level)
+        for rec in cap.records:
+            msg = rec.getMessage()
+            if "context compression" in msg or rec.name == "hermes_session_guard":
+                tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
+                out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
+
+
 def session_ids_in(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
@@ -338,18 +360,30 @@ def observe_locks(ctx: ProbeContext) -> None:
 
 
 def verify_lock(ctx: ProbeContext, result: ProbeResult) -> None:
+    """The guard's compression lock was held while the summary ran (the guard's own
+    lease table on 0.14, Hermes's ``compression_locks`` from 0.18.2, re-entered by
+    the host) and nothing is left held afterwards, in the tables or in-process."""
+    from . import audit
+
+    name = "compression lock taken and released"
     tables = ctx.observed.get("lock_tables")
     if tables is None:
-        result.check("compression lock taken and released", False, "the summary call was never observed")
+        result.check(name, False, "the summary call was never observed")
         return
-    if not tables:
-        result.skip("compression lock taken and released",
-                    f"no compression lock table on Hermes {ctx.runtime.host_version} (native lock from 0.16)")
-        return
+    done = next((e for e in audit.read_events(ctx.runtime.audit_path)
+                 if e.get("event") == "compression.done" and e.get("session_id") == ctx.sid), {})
+    lock, holder = done.get("lock"), done.get("lock_holder")
     during = ctx.observed.get("locks_during") or []
     _, after = _lock_rows(ctx)
-    result.check("compression lock taken and released", bool(during) and not after,
-                 f"during the summary call: {during or 'none'}; after: {after or 'none'}")
+    in_process = ctx.runtime.locks_for(ctx.db_path).held_sessions()
+    result.check(
+        name,
+        bool(tables) and lock in ("guard", "native") and bool(holder) and (lock, holder) in during
+        and not after and not in_process,
+        f"lock tables: {', '.join(tables) or 'none'}; audit: lock={lock} holder={holder}; "
+        f"during the summary call: {during or 'none'}; after: {after or 'none'}; "
+        f"held in-process: {in_process or 'none'}",
+    )
 
 
 def verify_doctor_clean(ctx: ProbeContext, result: ProbeResult) -> None:
@@ -393,6 +427,15 @@ def verify_summary_tag(ctx: ProbeContext, result: ProbeResult) -> None:
     summary_tag_check(result, ctx.llm, ctx.agent, ctx.compressed, ctx.sid)
 
 
+def verify_buffered_delivery(ctx: ProbeContext, result: ProbeResult) -> None:
+    """Through the real GatewayRunner, a message that arrives while its session
+    compresses is buffered and answered after the one that triggered the compression."""
+    from .probe_gateway import check_buffered_delivery
+
+    ctx.llm.reset()  # the default replies and summaries, without the probe's summary observers
+    check_buffered_delivery(result, ctx.llm, ctx.runtime)
+
+
 # The contract checks of the live probe, in order. A new guarantee is one entry here.
 PROBE_CHECKS: list[ProbeCheck] = [
     ProbeCheck("id stable across compression", verify_id_stable),
@@ -402,6 +445,8 @@ PROBE_CHECKS: list[ProbeCheck] = [
     ProbeCheck("doctor", verify_doctor_clean),
     # Runs a further turn against a strict provider, so it comes after the state checks.
     ProbeCheck("summary tagged and stripped", verify_summary_tag),
+    # Its own gateway session in the same HERMES_HOME, after the checks on the probe session.
+    ProbeCheck("buffered delivery", verify_buffered_delivery),
 ]
 
 

@@ -59,11 +59,13 @@ class GatewayHarness:
     chat_id: str = "42"
     _ids: int = field(default=0)
 
-    def source(self, user_id: str = "u1", user_name: str = "alice", chat_id: str | None = None) -> Any:
+    def source(self, user_id: str = "u1", user_name: str = "alice", chat_id: str | None = None,
+               chat_type: str = "dm", thread_id: str | None = None) -> Any:
+        """A sender. Users in one ``dm`` chat, or in one ``thread_id`` of a group, share a session."""
         *_, SessionSource, _ = _imports()
         _, Platform, *_ = _imports()
-        return SessionSource(platform=Platform.TELEGRAM, chat_id=chat_id or self.chat_id, chat_type="dm",
-                             user_id=user_id, user_name=user_name)
+        return SessionSource(platform=Platform.TELEGRAM, chat_id=chat_id or self.chat_id, chat_type=chat_type,
+                             user_id=user_id, user_name=user_name, thread_id=thread_id)
 
     def session_key(self, source: Any | None = None) -> str:
         *_, build_session_key = _imports()
@@ -73,21 +75,35 @@ class GatewayHarness:
         entry = self.runner.session_store._entries.get(self.session_key(source))
         return entry.session_id if entry else None
 
-    async def send_text(self, text: str, source: Any | None = None) -> None:
+    def event(self, text: str, source: Any | None = None) -> Any:
+        """A MessageEvent as a platform would deliver it (fresh message id)."""
         _, _, _, _, MessageEvent, *_ = _imports()
         self._ids += 1
-        await self.adapter.handle_message(MessageEvent(text=text, source=source or self.source(),
-                                                       message_id=str(self._ids)))
+        return MessageEvent(text=text, source=source or self.source(), message_id=str(self._ids))
+
+    async def send_text(self, text: str, source: Any | None = None) -> None:
+        await self.adapter.handle_message(self.event(text, source))
+
+    def _tasks(self) -> list[Any]:
+        tasks = list(self.adapter._background_tasks)
+        tasks += [t for t in getattr(self.runner, "_background_tasks", ()) if isinstance(t, asyncio.Task)]
+        return [t for t in tasks if not t.done()]
 
     async def drain(self, timeout: float = 60.0) -> None:
-        """Wait until every background task the adapter spawned (and re-spawned) ended."""
+        """Wait until every background task the adapter and the runner spawned (and re-spawned) ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.adapter._background_tasks:
+        await asyncio.sleep(0)
+        while self._tasks():
             if loop.time() > deadline:
                 raise TimeoutError("gateway tasks still running")
-            await asyncio.wait(list(self.adapter._background_tasks), timeout=max(0.1, deadline - loop.time()))
+            await asyncio.wait(self._tasks(), timeout=max(0.1, deadline - loop.time()))
+            await asyncio.sleep(0)
         await asyncio.sleep(0)
+
+    async def stop(self) -> None:
+        """Cancel what the adapter is processing (as a gateway shutdown does)."""
+        await self.adapter.cancel_background_tasks()
 
     def replies(self) -> list[str]:
         return [content for _, content in self.adapter.sent]
@@ -117,4 +133,60 @@ async def start_gateway() -> GatewayHarness:
         adapter._busy_text_mode = runner._busy_text_mode
     runner.adapters[Platform.TELEGRAM] = adapter
     runner._gateway_loop = asyncio.get_running_loop()
+    # start() resumes restart-interrupted sessions once adapters are connected.
+    runner._schedule_resume_pending_sessions()
     return GatewayHarness(runner=runner, adapter=adapter)
+
+
+BUFFER_CHECK = "message buffered during compression delivered"
+
+
+def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
+    """Selftest check: through the real GatewayRunner, a message that arrives while the
+    session compresses is buffered, then answered after the triggering message, on the
+    same session id. ``result`` is a ProbeResult; ``llm`` the running FakeLLMServer."""
+    import threading
+
+    from . import host_adapter, probe
+    from .inbox import DELIVERED, Inbox
+
+    def reply(body: dict[str, Any]) -> str:
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        return "re: " + str(users[-1].get("content") if users else "")
+
+    async def scenario() -> tuple[GatewayHarness, str]:
+        gw = await start_gateway()
+        await gw.send_text("hi")
+        await gw.drain()
+        sid = gw.bound_session_id() or ""
+        for m in probe.seed_messages(tag="probe"):
+            gw.runner.session_store.append_to_transcript(sid, m)
+        gate = threading.Event()
+        llm.configure(reply_fn=reply, summary_gate=gate, gate_timeout=30.0)
+        try:
+            await gw.send_text("probe trigger")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while runtime.compressing.op_for(sid) is None and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            await gw.send_text("probe follow-up")
+        finally:
+            gate.set()
+        await gw.drain()
+        return gw, sid
+
+    try:
+        gw, sid = asyncio.run(scenario())
+    except Exception as exc:
+        return bool(result.check(BUFFER_CHECK, False, f"{type(exc).__name__}: {exc}"))
+    finally:
+        llm.configure(reply_fn=None, summary_gate=None)
+    answers = [r for r in gw.replies() if r.startswith("re: ")]
+    entries = Inbox(runtime.store_for(host_adapter.runner_db_path(gw.runner))).entries()
+    ok = (
+        answers == ["re: probe trigger", "re: probe follow-up"]
+        and [(e.text, e.state) for e in entries] == [("probe follow-up", DELIVERED)]
+        and gw.bound_session_id() == sid
+    )
+    detail = f"answers={answers} inbox={[(e.text, e.state) for e in entries]} bound={gw.bound_session_id()} sid={sid}"
+    return bool(result.check(BUFFER_CHECK, ok, detail))

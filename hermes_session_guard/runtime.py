@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .audit import AuditLog
+from .compressing import CompressingSessions
 from .config import GuardConfig
 from .gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
+from .session_lock import SessionLocks
 from .store import GuardStore
 
 
@@ -54,12 +56,14 @@ class Runtime:
     fixed_home: Path | None = None
     seams: list[SeamStatus] = field(default_factory=list)
     compactions: CompactionLog = field(default_factory=CompactionLog)
+    compressing: CompressingSessions = field(default_factory=CompressingSessions)
     notices: PendingNotices = field(default_factory=PendingNotices)
     # seam -> the behaviour values of the row applied for the installed Hermes (seams.py)
     behaviour: dict[str, dict[str, str]] = field(default_factory=dict)
     host_in_table: bool = True  # False: a release outside the seam table (seams verified by signature)
     compat_note: str = ""  # plain words for selftest and the log when host_in_table is False
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
+    _locks: dict[Path, SessionLocks] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _session_dbs: dict[str, Path] = field(default_factory=dict)
     _with_snapshots: set[tuple[Path, str]] = field(default_factory=set)
@@ -84,6 +88,18 @@ class Runtime:
             if store is None:
                 store = self._stores[key] = GuardStore(key)
             return store
+
+    def locks_for(self, db_path: Path) -> SessionLocks:
+        """The compression locks of one state.db (shared by every agent of this process)."""
+        key = Path(db_path).resolve()
+        with self._lock:
+            locks = self._locks.get(key)
+            if locks is None:
+                locks = self._locks[key] = SessionLocks()
+            return locks
+
+    def seam_patched(self, name: str) -> bool:
+        return any(s.name == name and s.state == "patched" for s in self.seams)
 
     def remember_session(self, session_id: str, db_path: Path) -> None:
         """The state.db an agent of ``session_id`` writes to (tools only learn the id)."""
@@ -114,6 +130,9 @@ class Runtime:
 
     def close(self) -> None:
         with self._lock:
+            for locks in self._locks.values():
+                locks.close()
+            self._locks.clear()
             for store in self._stores.values():
                 store.close()
             self._stores.clear()

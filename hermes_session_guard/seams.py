@@ -27,10 +27,16 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
     ``timestamp, id``; there the guard writes the compacted rows with timestamps
     that keep them before the turn's own messages.
 ``lock``
-    ``none`` (0.13-0.15) or ``native`` (0.16+: ``compression_locks`` in state.db,
-    ``SessionDB.try_acquire_compression_lock``). The host takes it only when it
-    has a SessionDB: under ``detach_db`` it is skipped, so a guard that wants it
-    must take it itself; under ``host_in_place`` the host takes it.
+    which cross-process lease serialises compressions of one session
+    (see :mod:`.session_lock`): ``guard`` (0.13-0.15, no native lock: the guard's
+    ``session_guard_locks``) or ``native`` (0.16+: Hermes's ``compression_locks``,
+    held by the guard for the whole operation; the detached host of 0.16-0.17
+    never asks for it, the in-place host of 0.18.2+ re-enters it through the
+    ``native_lock_reentry`` seam; 0.16-0.17 cannot refresh a lease).
+``lock_failure``
+    ``closed``: when the lease table itself fails, the compression is skipped
+    (transcript unchanged, Hermes retries on a later turn) instead of running
+    unlocked, because an unlocked compression can fork the session.
 ``native_summary_key``
     ``""`` or ``_compressed_summary`` (0.17+: the host tags its summary message
     in memory; no DB column).
@@ -62,18 +68,21 @@ signature; releases older than the table are not patched.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import buffering
 from . import host_adapter as host
 from . import summary_seams as ss
-from .compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
 from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version
 from .runtime import Runtime
+from .session_lock import LOCK_GUARD, LOCK_NATIVE
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -118,6 +127,8 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     ``compress_context(agent, messages, system_message, ...)`` (module function)
     differ only in where the agent comes from."""
     strategy = row.behaviour["strategy"]
+    lock = LockPolicy(mode=row.behaviour.get("lock", LOCK_GUARD),
+                      on_failure=row.behaviour.get("lock_failure", "closed"))
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         called = False
@@ -135,8 +146,9 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             messages = rest[0] if rest else kwargs.get("messages")
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
             return guarded_compression(
-                runtime, strategy, agent, messages, call_host, behaviour=row.behaviour,
-                system_message=system_message, native_summary_key=row.behaviour.get("native_summary_key") or None,
+                runtime, strategy, agent, messages, call_host,
+                native_summary_key=row.behaviour.get("native_summary_key") or None,
+                system_message=system_message, lock=lock, behaviour=row.behaviour,
             )
         except Exception as exc:
             if called:
@@ -147,6 +159,24 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 row.target, type(exc).__name__, exc,
             )
             return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
+    without touching the table when this thread's guarded operation already holds
+    the lock on that session; otherwise Hermes's own acquire, unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = args[0] if args else kwargs.get("session_id")
+            if host.native_lock_held_here(instance, sid):
+                return True
+        except Exception as exc:
+            log.error("session guard: seam %s failed (%s: %s); failing open to Hermes's own lock.",
+                      row.target, type(exc).__name__, exc)
+        return wrapped(*args, **kwargs)
 
     return wrapper
 
@@ -237,6 +267,98 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def _fail_open(row: SeamRow, exc: BaseException, consequence: str) -> None:
+    log.error("session guard: seam %s failed (%s: %s); failing open: %s. Run `hermes-session-guard selftest`.",
+              row.target, type(exc).__name__, exc, consequence)
+
+
+def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """A message for a busy session: buffer it while the session compresses (see buffering)."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called = False
+
+        async def call_host() -> Any:
+            nonlocal called
+            called = True
+            return await wrapped(*args, **kwargs)
+
+        try:
+            event = _arg(args, kwargs, 0, "event")
+            session_key = _arg(args, kwargs, 1, "session_key")
+            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
+        except Exception as exc:
+            if called:
+                raise
+            _fail_open(row, exc, "Hermes handles this message as it would without the guard")
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Where a finished turn picks its follow-up: the oldest buffered message when Hermes has none."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        picked = wrapped(*args, **kwargs)
+        try:
+            session_key = _arg(args, kwargs, 0, "session_key")
+            return buffering.on_drain(runtime, instance, session_key, picked)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+            return picked
+
+    return wrapper
+
+
+def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
+
+    def after(instance: Any, event: Any) -> None:
+        try:
+            buffering.on_handler_done(runtime, instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        event = _arg(args, kwargs, 0, "event")
+        try:
+            buffering.on_handler_start(instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages are still delivered")
+        try:
+            result = await wrapped(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            after(instance, event)
+            raise
+        after(instance, event)
+        return result
+
+    return wrapper
+
+
+def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Gateway startup (and 0.19 platform reconnect): replay what an earlier runner left buffered."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
+        return result
+
+    return wrapper
+
+
 # The release ranges of rows whose target and behaviour are the same on every tested
 # release (0.18.0 and 0.18.1 were never on the package index: a gap, not a row).
 _SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 13, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
@@ -269,7 +391,8 @@ SEAMS: tuple[SeamRow, ...] = (
             "strategy": DETACH_DB,
             "transcript_order": "id",
             "flush_cursor": "index",
-            "lock": "none",
+            "lock": LOCK_GUARD,
+            "lock_failure": "closed",
             "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
@@ -351,7 +474,8 @@ SEAMS: tuple[SeamRow, ...] = (
             "strategy": DETACH_DB,
             "transcript_order": "id",
             "flush_cursor": "index",
-            "lock": "none",
+            "lock": LOCK_GUARD,
+            "lock_failure": "closed",
             "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
@@ -371,7 +495,8 @@ SEAMS: tuple[SeamRow, ...] = (
             "strategy": DETACH_DB,
             "transcript_order": "id",
             "flush_cursor": "index",
-            "lock": "native",
+            "lock": LOCK_NATIVE,
+            "lock_failure": "closed",
             "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
@@ -392,7 +517,8 @@ SEAMS: tuple[SeamRow, ...] = (
             "strategy": DETACH_DB,
             "transcript_order": "timestamp",
             "flush_cursor": "identity",
-            "lock": "native",
+            "lock": LOCK_NATIVE,
+            "lock_failure": "closed",
             "native_summary_key": "_compressed_summary",
             "busy_queue": "fifo",
             "hygiene_session_db": "absent",
@@ -413,13 +539,49 @@ SEAMS: tuple[SeamRow, ...] = (
             "strategy": HOST_IN_PLACE,
             "transcript_order": "id",
             "flush_cursor": "marker",
-            "lock": "native",
+            "lock": LOCK_NATIVE,
+            "lock_failure": "closed",
             "native_summary_key": "_compressed_summary",
             "busy_queue": "fifo_demotes_interrupt",
             "hygiene_session_db": "passed",
         },
         requires=(_NATIVE_LOCK, _IN_PLACE),
         note="host has in-place compaction and a native lock; force in-place on",
+    ),
+    SeamRow(
+        seam="native_lock_reentry",
+        since=(0, 13, 0),
+        until=(0, 16, 0),
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=(),
+        wrapper=None,
+        failure_policy="",
+        note="not needed: 0.13-0.15 have no native compression lock; the guard's session_guard_locks table is used",
+    ),
+    SeamRow(
+        seam="native_lock_reentry",
+        since=(0, 16, 0),
+        until=(0, 18, 0),
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=(),
+        wrapper=None,
+        failure_policy="",
+        note="not needed: the guard holds Hermes's lock and the host, running with its SessionDB detached, "
+        "never asks for it",
+        requires=(_NATIVE_LOCK,),
+    ),
+    SeamRow(
+        seam="native_lock_reentry",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=("self", "session_id", "holder"),
+        wrapper=native_lock_reentry_wrapper,
+        failure_policy="open",
+        note="the guard holds Hermes's compression lock for the whole operation; the host's acquire re-enters it",
     ),
     *(
         # Summaries carry the recall line; the body the host re-summarises must not.
@@ -613,6 +775,97 @@ SEAMS: tuple[SeamRow, ...] = (
             note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
         )
         for since, until in _SUPPORTED
+    ),
+    SeamRow(
+        seam="busy_message",
+        since=(0, 13, 0),
+        until=(0, 18, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_active_session_busy_message",
+        params=("self", "event", "session_key"),
+        wrapper=busy_message_wrapper,
+        failure_policy="open",
+        behaviour={"storage": "session_guard_inbox"},
+        note="0.13-0.16 interrupt the agent by default and keep one pending message (a second replaces the "
+        "first); 0.17 queues up to 32; buffer instead",
+    ),
+    SeamRow(
+        seam="buffer_drain",
+        since=(0, 13, 0),
+        until=(0, 18, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._promote_queued_event",
+        params=("self", "session_key", "adapter", "pending_event"),
+        wrapper=buffer_drain_wrapper,
+        failure_policy="open",
+        note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
+    ),
+    SeamRow(
+        seam="buffer_handoff",
+        since=(0, 13, 0),
+        until=(0, 18, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=buffer_handoff_wrapper,
+        failure_policy="open",
+        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
+    ),
+    SeamRow(
+        seam="buffer_replay",
+        since=(0, 13, 0),
+        until=(0, 18, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._schedule_resume_pending_sessions",
+        params=("self",),
+        wrapper=buffer_replay_wrapper,
+        failure_policy="open",
+        note="start() calls it once adapters are connected",
+    ),
+    SeamRow(
+        seam="busy_message",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_active_session_busy_message",
+        params=("self", "event", "session_key"),
+        wrapper=busy_message_wrapper,
+        failure_policy="open",
+        behaviour={"storage": "session_guard_inbox"},
+        note="0.19 demotes interrupt to queue while its lock is held but caps the queue at 32; buffer instead",
+    ),
+    SeamRow(
+        seam="buffer_drain",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._promote_queued_event",
+        params=("self", "session_key", "adapter", "pending_event"),
+        wrapper=buffer_drain_wrapper,
+        failure_policy="open",
+        note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
+    ),
+    SeamRow(
+        seam="buffer_handoff",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=buffer_handoff_wrapper,
+        failure_policy="open",
+        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
+    ),
+    SeamRow(
+        seam="buffer_replay",
+        since=(0, 18, 2),
+        until=(0, 20, 0),
+        module="gateway.run",
+        attribute="GatewayRunner._schedule_resume_pending_sessions",
+        params=("self",),
+        wrapper=buffer_replay_wrapper,
+        failure_policy="open",
+        note="start() calls it once adapters are connected (and on platform reconnect)",
     ),
 )
 

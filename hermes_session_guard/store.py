@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -24,9 +25,16 @@ log = logging.getLogger("hermes_session_guard")
 # 1: snapshots, compressions, repairs, hand-offs (a snapshot message's string
 #    content is stored once, in ``content``; older rows also carry it in
 #    ``message_json``, and both read back the same).
-# 2: adds summaries and the recall index. Every table is created if missing on
-#    connect, so a file from either earlier layout gains what it lacks.
-SCHEMA_VERSION = 2
+# 2: two independent layouts carried this number: one added summaries and the
+#    recall index, the other the compression leases and compaction generations.
+# 3: all of them.
+# 4: adds the inbox of messages buffered while a session compresses
+#    (``session_guard_inbox``; a layout that already had it carried 1).
+# Every table is created if missing on connect, so a file from any earlier layout
+# gains what it lacks.
+SCHEMA_VERSION = 4
+
+LOCK_TABLE = "session_guard_locks"  # the guard's own compression leases (see session_lock)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS session_guard_meta (
@@ -68,6 +76,21 @@ CREATE TABLE IF NOT EXISTS session_guard_compressions (
 );
 CREATE INDEX IF NOT EXISTS idx_session_guard_compressions_session
     ON session_guard_compressions(session_id, started_at);
+CREATE TABLE IF NOT EXISTS session_guard_locks (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_guard_generations (
+    session_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL,
+    block_len INTEGER NOT NULL,
+    block_digest TEXT NOT NULL,
+    op_id TEXT,
+    snapshot_id TEXT,
+    updated_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS session_guard_repairs (
     op_id TEXT NOT NULL,
     session_id TEXT NOT NULL,
@@ -124,6 +147,23 @@ CREATE TABLE IF NOT EXISTS session_guard_recall_sources (
     seen_row_id INTEGER NOT NULL,
     PRIMARY KEY (session_id, host_session_id)
 );
+CREATE TABLE IF NOT EXISTS session_guard_inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    session_id TEXT,
+    op_id TEXT,
+    position INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    text TEXT,
+    user_id TEXT,
+    payload TEXT NOT NULL,
+    buffered_at REAL NOT NULL,
+    dispatched_at REAL,
+    delivered_at REAL,
+    owner TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
+    ON session_guard_inbox(session_key, state, seq);
 """
 
 # Contentless full-text index over the recall documents (the text itself stays in
@@ -165,6 +205,20 @@ _HANDOFF_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class GenerationRecord:
+    """The latest guarded compaction of one session: its number and the compacted
+    block (length and digest of its message keys) it made the live transcript start with."""
+
+    session_id: str
+    generation: int
+    block_len: int
+    block_digest: str
+    op_id: str | None
+    snapshot_id: str | None
+    updated_at: float
+
+
+@dataclass(frozen=True)
 class SnapshotInfo:
     snapshot_id: str
     session_id: str
@@ -190,6 +244,10 @@ def message_text(message: dict[str, Any]) -> str | None:
         parts = [str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p]
         return "\n".join(parts)
     return str(content)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def text_hash(text: str | None) -> str:
@@ -265,7 +323,7 @@ def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return {str(sid): int(n) for sid, n in rows}
 
 
-def _row_parts(message: Any) -> tuple[Any, str | None, str]:
+def _row_parts(message: Any) -> tuple[str | None, str | None, str]:
     """(role, text, json of the rest). A string ``content`` is stored once, in the
     ``content`` column (searchable), and left out of ``message_json``."""
     if not isinstance(message, dict):
@@ -273,8 +331,9 @@ def _row_parts(message: Any) -> tuple[Any, str | None, str]:
     content = message.get("content")
     if isinstance(content, str):
         rest = {k: v for k, v in message.items() if k != "content"}
-        return message.get("role"), content, json.dumps(rest, ensure_ascii=False, default=str)
-    return message.get("role"), message_text(message), json.dumps(message, ensure_ascii=False, default=str)
+        return _text_or_none(message.get("role")), content, json.dumps(rest, ensure_ascii=False, default=str)
+    return _text_or_none(message.get("role")), message_text(message), json.dumps(message, ensure_ascii=False,
+                                                                                  default=str)
 
 
 def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
@@ -282,6 +341,24 @@ def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
     if "content" not in msg:
         msg["content"] = content
     return msg
+
+
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switch the file to WAL (a no-op once it is) and return the journal mode it
+    has now. The switch needs the file to itself and SQLite answers "database is
+    locked" at once, without its busy handler, while another connection opens a
+    fresh file at the same moment; so retry within the connection's own timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            return str(row[0]) if row else ""
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 class GuardStore:
@@ -297,6 +374,8 @@ class GuardStore:
         # indexing the same file are picked up after a short while.
         self._df: dict[str, int] = {}
         self._df_at = 0.0
+        self._wal = False
+        self._synchronous = 2  # the connection's own level once set up (see _connect)
 
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -305,8 +384,19 @@ class GuardStore:
             conn = sqlite3.connect(
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            self._wal = _use_wal(conn, self._timeout).lower() == "wal"
+            if sys.platform != "darwin" and self._wal:
+                # No fsync per commit: leases and generation records are short-lived, and a
+                # snapshot is always committed before the Hermes write that replaces the rows
+                # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
+                # A power cut can lose at most the latest bookkeeping rows (summary tags,
+                # recall index, hand-off records, inbox state changes the startup replay
+                # re-derives), never a snapshot of rows Hermes replaced. A commit that must be
+                # on disk before the guard tells anyone (a buffered message's receipt) asks
+                # for it: see transaction(). macOS keeps FULL, as Hermes does there.
+                conn.execute("PRAGMA synchronous=NORMAL")
+            self._synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
             conn.executescript(_SCHEMA)
             try:
                 conn.executescript(_FTS_SCHEMA)
@@ -315,28 +405,45 @@ class GuardStore:
                 log.warning("session guard: SQLite has no FTS5 (%s); recall falls back to a slower scan", exc)
                 self.fts = False
             conn.execute(
-                "INSERT OR IGNORE INTO session_guard_meta(key, value) VALUES ('schema_version', ?)",
+                "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+                " WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
                 (str(SCHEMA_VERSION),),
-            )
-            conn.execute(
-                "UPDATE session_guard_meta SET value = ? WHERE key = 'schema_version' AND CAST(value AS INTEGER) < ?",
-                (str(SCHEMA_VERSION), SCHEMA_VERSION),
             )
             self._conn = conn
         return self._conn
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, wait_for_disk: bool | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed at the connection's own level (see _connect).
+        ``wait_for_disk=True`` makes this commit wait until the data is on disk
+        (``synchronous=FULL`` for it): for a promise made right after it, such as a
+        buffered message's receipt. ``wait_for_disk=False`` (WAL only,
+        ``synchronous=NORMAL`` for it) survives a process crash but a power loss may
+        roll it back; only for changes the guard can re-derive (the next synchronous
+        commit or checkpoint makes it durable too)."""
         with self._lock:
             conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE")
+            level = self._synchronous
+            if wait_for_disk is True and level < 2:
+                level = 2
+            elif wait_for_disk is False and self._wal and level > 1:
+                level = 1
+            changed = level != self._synchronous
+            if changed:
+                conn.execute(f"PRAGMA synchronous={level}")
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                else:
+                    conn.execute("COMMIT")
+            finally:
+                if changed:
+                    conn.execute(f"PRAGMA synchronous={self._synchronous}")
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -745,6 +852,17 @@ class GuardStore:
                 conn.row_factory = None
         return [dict(r) for r in rows]
 
+    def compression_in_flight(self, session_id: str, max_age: float) -> str | None:
+        """The op id of a compression of ``session_id`` that started less than ``max_age``
+        seconds ago and has not finished (any process sharing this state.db), else None."""
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT op_id FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
+                " AND finished_at IS NULL AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
+                (session_id, time.time() - max_age),
+            ).fetchone()
+        return row[0] if row else None
+
     # -- repairs --------------------------------------------------------------------
     def record_repair(self, *, op_id: str, session_id: str, record: dict[str, Any],
                       backup_path: str | None = None) -> None:
@@ -767,7 +885,6 @@ class GuardStore:
                 f"DELETE FROM {table} WHERE {session_column} = ? AND {expires_column} < ?", (session_id, now)
             )
         return cur.rowcount > 0
-
 
     def compression_count(self, session_id: str, since: float | None = None) -> int:
         """Compressions of ``session_id`` that stored a snapshot (after ``since``)."""
@@ -890,3 +1007,82 @@ class GuardStore:
         with self.reading() as conn:
             rows = conn.execute(query + " ORDER BY created_at, handoff_id", params).fetchall()
         return [HandoffRecord(*row) for row in rows]
+
+    # -- compression leases (cross-process, see session_lock) -----------------------
+    def try_acquire_lease(self, session_id: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Take the lease on ``session_id`` for ``holder`` unless someone else holds an
+        unexpired one; an expired lease (its holder crashed) is taken over."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.execute(
+                "DELETE FROM session_guard_locks WHERE session_id = ? AND expires_at < ?", (session_id, now)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO session_guard_locks(session_id, holder, acquired_at, expires_at)"
+                " VALUES (?,?,?,?)",
+                (session_id, holder, now, now + ttl_seconds),
+            )
+            row = conn.execute(
+                "SELECT holder FROM session_guard_locks WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return row is not None and row[0] == holder
+
+    def refresh_lease(self, session_id: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Extend ``holder``'s lease; False if it expired or belongs to someone else now."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE session_guard_locks SET expires_at = ?"
+                " WHERE session_id = ? AND holder = ? AND expires_at >= ?",
+                (now + ttl_seconds, session_id, holder, now),
+            )
+        return cur.rowcount > 0
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        """Drop the lease if ``holder`` still owns it (a late holder never frees a successor's)."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "DELETE FROM session_guard_locks WHERE session_id = ? AND holder = ?", (session_id, holder)
+            )
+        return cur.rowcount > 0
+
+    def lease_holder(self, session_id: str, now: float | None = None) -> str | None:
+        """Who holds an unexpired lease on ``session_id``, if anyone."""
+        now = time.time() if now is None else now
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT holder FROM session_guard_locks WHERE session_id = ? AND expires_at >= ?",
+                (session_id, now),
+            ).fetchone()
+        return row[0] if row else None
+
+    # -- compaction generations -----------------------------------------------------
+    def generation(self, session_id: str) -> GenerationRecord | None:
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
+                " FROM session_guard_generations WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return GenerationRecord(*row) if row else None
+
+    def record_generation(
+        self, session_id: str, *, block_len: int, block_digest: str, op_id: str | None, snapshot_id: str | None
+    ) -> GenerationRecord:
+        """Count one more compaction of ``session_id`` and remember the block it left live."""
+        now = time.time()
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO session_guard_generations(session_id, generation, block_len, block_digest, op_id,"
+                " snapshot_id, updated_at) VALUES (?, 1, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(session_id) DO UPDATE SET generation = generation + 1,"
+                " block_len = excluded.block_len, block_digest = excluded.block_digest, op_id = excluded.op_id,"
+                " snapshot_id = excluded.snapshot_id, updated_at = excluded.updated_at",
+                (session_id, block_len, block_digest, op_id, snapshot_id, now),
+            )
+            row = conn.execute(
+                "SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
+                " FROM session_guard_generations WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return GenerationRecord(*row)

@@ -27,7 +27,7 @@ from hermes_session_guard.fake_llm import FakeLLMServer
 from hermes_session_guard.state_inspection import MERGED_END_REASON, load_home_state
 from hermes_session_guard.store import GuardStore
 
-from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, HOST_ROW, MODES, new_agent
+from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, MODES, new_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "corrupt"
@@ -324,6 +324,36 @@ def test_a_home_the_guard_compressed_is_clean(guard: Any, db: Any, llm: FakeLLMS
     assert session["compressions"]["done"] == 1 and session["snapshots"] == 1 and not session["ended"]
 
 
+def test_a_guard_lease_left_by_a_dead_process_is_reported_and_cleared(
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The guard's own lease table is registered with the operator commands: status
+    lists its rows, doctor reports an expired one and repair clears it; a live one stays."""
+    sid, other = "20260528_155201_68dc5996", "20260528_155202_0a1b2c3d"
+    probe.seed_session(db, sid, probe.seed_messages())
+    probe.seed_session(db, other, probe.seed_messages())
+    store = GuardStore(home / "state.db")
+    try:
+        assert store.try_acquire_lease(sid, "pid=999999:tid=1:guard-op=dead", 60.0, now=time.time() - 3600)
+        assert store.try_acquire_lease(other, "pid=999998:tid=1:guard-op=live", 300.0)
+    finally:
+        store.close()
+
+    code, out, _ = _run(["status", "--json"], home, monkeypatch, capsys)
+    locks = {(lk["session_id"], lk["kind"], lk["expired"]) for lk in json.loads(out)["locks"]}
+    assert {(sid, "guard", True), (other, "guard", False)} <= locks
+    code, out, _ = _run(["doctor", "--json"], home, monkeypatch, capsys)
+    found = [f for f in json.loads(out)["findings"] if f["signature"] == "expired_compression_lock"]
+    assert code == 1 and [(f["session_id"], f["extra"]["table"]) for f in found] == [(sid, "session_guard_locks")]
+
+    code, out, _ = _run(["repair", "--apply", "--json"], home, monkeypatch, capsys)
+    assert code == 0, out
+    assert _rows(home / "state.db", "SELECT session_id FROM session_guard_locks") == [(other,)]
+    code, out, _ = _run(["doctor"], home, monkeypatch, capsys)
+    assert code == 0 and "no corruption found" in out
+
+
 @pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="this host always rotates without the guard")
 def test_a_home_compressed_in_place_by_the_host_alone_is_clean(
     no_guard: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch,
@@ -436,9 +466,8 @@ def test_selftest_passes_and_reports_each_check(home: Path, discovered: Any, mon
     states = {c["name"]: c["state"] for c in report["checks"]}
     assert states["agent.session_id unchanged"] == "pass"
     assert states["doctor finds no corruption afterwards"] == "pass"
-    # the host's native lock: taken by the host in place (0.18.2+), by the guard for a detached host (0.16-0.17)
-    native_lock = HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "native"
-    assert states["compression lock taken and released"] == ("pass" if native_lock else "skip")
+    # a lease on every release: the guard's own on 0.13-0.15, Hermes's compression_locks from 0.16
+    assert states["compression lock taken and released"] == "pass"
     seams = {s["name"]: s["state"] for s in report["seams"]}
     assert seams["compression"] == "patched"
     assert all(state in ("patched", "not-needed") for state in seams.values()), seams

@@ -55,6 +55,8 @@ def runtime(tmp_path: Path) -> Runtime:
 def db(mocker: Any, tmp_path: Path) -> Any:
     fake = mocker.Mock()
     fake.db_path = tmp_path / "state.db"
+    # The guard reads the live transcript for its generation check: nothing stored yet.
+    fake.get_messages_as_conversation.return_value = []
     return fake
 
 
@@ -155,3 +157,68 @@ def test_without_a_session_id_the_host_runs_untouched(runtime: Runtime, db: Any)
     guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
     assert agent.session_id == "S2-rotated"
     assert not runtime.audit_path.exists()
+
+def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any) -> None:
+    """Hermes's gateway stores a ``session_meta`` row in the transcript and drops it before
+    handing history to an agent: it is not a turn another agent appended, so it never comes
+    back after the compacted block. A real turn appended meanwhile does."""
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    messages = _messages()
+    late = {"role": "user", "content": "written by another agent meanwhile"}
+    db.get_messages_as_conversation.return_value = [
+        {"role": "session_meta", "content": None, "tools": []}, *[dict(m) for m in messages], late,
+    ]
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
+    assert [m["role"] for m in out].count("session_meta") == 0
+    assert out[-1] == late and len(out) == 4
+    (call,) = db.append_message.call_args_list
+    assert call.kwargs["role"] == "user" and call.kwargs["content"] == late["content"]
+    done = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert done["event"] == "compression.done" and done["carried_over"] == 1
+
+
+def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, db: Any) -> None:
+    """A second agent whose list predates the compaction adopts the live transcript; the
+    list it continues with is recorded for the 0.14 gateway's transcript re-basing."""
+    agent = Agent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    db.get_messages_as_conversation.return_value = [dict(m) for m in out]
+    late = {"role": "user", "content": "a question the other agent got meanwhile"}
+    stale = [*[dict(m) for m in messages], late]
+    other = Agent(db, Engine())
+    mark = runtime.compactions.mark()
+    calls: list[int] = []
+    adopted, _ = guarded_compression(runtime, DETACH_DB, other, stale,
+                                     lambda: calls.append(1) or other._compress_context(stale, "s"))
+    assert calls == [] and adopted == [*out, late]
+    assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"
+    compaction = runtime.compactions.since("S1", mark)
+    assert compaction is not None and list(compaction.compacted) == adopted
+
+def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runtime, db: Any) -> None:
+    from hermes_session_guard.hooks import get_plugin_manager
+    from hermes_session_guard.hookspecs import hookimpl
+
+    seen: list[tuple[Any, ...]] = []
+    store = runtime.store_for(db.db_path)
+
+    class Watcher:
+        @hookimpl
+        def session_guard_after_compression(self, session_id: str, compressed: list[Any], agent: Any) -> None:
+            seen.append((session_id, len(compressed), agent, runtime.locks_for(db.db_path).held_sessions(),
+                         store.lease_holder(session_id)))
+
+    agent = Agent(db, Engine())
+    messages = _messages()
+    pm = get_plugin_manager()
+    plugin = Watcher()
+    pm.register(plugin, name="test-after-compression-watcher")
+    try:
+        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages,
+                                     lambda: agent._compress_context(messages, "s"))
+    finally:
+        pm.unregister(plugin)
+    assert seen == [("S1", len(out), agent, [], None)]

@@ -99,3 +99,40 @@ def test_select_row_matches_declared_ranges() -> None:
     assert seams.select_row("compression", (0, 19, 0)).behaviour["strategy"] == "host_in_place"
     assert seams.select_row("compression", (0, 20, 0)) is None
     assert seams.select_row("compression", None) is None
+
+
+def _tracing(label: str, calls: list[str]) -> Any:
+    def factory(runtime: Any, row: seams.SeamRow) -> seams.Wrapper:
+        def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            calls.append(label)
+            return wrapped(*args, **kwargs)
+
+        return wrapper
+
+    return factory
+
+
+def test_two_seams_on_one_attribute_both_run_and_uninstall_restores_the_original(
+    fake_table: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As gateway_message and buffer_handoff both wrap GatewayRunner._handle_message."""
+    calls: list[str] = []
+    rows = tuple(
+        seams.SeamRow(
+            seam=name, since=(1, 0, 0), until=(2, 0, 0), module=fake_table.__name__,
+            attribute="AIAgent._compress_context", params=("self", "messages", "system_message"),
+            wrapper=_tracing(name, calls), failure_policy="open",
+        )
+        for name in ("first", "second")
+    )
+    monkeypatch.setattr(seams, "SEAMS", rows)
+    original = fake_table.AIAgent.__dict__["_compress_context"]
+    rt = instrumentation.install(version="1.0.0")
+    assert [(s.name, s.state) for s in rt.seams] == [("first", "patched"), ("second", "patched")]
+    assert fake_table.AIAgent()._compress_context([1, 2], "sys") == ([1], "sys")
+    assert calls == ["second", "first"]  # the later row wraps the earlier one
+    instrumentation.uninstall()
+    assert fake_table.AIAgent.__dict__["_compress_context"] is original
+    calls.clear()
+    assert fake_table.AIAgent()._compress_context([1, 2], "sys") == ([1], "sys")
+    assert calls == []

@@ -20,7 +20,8 @@ ALLOWED = {
     "strategy": set(STRATEGIES),
     "flush_cursor": set(FLUSH_CURSORS),
     "transcript_order": {"id", "timestamp"},
-    "lock": {"none", "native"},
+    "lock": {"guard", "native"},
+    "lock_failure": {"closed", "open"},
     "native_summary_key": {"", "_compressed_summary"},
     "busy_queue": {"single_slot", "fifo", "fifo_demotes_interrupt"},
     "hygiene_session_db": {"absent", "passed"},
@@ -28,9 +29,9 @@ ALLOWED = {
 
 # What the wheels say, release by release (docs/compatibility.md has the sources).
 EXPECTED = {
-    "0.13.0": ("run_agent:AIAgent._compress_context", DETACH_DB, "index", "none"),
-    "0.14.0": ("run_agent:AIAgent._compress_context", DETACH_DB, "index", "none"),
-    "0.15.2": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "none"),
+    "0.13.0": ("run_agent:AIAgent._compress_context", DETACH_DB, "index", "guard"),
+    "0.14.0": ("run_agent:AIAgent._compress_context", DETACH_DB, "index", "guard"),
+    "0.15.2": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "guard"),
     "0.16.0": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "native"),
     "0.17.0": ("agent.conversation_compression:compress_context", DETACH_DB, "identity", "native"),
     "0.18.2": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),

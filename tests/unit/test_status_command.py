@@ -13,6 +13,7 @@ import pytest
 from hermes_session_guard import cli
 from hermes_session_guard.hooks import get_plugin_manager
 from hermes_session_guard.hookspecs import BufferTable, LockTable, hookimpl
+from hermes_session_guard.inbox import Inbox
 from hermes_session_guard.store import GuardStore
 
 from .hermes_like_db import HermesLikeHome
@@ -54,7 +55,10 @@ def test_status_json(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
     assert sessions["s1"]["compressions"] == {"done": 2, "skipped": 0, "failed": 1}
     assert sessions["s1"]["snapshots"] == 2 and sessions["s1"]["live_messages"] == 3
     assert sessions["s2"]["compressions"] == {"done": 0, "skipped": 1, "failed": 0}
-    assert report["lock_tables"] == ["compression_locks"] and report["buffer_tables"] == []
+    # Hermes's native table, and the guard's own lease table and inbox (created with its store)
+    assert report["lock_tables"] == ["compression_locks", "session_guard_locks"]
+    assert report["buffer_tables"] == ["session_guard_inbox"]
+    assert sessions["s1"]["buffered"] == 0 and sessions["s2"]["buffered"] == 0
 
 
 def test_status_text(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
@@ -63,8 +67,39 @@ def test_status_text(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert "s1  native  holder=pid=7:tid=1" in out and "EXPIRED" in out
-    assert "s1  compressions=2/0/1  snapshots=2" in out
-    assert "no buffer table" in out
+    assert "s1  compressions=2/0/1  snapshots=2  buffered=0" in out
+    assert "no buffer table" not in out
+
+
+def test_status_text_without_the_guards_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    h = HermesLikeHome(tmp_path / "bare")
+    h.session("s1", 1.0)
+    h.close()
+    monkeypatch.setenv("HERMES_HOME", str(h.home))
+    assert cli.main(["status"]) == 0
+    assert "no buffer table" in capsys.readouterr().out
+
+
+def test_status_counts_the_guards_buffered_messages(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    inbox = Inbox(GuardStore(home.db_path))
+    for text in ("one", "two", "three"):
+        inbox.append(session_key="k1", session_id="s1", op_id="op", payload={"text": text}, text=text)
+    inbox.append(session_key="k3", session_id="s3", op_id="op3", payload={"text": "x"}, text="x")
+    first = inbox.dispatch_next("k1", owner="runner")
+    assert first is not None and first.text == "one"
+    third = inbox.entries("k1")[2]
+    inbox.mark_delivered([third.seq])  # delivered: no longer counted
+    inbox.store.close()
+    monkeypatch.setenv("HERMES_HOME", str(home.home))
+    assert cli.main(["status", "--json"]) == 0
+    sessions = {s["session_id"]: s for s in json.loads(capsys.readouterr().out)["sessions"]}
+    # buffered + dispatched (handed to the gateway, turn not finished) count; delivered does not
+    assert sessions["s1"]["buffered"] == 2 and sessions["s3"]["buffered"] == 1
+    assert not sessions["s3"]["exists"]
+    assert cli.main(["status"]) == 0
+    assert "s1  compressions=2/0/1  snapshots=2  buffered=2" in capsys.readouterr().out
 
 
 class _ExtraTables:
@@ -102,3 +137,24 @@ def test_lock_and_buffer_tables_added_through_hooks(home: HermesLikeHome, monkey
         assert {(f["session_id"], f["extra"]["kind"]) for f in found} == {("s2", "native"), ("s2", "guard")}
     finally:
         pm.unregister(plugin)
+
+
+def test_the_guards_own_leases_are_listed_and_reported(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    now = time.time()
+    store = GuardStore(home.db_path)
+    assert store.try_acquire_lease("s1", "pid=5:tid=1:guard-op=live", 300.0, now=now)
+    assert store.try_acquire_lease("s3", "pid=6:tid=1:guard-op=dead", 60.0, now=now - 3600)
+    store.close()
+    monkeypatch.setenv("HERMES_HOME", str(home.home))
+    assert cli.main(["status", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    guard = {lk["session_id"]: lk for lk in report["locks"] if lk["kind"] == "guard"}
+    assert set(guard) == {"s1", "s3"} and {lk["table"] for lk in guard.values()} == {"session_guard_locks"}
+    assert not guard["s1"]["expired"] and guard["s1"]["holder"] == "pid=5:tid=1:guard-op=live"
+    assert guard["s3"]["expired"]
+    assert cli.main(["doctor", "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    expired = {(f["session_id"], f["extra"]["kind"], f["extra"]["table"]) for f in found
+               if f["signature"] == "expired_compression_lock"}
+    assert expired == {("s2", "native", "compression_locks"), ("s3", "guard", "session_guard_locks")}

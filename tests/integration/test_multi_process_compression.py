@@ -1,0 +1,168 @@
+"""The seed's "Multi-agent host stability" scenario with real processes: 13 agent
+processes cross the compression threshold together, 10 with their own
+``HERMES_HOME`` and 3 sharing one (gateway, CLI and cron resuming one
+conversation), against one fake LLM whose summaries take a second."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import audit, probe
+from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
+
+from .conftest import HOST_HAS_IN_PLACE, MODES
+from .test_one_compression_per_session import _leftover_locks
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("compression_driver.py")
+OWN_HOMES = 10
+SHARED = 3
+SUMMARY_LATENCY = 1.0
+
+
+def _answer(body: dict[str, Any]) -> str:
+    """Answer naming the question's marker, so every reply can be traced to its turn."""
+    for m in reversed(body.get("messages") or []):
+        if isinstance(m, dict) and m.get("role") == "user":
+            # the turn's own question is the last one (Hermes may merge consecutive user turns)
+            markers = [t for t in " ".join(iter_message_text(m.get("content"))).split() if t.endswith("-next:")]
+            if markers:
+                return f"{markers[-1][: -len('-next:')]}-reply: answered"
+            break
+    return "OK."
+
+
+def _summary_tags(llm: FakeLLMServer, tags: list[str]) -> dict[str, int]:
+    counts = dict.fromkeys(tags, 0)
+    for req in llm.summary_requests():
+        text = json.dumps(req.body, ensure_ascii=False)
+        for tag in tags:
+            if f"{tag}-20:" in text:  # a turn from the summarised middle
+                counts[tag] += 1
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_thirteen_processes_compress_within_one_window(
+    discovered: Any, llm: FakeLLMServer, tmp_path: Path, mode: str
+) -> None:
+    llm.reset()
+    llm.configure(summary_latency=SUMMARY_LATENCY, reply_fn=_answer)
+    in_place = (mode == "in_place") if HOST_HAS_IN_PLACE else None
+
+    # (home, session id, tag) per process; the last three share one home and one session
+    plan: list[tuple[Path, str, str]] = []
+    for i in range(OWN_HOMES):
+        plan.append((tmp_path / f"home-{i}", f"20260528_0935{i:02d}_0a{i:04x}", f"p{i}"))
+    shared_home, shared_sid = tmp_path / "shared-home", "20260528_155201_68dc5996"
+    plan += [(shared_home, shared_sid, f"s{j}") for j in range(SHARED)]
+    seed_tag = {sid: ("shared" if sid == shared_sid else tag) for _, sid, tag in plan}
+
+    for home, sid in {(h, s) for h, s, _ in plan}:
+        probe.write_config(home, llm.base_url, in_place=in_place, session_guard={"lock": {"wait_seconds": 60.0}})
+        db = probe.open_db(home / "state.db")
+        probe.seed_session(db, sid, probe.seed_messages(tag=seed_tag[sid]))
+        db.close()
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("HERMES_SESSION_ID", None)
+    go = tmp_path / "go"
+    procs = []
+    for n, (home, sid, tag) in enumerate(plan):
+        cmd = [sys.executable, str(DRIVER), "--home", str(home), "--sid", sid, "--tag", tag,
+               "--base-url", llm.base_url, "--ready", str(tmp_path / f"ready-{n}"), "--go", str(go),
+               "--out", str(tmp_path / f"out-{n}.json")]
+        if in_place is not None:
+            cmd.append("--in-place" if in_place else "--rotate")
+        with open(tmp_path / f"err-{n}.txt", "w") as err:
+            procs.append(subprocess.Popen(cmd, env=dict(env, HERMES_HOME=str(home)), stdout=subprocess.DEVNULL,
+                                          stderr=err))
+    try:
+        deadline = time.monotonic() + 100
+        while not all((tmp_path / f"ready-{n}").exists() for n in range(len(plan))):
+            dead = [n for n, p in enumerate(procs) if p.poll() is not None]
+            assert not dead, [(tmp_path / f"err-{n}.txt").read_text()[-2000:] for n in dead]
+            assert time.monotonic() < deadline, "agent processes did not get ready"
+            time.sleep(0.05)
+        go.touch()
+        for p in procs:
+            p.wait(timeout=100)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    reports = [json.loads((tmp_path / f"out-{n}.json").read_text()) for n in range(len(plan))]
+    assert all("error" not in r for r in reports), [r.get("traceback") for r in reports if "error" in r]
+    assert all(p.returncode == 0 for p in procs)
+
+    # every process crossed the threshold within one 60-second window, with the guard loaded
+    crossed = [r["crossed_at"] for r in reports]
+    assert max(crossed) - min(crossed) < 60
+    assert all(r["guard_loaded"] for r in reports)
+
+    # no agent's id moved, and each got its own answer
+    for (_, sid, tag), r in zip(plan, reports, strict=True):
+        assert r["session_id_after"] == sid, r
+        assert r["env_session_id"] in (None, sid), r
+        assert r["final_response"] == f"{tag}-reply: answered", r
+
+    # one summary per conversation: the shared one was compressed once, not three times
+    per_seed = _summary_tags(llm, sorted(set(seed_tag.values())))
+    assert per_seed == dict.fromkeys(per_seed, 1), per_seed
+
+    for home, sid in sorted({(h, s) for h, s, _ in plan}):
+        tags = [tag for h, s, tag in plan if s == sid]
+        rows = probe.sessions_table(home / "state.db")
+        # exactly one live session per conversation: no forks, no orphans, not ended
+        assert [(r["id"], r["parent_session_id"], r["ended_at"]) for r in rows] == [(sid, None, None)]
+        live = [str(m["content"]) for m in probe.live_messages(home / "state.db", sid)]
+        kept = _snapshot_texts(home / "state.db", sid)
+        everything = "\n".join(live + kept)
+        markers = [f"{seed_tag[sid]}-{i}:" for i in range(probe.SEED_MESSAGES)]
+        lost = [m for m in markers if m not in everything]
+        assert lost == [], (sid, lost)
+        for tag in tags:  # each process's turn is live exactly once
+            assert sum(t.startswith(f"{tag}-next:") for t in live) == 1, (tag, live)
+            assert sum(t == f"{tag}-reply: answered" for t in live) == 1, (tag, live)
+        # audit: every operation names this home's session only; one compaction per conversation
+        ops: dict[str, list[dict[str, Any]]] = {}
+        for e in audit.read_events(home / "logs" / "session_guard.jsonl"):
+            if e.get("op_id"):
+                ops.setdefault(e["op_id"], []).append(e)
+        for events in ops.values():
+            assert {e["session_id"] for e in events} | {e.get("session_id_after", sid) for e in events} == {sid}
+        outcomes = sorted(evs[-1]["event"] for evs in ops.values())
+        expected = ["compression.adopted"] * (len(tags) - 1) + ["compression.done"]
+        assert outcomes == expected, outcomes
+        assert _leftover_locks(home) == []
+
+    # every log line of every process names its own session, in the text and the [session] tag
+    for (_, sid, _), r in zip(plan, reports, strict=True):
+        for rec in r["records"]:
+            named = {t.split("=", 1)[1] for t in rec["message"].split() if t.startswith(("session=", "session_id="))}
+            assert named <= {sid, "None"}, rec
+            if named - {"None"}:
+                assert rec["tag"] == sid, rec
+
+
+def _snapshot_texts(db_path: Path, sid: str) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(str(db_path))
+    try:
+        rows = conn.execute(
+            "SELECT m.content FROM session_guard_snapshot_messages m JOIN session_guard_snapshots s"
+            " ON s.snapshot_id = m.snapshot_id WHERE s.session_id = ?", (sid,)
+        ).fetchall()
+    finally:
+        conn.close()
+    return [str(r[0]) for r in rows]

@@ -1,0 +1,174 @@
+"""While a guarded compression runs, its session is in ``runtime.compressing`` and has a
+``session_guard_compressions`` row in phase ``started`` (what the gateway's buffering
+reads); on every way out (done, adopted, skipped, failed, an exception) the registry
+entry is gone and the row ends in the outcome."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import audit
+from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.config import GuardConfig, LockConfig
+from hermes_session_guard.runtime import Runtime
+from hermes_session_guard.session_lock import GuardLeases, LockGrant
+from hermes_session_guard.store import GuardStore
+
+from .test_compression_contract import Agent, Engine
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Any:
+    rt = Runtime(config=replace(GuardConfig(), lock=LockConfig(wait_seconds=0.05)), host_version="test",
+                 fixed_home=tmp_path)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def db(mocker: Any, tmp_path: Path) -> Any:
+    fake = mocker.Mock()
+    fake.db_path = tmp_path / "state.db"
+    fake.get_messages_as_conversation.return_value = []
+    return fake
+
+
+def _messages(n: int = 10) -> list[dict[str, Any]]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(n)]
+
+
+def _op_ids(rt: Runtime) -> list[str]:
+    return list(dict.fromkeys(e["op_id"] for e in audit.read_events(rt.audit_path) if e.get("op_id")))
+
+
+class Observing:
+    """Runs the host and records what the buffering seam would see meanwhile."""
+
+    def __init__(self, rt: Runtime, store: GuardStore, host: Any) -> None:
+        self.rt, self.store, self.host = rt, store, host
+        self.seen: list[tuple[str | None, str | None]] = []
+
+    def __call__(self) -> Any:
+        self.seen.append((self.rt.compressing.op_for("S1"), self.store.compression_in_flight("S1", 300)))
+        return self.host()
+
+
+def _assert_ended(rt: Runtime, store: GuardStore, phase: str) -> dict[str, Any]:
+    assert rt.compressing.op_for("S1") is None and rt.compressing.sessions() == []
+    assert store.compression_in_flight("S1", 300) is None
+    row = store.compressions("S1")[-1]
+    assert row["phase"] == phase and row["finished_at"] is not None
+    assert row["op_id"] == _op_ids(rt)[-1]
+    return row
+
+
+@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+def test_done(runtime: Runtime, db: Any, strategy: str) -> None:
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = strategy == DETACH_DB
+    messages = _messages()
+    store = runtime.store_for(db.db_path)
+    host = Observing(runtime, store, lambda: agent._compress_context(messages, "s"))
+    out, _ = guarded_compression(runtime, strategy, agent, messages, host)
+    (op,) = _op_ids(runtime)
+    assert host.seen == [(op, op)]
+    row = _assert_ended(runtime, store, "done")
+    assert row["messages_before"] == 10 and row["messages_after"] == len(out) == 3
+    assert row["snapshot_id"] == store.list_snapshots("S1")[0].snapshot_id
+
+
+def test_failed_summary(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine(fail="HTTP 500"))
+    messages = _messages()
+    store = runtime.store_for(db.db_path)
+    host = Observing(runtime, store, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, DETACH_DB, agent, messages, host)
+    assert len(host.seen) == 1 and host.seen[0][0] is not None
+    row = _assert_ended(runtime, store, "failed")
+    assert "HTTP 500" in row["detail"]
+
+
+def test_no_progress_is_skipped(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    messages = _messages()
+    store = runtime.store_for(db.db_path)
+    guarded_compression(runtime, DETACH_DB, agent, messages, Observing(runtime, store, lambda: (messages, "s")))
+    _assert_ended(runtime, store, "skipped")
+
+
+def test_persistence_failure(runtime: Runtime, db: Any) -> None:
+    db.replace_messages.side_effect = OSError("disk full")
+    agent = Agent(db, Engine())
+    messages = _messages()
+    store = runtime.store_for(db.db_path)
+    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    assert "disk full" in _assert_ended(runtime, store, "failed")["detail"]
+
+
+def test_host_exception(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    store = runtime.store_for(db.db_path)
+
+    def boom() -> Any:
+        raise KeyboardInterrupt  # not an Exception: the finally must still run
+
+    with pytest.raises(KeyboardInterrupt):
+        guarded_compression(runtime, DETACH_DB, agent, _messages(), Observing(runtime, store, boom))
+    _assert_ended(runtime, store, "failed")
+
+
+def test_busy_lock_is_skipped(runtime: Runtime, db: Any) -> None:
+    store = runtime.store_for(db.db_path)
+    held = runtime.locks_for(db.db_path).acquire("S1", "winner", wait_seconds=0, lease_seconds=60,
+                                                 lease=GuardLeases(store))
+    assert isinstance(held, LockGrant)
+    try:
+        agent = Agent(db, Engine())
+        messages = _messages()
+        calls: list[int] = []
+        guarded_compression(runtime, DETACH_DB, agent, messages, lambda: calls.append(1) or ([], ""))
+    finally:
+        held.release()
+    assert calls == []
+    assert "holds this session's compression lock" in _assert_ended(runtime, store, "skipped")["detail"]
+
+
+def test_adopted(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    db.get_messages_as_conversation.return_value = [dict(m) for m in out]
+    stale = [*[dict(m) for m in messages], {"role": "user", "content": "late"}]
+    other = Agent(db, Engine())
+    calls: list[int] = []
+    guarded_compression(runtime, DETACH_DB, other, stale, lambda: calls.append(1) or ([], ""))
+    store = runtime.store_for(db.db_path)
+    assert calls == []
+    row = _assert_ended(runtime, store, "adopted")
+    assert row["messages_after"] == len(out) + 1
+    assert [r["phase"] for r in store.compressions("S1")] == ["done", "adopted"]
+
+
+def test_a_phase_write_failure_does_not_fail_the_compression(
+    runtime: Runtime, db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(GuardStore, "begin_compression", broken)
+    monkeypatch.setattr(GuardStore, "set_compression_phase", broken)
+    agent = Agent(db, Engine())
+    messages = _messages()
+    store = runtime.store_for(db.db_path)
+    host = Observing(runtime, store, lambda: agent._compress_context(messages, "s"))
+    with caplog.at_level("WARNING", logger="hermes_session_guard"):
+        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, host)
+    assert len(out) == 3 and agent.session_id == "S1"
+    (op,) = _op_ids(runtime)
+    assert host.seen == [(op, None)]  # the in-process registry still says so
+    assert runtime.compressing.op_for("S1") is None
+    assert sum("could not record the compression phase" in r.getMessage() for r in caplog.records) == 2
