@@ -5,8 +5,13 @@ A row says: for Hermes versions in ``[since, until)``, wrap ``module:attribute``
 ``wrapper``; which other host names the row leans on (``requires``, each
 ``module:attribute``, verified before anything is patched); what to do when the
 guard itself fails inside it (``failure_policy``); and version-specific
-behaviour as data (``behaviour``). Adding a Hermes release is adding or widening
-rows here, plus tests.
+behaviour as data (``behaviour``).
+
+The table (``SEAMS``) is written one entry per seam with :func:`seam`: the fields
+its rows share, and per release range only what differs there; it expands to one
+:class:`SeamRow` per range. Adding a Hermes release is a table edit (the release
+in ``TESTED_RELEASES``, the end of ``COVERED``, a new range where a target or a
+behaviour changed) plus tests.
 
 Behaviour keys of the ``compression`` rows (every value read off the release's wheel):
 
@@ -72,7 +77,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import buffering
@@ -80,7 +85,7 @@ from . import host_adapter as host
 from . import summary_seams as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
 from .gateway_transcript import rebase_after_compaction
-from .hostinfo import Version
+from .hostinfo import Version, parse_version
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE
 
@@ -359,513 +364,348 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
-# The release ranges of rows whose target and behaviour are the same on every tested
-# release (0.18.0 and 0.18.1 were never on the package index: a gap, not a row).
-_SUPPORTED: tuple[tuple[Version, Version], ...] = (((0, 13, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
-# Ranges split where a behaviour value changes.
-_UNTIL_SUMMARY_KEY = (((0, 13, 0), (0, 17, 0)), ((0, 17, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
-_UNTIL_WIRE_STRIP = (((0, 13, 0), (0, 15, 0)), ((0, 15, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
-
-_COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
-_COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
-_GATEWAY_TURN_PARAMS = ("self", "message", "context_prompt", "history", "source", "session_id")
-_NATIVE_LOCK = "hermes_state:SessionDB.try_acquire_compression_lock"
-_JSONL_TRANSCRIPT = "gateway.session:SessionStore.get_transcript_path"
-_IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
+# ---------------------------------------------------------------------------------------------
+# The table. One ``seam(...)`` entry per seam: the values its rows share, and ``ranges``
+# mapping each release range to what differs there (any SeamRow field; ``behaviour``
+# is merged key by key over the shared one). A range is ``"since-until"`` (half open:
+# ``"0.15.0-0.16.0"`` is every 0.15.x) or ``"since+"`` (up to the end of the table).
+# Every range is clipped to COVERED, so a range that spans a gap becomes one row per side.
+#
+# Adding a Hermes release: add it to TESTED_RELEASES, move the end of COVERED past it,
+# and add a range to the seams whose target or behaviour changed (``"0.20.0+"``),
+# closing the range before it; then run the matrix for it.
+# ---------------------------------------------------------------------------------------------
 
 # The releases on the package index that every row below was checked against
 # (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
 TESTED_RELEASES: tuple[str, ...] = ("0.13.0", "0.14.0", "0.15.2", "0.16.0", "0.17.0", "0.18.2", "0.19.0")
 
+# The versions the table covers; 0.18.0 and 0.18.1 never reached the package index:
+# a gap, not a row (such a version is treated like any release outside the table).
+COVERED: tuple[tuple[str, str], ...] = (("0.13.0", "0.18.0"), ("0.18.2", "0.20.0"))
+
+
+def not_needed(reason: str, **fields: Any) -> dict[str, Any]:
+    """A range where the seam wraps nothing (state ``not-needed``), with the reason."""
+    return {"wrapper": None, "params": (), "failure_policy": "", "lazy": False, "note": f"not needed: {reason}",
+            **fields}
+
+
+def _parse_range(text: str) -> tuple[Version, Version]:
+    since, sep, until = text.partition("-")
+    if text.endswith("+"):
+        since, until = text[:-1], COVERED[-1][1]
+    elif not sep:
+        raise ValueError(f"seam range {text!r}: write 'since-until' or 'since+'")
+    low, high = parse_version(since), parse_version(until)
+    if not low < high:
+        raise ValueError(f"seam range {text!r} is empty")
+    return low, high
+
+
+def _clip(since: Version, until: Version) -> list[tuple[Version, Version]]:
+    spans = []
+    for low_text, high_text in COVERED:
+        low, high = max(since, parse_version(low_text)), min(until, parse_version(high_text))
+        if low < high:
+            spans.append((low, high))
+    return spans
+
+
+def seam(
+    name: str,
+    *,
+    ranges: dict[str, dict[str, Any]],
+    module: str = "",
+    attribute: str = "",
+    params: tuple[str, ...] = (),
+    wrapper: Callable[[Runtime, SeamRow], Wrapper] | None = None,
+    failure_policy: str = "open",
+    behaviour: dict[str, str] | None = None,
+    note: str = "",
+    lazy: bool = False,
+    requires: tuple[str, ...] = (),
+) -> tuple[SeamRow, ...]:
+    """The rows of one seam: ``ranges`` (release range -> fields that differ there) over the shared fields."""
+    shared = SeamRow(seam=name, since=(0, 0, 0), until=(0, 0, 0), module=module, attribute=attribute,
+                     params=params, wrapper=wrapper, failure_policy=failure_policy, behaviour=dict(behaviour or {}),
+                     note=note, lazy=lazy, requires=requires)
+    rows: list[SeamRow] = []
+    for text, changes in ranges.items():
+        fields = {**changes, "behaviour": {**shared.behaviour, **changes.get("behaviour", {})}}
+        for since, until in _clip(*_parse_range(text)):
+            rows.append(replace(shared, since=since, until=until, **fields))
+    return tuple(sorted(rows, key=lambda row: row.since))
+
+
+_COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
+_COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
+_NATIVE_LOCK = "hermes_state:SessionDB.try_acquire_compression_lock"
+_JSONL_TRANSCRIPT = "gateway.session:SessionStore.get_transcript_path"
+_IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
+EVERY_RELEASE: dict[str, dict[str, Any]] = {"0.13.0+": {}}
+
 SEAMS: tuple[SeamRow, ...] = (
-    SeamRow(
-        seam="compression",
-        since=(0, 13, 0),
-        until=(0, 15, 0),
-        module="run_agent",
-        attribute="AIAgent._compress_context",
-        params=_COMPRESSION_METHOD_PARAMS,
+    *seam(
+        "compression",
+        module="agent.conversation_compression",
+        attribute="compress_context",
+        params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,
-        failure_policy="open",
         behaviour={
             "strategy": DETACH_DB,
             "transcript_order": "id",
             "flush_cursor": "index",
-            "lock": LOCK_GUARD,
+            "lock": LOCK_NATIVE,
             "lock_failure": "closed",
             "native_summary_key": "",
             "busy_queue": "single_slot",
             "hygiene_session_db": "absent",
         },
-        note="compression lives in the method and always rotates; run it with the SessionDB detached",
+        requires=(_NATIVE_LOCK,),
+        ranges={
+            "0.13.0-0.15.0": {
+                "module": "run_agent", "attribute": "AIAgent._compress_context",
+                "params": _COMPRESSION_METHOD_PARAMS, "behaviour": {"lock": LOCK_GUARD}, "requires": (),
+                "note": "compression lives in the method and always rotates; run it with the SessionDB detached",
+            },
+            "0.15.0-0.16.0": {
+                "behaviour": {"lock": LOCK_GUARD}, "requires": (),
+                "note": "module function (AIAgent._compress_context forwards at call time); rotates; SessionDB "
+                "detached",
+            },
+            "0.16.0-0.17.0": {
+                "note": "rotates; native state.db lock (skipped by the host while its SessionDB is detached)",
+            },
+            "0.17.0-0.18.0": {
+                "behaviour": {"transcript_order": "timestamp", "flush_cursor": "identity",
+                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo"},
+                "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
+            },
+            "0.18.2+": {
+                "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
+                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
+                              "hygiene_session_db": "passed"},
+                "requires": (_NATIVE_LOCK, _IN_PLACE),
+                "note": "host has in-place compaction and a native lock; force in-place on",
+            },
+        },
     ),
-    SeamRow(
-        seam="gateway_turn",
-        since=(0, 13, 0),
-        until=(0, 15, 0),
+    *seam(
+        "gateway_turn",
         module="gateway.run",
         attribute="GatewayRunner._run_agent",
-        params=_GATEWAY_TURN_PARAMS,
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
         wrapper=gateway_turn_wrapper,
-        failure_policy="open",
-        behaviour={"transcript": "jsonl_and_offset"},
-        requires=(_JSONL_TRANSCRIPT,),
-        note="gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a compaction; "
-        "hand-off notices and redirects",
+        ranges={
+            "0.13.0-0.15.0": {
+                "behaviour": {"transcript": "jsonl_and_offset"}, "requires": (_JSONL_TRANSCRIPT,),
+                "note": "gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a "
+                "compaction; hand-off notices and redirects",
+            },
+            "0.15.0-0.18.0": {
+                "behaviour": {"transcript": "offset"},
+                "note": "gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset "
+                "after a compaction; hand-off notices and redirects",
+            },
+            "0.18.2+": {
+                "behaviour": {"transcript": "host"}, "requires": (_IN_PLACE,),
+                "note": "hand-off notices and redirects only; the gateway re-baselines on "
+                "agent._last_compaction_in_place",
+            },
+        },
     ),
-    SeamRow(
-        seam="gateway_turn",
-        since=(0, 15, 0),
-        until=(0, 18, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._run_agent",
-        params=_GATEWAY_TURN_PARAMS,
-        wrapper=gateway_turn_wrapper,
-        failure_policy="open",
-        behaviour={"transcript": "offset"},
-        note="gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset after a "
-        "compaction; hand-off notices and redirects",
-    ),
-    SeamRow(
-        seam="gateway_turn",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._run_agent",
-        params=_GATEWAY_TURN_PARAMS,
-        wrapper=gateway_turn_wrapper,
-        failure_policy="open",
-        behaviour={"transcript": "host"},
-        requires=(_IN_PLACE,),
-        note="hand-off notices and redirects only; the gateway re-baselines on agent._last_compaction_in_place",
-    ),
-    SeamRow(
-        seam="gateway_message",
-        since=(0, 13, 0),
-        until=(0, 18, 0),
+    *seam(
+        "gateway_message",
         module="gateway.run",
         attribute="GatewayRunner._handle_message",
         params=("self", "event"),
         wrapper=gateway_message_wrapper,
-        failure_policy="open",
         note="tells plugin slash commands which chat (and so which session) they were typed in",
+        ranges=EVERY_RELEASE,
     ),
-    SeamRow(
-        seam="gateway_message",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._handle_message",
-        params=("self", "event"),
-        wrapper=gateway_message_wrapper,
-        failure_policy="open",
-        note="tells plugin slash commands which chat (and so which session) they were typed in",
-    ),
-    SeamRow(
-        seam="compression",
-        since=(0, 15, 0),
-        until=(0, 16, 0),
-        module="agent.conversation_compression",
-        attribute="compress_context",
-        params=_COMPRESSION_FUNCTION_PARAMS,
-        wrapper=compression_wrapper,
-        failure_policy="open",
-        behaviour={
-            "strategy": DETACH_DB,
-            "transcript_order": "id",
-            "flush_cursor": "index",
-            "lock": LOCK_GUARD,
-            "lock_failure": "closed",
-            "native_summary_key": "",
-            "busy_queue": "single_slot",
-            "hygiene_session_db": "absent",
-        },
-        note="module function (AIAgent._compress_context forwards at call time); rotates; SessionDB detached",
-    ),
-    SeamRow(
-        seam="compression",
-        since=(0, 16, 0),
-        until=(0, 17, 0),
-        module="agent.conversation_compression",
-        attribute="compress_context",
-        params=_COMPRESSION_FUNCTION_PARAMS,
-        wrapper=compression_wrapper,
-        failure_policy="open",
-        behaviour={
-            "strategy": DETACH_DB,
-            "transcript_order": "id",
-            "flush_cursor": "index",
-            "lock": LOCK_NATIVE,
-            "lock_failure": "closed",
-            "native_summary_key": "",
-            "busy_queue": "single_slot",
-            "hygiene_session_db": "absent",
-        },
-        requires=(_NATIVE_LOCK,),
-        note="rotates; native state.db lock (skipped by the host while its SessionDB is detached)",
-    ),
-    SeamRow(
-        seam="compression",
-        since=(0, 17, 0),
-        until=(0, 18, 0),
-        module="agent.conversation_compression",
-        attribute="compress_context",
-        params=_COMPRESSION_FUNCTION_PARAMS,
-        wrapper=compression_wrapper,
-        failure_policy="open",
-        behaviour={
-            "strategy": DETACH_DB,
-            "transcript_order": "timestamp",
-            "flush_cursor": "identity",
-            "lock": LOCK_NATIVE,
-            "lock_failure": "closed",
-            "native_summary_key": "_compressed_summary",
-            "busy_queue": "fifo",
-            "hygiene_session_db": "absent",
-        },
-        requires=(_NATIVE_LOCK,),
-        note="rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
-    ),
-    SeamRow(
-        seam="compression",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="agent.conversation_compression",
-        attribute="compress_context",
-        params=_COMPRESSION_FUNCTION_PARAMS,
-        wrapper=compression_wrapper,
-        failure_policy="open",
-        behaviour={
-            "strategy": HOST_IN_PLACE,
-            "transcript_order": "id",
-            "flush_cursor": "marker",
-            "lock": LOCK_NATIVE,
-            "lock_failure": "closed",
-            "native_summary_key": "_compressed_summary",
-            "busy_queue": "fifo_demotes_interrupt",
-            "hygiene_session_db": "passed",
-        },
-        requires=(_NATIVE_LOCK, _IN_PLACE),
-        note="host has in-place compaction and a native lock; force in-place on",
-    ),
-    SeamRow(
-        seam="native_lock_reentry",
-        since=(0, 13, 0),
-        until=(0, 16, 0),
-        module="hermes_state",
-        attribute="SessionDB.try_acquire_compression_lock",
-        params=(),
-        wrapper=None,
-        failure_policy="",
-        note="not needed: 0.13-0.15 have no native compression lock; the guard's session_guard_locks table is used",
-    ),
-    SeamRow(
-        seam="native_lock_reentry",
-        since=(0, 16, 0),
-        until=(0, 18, 0),
-        module="hermes_state",
-        attribute="SessionDB.try_acquire_compression_lock",
-        params=(),
-        wrapper=None,
-        failure_policy="",
-        note="not needed: the guard holds Hermes's lock and the host, running with its SessionDB detached, "
-        "never asks for it",
-        requires=(_NATIVE_LOCK,),
-    ),
-    SeamRow(
-        seam="native_lock_reentry",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
+    *seam(
+        "native_lock_reentry",
         module="hermes_state",
         attribute="SessionDB.try_acquire_compression_lock",
         params=("self", "session_id", "holder"),
         wrapper=native_lock_reentry_wrapper,
-        failure_policy="open",
-        note="the guard holds Hermes's compression lock for the whole operation; the host's acquire re-enters it",
+        ranges={
+            "0.13.0-0.16.0": not_needed("0.13-0.15 have no native compression lock; the guard's "
+                                        "session_guard_locks table is used"),
+            "0.16.0-0.18.0": not_needed("the guard holds Hermes's lock and the host, running with its SessionDB "
+                                        "detached, never asks for it", requires=(_NATIVE_LOCK,)),
+            "0.18.2+": {"note": "the guard holds Hermes's compression lock for the whole operation; the host's "
+                                "acquire re-enters it"},
+        },
     ),
-    *(
-        # Summaries carry the recall line; the body the host re-summarises must not.
-        SeamRow(
-            seam="summary_strip",
-            since=since,
-            until=until,
-            module="agent.context_compressor",
-            attribute="ContextCompressor._strip_summary_prefix",
-            params=("summary",),
-            wrapper=ss.summary_strip_wrapper,
-            failure_policy="open",
-            note="rehydrated summary bodies lose the [Original context] line before the next summary call",
-        )
-        for since, until in _SUPPORTED
+    # Summaries carry the recall line; the body the host re-summarises must not.
+    *seam(
+        "summary_strip",
+        module="agent.context_compressor",
+        attribute="ContextCompressor._strip_summary_prefix",
+        params=("summary",),
+        wrapper=ss.summary_strip_wrapper,
+        note="rehydrated summary bodies lose the [Original context] line before the next summary call",
+        ranges=EVERY_RELEASE,
     ),
-    *(
-        SeamRow(
-            seam="transcript_load",
-            since=since,
-            until=until,
-            module="hermes_state",
-            attribute="SessionDB.get_messages_as_conversation",
-            params=("self", "session_id"),
-            wrapper=ss.transcript_load_wrapper,
-            failure_policy="open",
-            behaviour={"native_summary_key": native},
-            note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
-        )
-        for (since, until), native in zip(_UNTIL_SUMMARY_KEY, ("", "_compressed_summary", "_compressed_summary"),
-                                          strict=True)
+    *seam(
+        "transcript_load",
+        module="hermes_state",
+        attribute="SessionDB.get_messages_as_conversation",
+        params=("self", "session_id"),
+        wrapper=ss.transcript_load_wrapper,
+        note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
+        ranges={
+            "0.13.0-0.17.0": {"behaviour": {"native_summary_key": ""}},
+            "0.17.0+": {"behaviour": {"native_summary_key": "_compressed_summary"}},
+        },
     ),
-    *(
-        SeamRow(
-            seam="wire",
-            since=since,
-            until=until,
-            module="run_agent",
-            attribute="AIAgent._sanitize_api_messages",
-            params=("messages",),
-            wrapper=ss.wire_wrapper,
-            failure_policy="closed",
-            behaviour={"host_strips": host_strips},
-            note=note,
-        )
-        for (since, until), host_strips, note in zip(
-            _UNTIL_WIRE_STRIP,
-            ("nothing", "underscore keys", "underscore keys"),
-            ("0.13-0.14 send every message key: strip is_compressed_summary and _compressed_summary",
-             "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary too",
-             "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary too"),
-            strict=True,
-        )
+    *seam(
+        "wire",
+        module="run_agent",
+        attribute="AIAgent._sanitize_api_messages",
+        params=("messages",),
+        wrapper=ss.wire_wrapper,
+        failure_policy="closed",
+        ranges={
+            "0.13.0-0.15.0": {
+                "behaviour": {"host_strips": "nothing"},
+                "note": "0.13-0.14 send every message key: strip is_compressed_summary and _compressed_summary",
+            },
+            "0.15.0+": {
+                "behaviour": {"host_strips": "underscore keys"},
+                "note": "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary "
+                "too",
+            },
+        },
     ),
-    *(
-        SeamRow(
-            seam="request_tools",
-            since=since,
-            until=until,
-            module="run_agent",
-            attribute="AIAgent._build_api_kwargs",
-            params=("self", "api_messages"),
-            wrapper=ss.request_tools_wrapper,
-            failure_policy="open",
-            note="offer session_guard_recall only to sessions with snapshots",
-        )
-        for since, until in _SUPPORTED
+    *seam(
+        "request_tools",
+        module="run_agent",
+        attribute="AIAgent._build_api_kwargs",
+        params=("self", "api_messages"),
+        wrapper=ss.request_tools_wrapper,
+        note="offer session_guard_recall only to sessions with snapshots",
+        ranges=EVERY_RELEASE,
     ),
-    *(
-        SeamRow(
-            seam="system_prompt",
-            since=since,
-            until=until,
-            module="run_agent",
-            attribute="AIAgent._build_system_prompt",
-            params=("self", "system_message"),
-            wrapper=ss.system_prompt_wrapper,
-            failure_policy="open",
-            note="recall rule once the session has compacted history",
-        )
-        for since, until in _SUPPORTED
+    *seam(
+        "system_prompt",
+        module="run_agent",
+        attribute="AIAgent._build_system_prompt",
+        params=("self", "system_message"),
+        wrapper=ss.system_prompt_wrapper,
+        note="recall rule once the session has compacted history",
+        ranges=EVERY_RELEASE,
     ),
-    *(
-        SeamRow(
-            seam="tool_session",
-            since=since,
-            until=until,
-            module="run_agent",
-            attribute="handle_function_call",
-            params=("function_name", "function_args", "task_id", "tool_call_id", "session_id"),
-            wrapper=ss.tool_session_wrapper,
-            failure_policy="open",
-            note="the host passes the calling agent's session_id; recall reads only that session",
-        )
-        for since, until in _SUPPORTED
+    *seam(
+        "tool_session",
+        module="run_agent",
+        attribute="handle_function_call",
+        params=("function_name", "function_args", "task_id", "tool_call_id", "session_id"),
+        wrapper=ss.tool_session_wrapper,
+        note="the host passes the calling agent's session_id; recall reads only that session",
+        ranges=EVERY_RELEASE,
     ),
-    SeamRow(
-        seam="cli_resume_history",
-        since=(0, 13, 0),
-        until=(0, 17, 0),
-        module="cli",
-        attribute="HermesCLI._display_resumed_history",
+    *seam(
+        "cli_resume_history",
+        module="hermes_cli.cli_agent_setup_mixin",
+        attribute="CLIAgentSetupMixin._display_resumed_history",
         params=("self",),
         wrapper=ss.cli_history_wrapper,
-        failure_policy="open",
         lazy=True,
-        note="resume recap renders a display copy without summaries",
+        ranges={
+            "0.13.0-0.17.0": {"module": "cli", "attribute": "HermesCLI._display_resumed_history",
+                              "note": "resume recap renders a display copy without summaries"},
+            "0.17.0+": {"note": "resume recap moved to a mixin (0.17); display copy without summaries"},
+        },
     ),
-    *(
-        SeamRow(
-            seam="cli_resume_history",
-            since=since,
-            until=until,
-            module="hermes_cli.cli_agent_setup_mixin",
-            attribute="CLIAgentSetupMixin._display_resumed_history",
-            params=("self",),
-            wrapper=ss.cli_history_wrapper,
-            failure_policy="open",
-            lazy=True,
-            note="resume recap moved to a mixin (0.17); display copy without summaries",
-        )
-        for since, until in (((0, 17, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
+    *seam(
+        "cli_history",
+        module="cli",
+        attribute="HermesCLI.show_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        lazy=True,
+        note="/history renders a display copy without summaries",
+        ranges=EVERY_RELEASE,
     ),
-    *(
-        SeamRow(
-            seam="cli_history",
-            since=since,
-            until=until,
-            module="cli",
-            attribute="HermesCLI.show_history",
-            params=("self",),
-            wrapper=ss.cli_history_wrapper,
-            failure_policy="open",
-            lazy=True,
-            note="/history renders a display copy without summaries",
-        )
-        for since, until in _SUPPORTED
+    *seam(
+        "tui_history",
+        module="tui_gateway.server",
+        attribute="_history_to_messages",
+        params=("history",),
+        wrapper=ss.tui_history_wrapper,
+        lazy=True,
+        note="session.resume / session.history payloads",
+        ranges=EVERY_RELEASE,
     ),
-    *(
-        SeamRow(
-            seam="tui_history",
-            since=since,
-            until=until,
-            module="tui_gateway.server",
-            attribute="_history_to_messages",
-            params=("history",),
-            wrapper=ss.tui_history_wrapper,
-            failure_policy="open",
-            lazy=True,
-            note="session.resume / session.history payloads",
-        )
-        for since, until in _SUPPORTED
-    ),
-    SeamRow(
-        seam="api_session_messages",
-        since=(0, 13, 0),
-        until=(0, 15, 0),
+    *seam(
+        "api_session_messages",
         module="gateway.platforms.api_server",
         attribute="APIServerAdapter._handle_session_messages",
-        params=(),
-        wrapper=None,
-        failure_policy="",
-        note="not needed: the API server of 0.13-0.14 has no session messages endpoint",
+        params=("self", "request"),
+        wrapper=ss.api_messages_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session messages endpoint"),
+            "0.15.0+": {"note": "GET /api/sessions/{id}/messages (from 0.15)"},
+        },
     ),
-    *(
-        SeamRow(
-            seam="api_session_messages",
-            since=since,
-            until=until,
-            module="gateway.platforms.api_server",
-            attribute="APIServerAdapter._handle_session_messages",
-            params=("self", "request"),
-            wrapper=ss.api_messages_wrapper,
-            failure_policy="open",
-            lazy=True,
-            note="GET /api/sessions/{id}/messages (from 0.15)",
-        )
-        for since, until in (((0, 15, 0), (0, 18, 0)), ((0, 18, 2), (0, 20, 0)))
+    *seam(
+        "platform_delivery",
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.set_message_handler",
+        params=("self", "handler"),
+        wrapper=ss.delivery_wrapper,
+        lazy=True,
+        note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
+        ranges=EVERY_RELEASE,
     ),
-    *(
-        SeamRow(
-            seam="platform_delivery",
-            since=since,
-            until=until,
-            module="gateway.platforms.base",
-            attribute="BasePlatformAdapter.set_message_handler",
-            params=("self", "handler"),
-            wrapper=ss.delivery_wrapper,
-            failure_policy="open",
-            lazy=True,
-            note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
-        )
-        for since, until in _SUPPORTED
-    ),
-    SeamRow(
-        seam="busy_message",
-        since=(0, 13, 0),
-        until=(0, 18, 0),
+    # Messages for a session that is compressing (see buffering). What the host does with
+    # them instead differs (the compression rows' busy_queue); the targets do not.
+    *seam(
+        "busy_message",
         module="gateway.run",
         attribute="GatewayRunner._handle_active_session_busy_message",
         params=("self", "event", "session_key"),
         wrapper=busy_message_wrapper,
-        failure_policy="open",
         behaviour={"storage": "session_guard_inbox"},
-        note="0.13-0.16 interrupt the agent by default and keep one pending message (a second replaces the "
-        "first); 0.17 queues up to 32; buffer instead",
+        ranges={
+            "0.13.0-0.18.0": {"note": "0.13-0.16 interrupt the agent by default and keep one pending message (a "
+                                      "second replaces the first); 0.17 queues up to 32; buffer instead"},
+            "0.18.2+": {"note": "0.19 demotes interrupt to queue while its lock is held but caps the queue at 32; "
+                                "buffer instead"},
+        },
     ),
-    SeamRow(
-        seam="buffer_drain",
-        since=(0, 13, 0),
-        until=(0, 18, 0),
+    *seam(
+        "buffer_drain",
         module="gateway.run",
         attribute="GatewayRunner._promote_queued_event",
         params=("self", "session_key", "adapter", "pending_event"),
         wrapper=buffer_drain_wrapper,
-        failure_policy="open",
         note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
+        ranges=EVERY_RELEASE,
     ),
-    SeamRow(
-        seam="buffer_handoff",
-        since=(0, 13, 0),
-        until=(0, 18, 0),
+    *seam(
+        "buffer_handoff",
         module="gateway.run",
         attribute="GatewayRunner._handle_message",
         params=("self", "event"),
         wrapper=buffer_handoff_wrapper,
-        failure_policy="open",
         note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
+        ranges=EVERY_RELEASE,
     ),
-    SeamRow(
-        seam="buffer_replay",
-        since=(0, 13, 0),
-        until=(0, 18, 0),
+    *seam(
+        "buffer_replay",
         module="gateway.run",
         attribute="GatewayRunner._schedule_resume_pending_sessions",
         params=("self",),
         wrapper=buffer_replay_wrapper,
-        failure_policy="open",
-        note="start() calls it once adapters are connected",
-    ),
-    SeamRow(
-        seam="busy_message",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._handle_active_session_busy_message",
-        params=("self", "event", "session_key"),
-        wrapper=busy_message_wrapper,
-        failure_policy="open",
-        behaviour={"storage": "session_guard_inbox"},
-        note="0.19 demotes interrupt to queue while its lock is held but caps the queue at 32; buffer instead",
-    ),
-    SeamRow(
-        seam="buffer_drain",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._promote_queued_event",
-        params=("self", "session_key", "adapter", "pending_event"),
-        wrapper=buffer_drain_wrapper,
-        failure_policy="open",
-        note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
-    ),
-    SeamRow(
-        seam="buffer_handoff",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._handle_message",
-        params=("self", "event"),
-        wrapper=buffer_handoff_wrapper,
-        failure_policy="open",
-        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
-    ),
-    SeamRow(
-        seam="buffer_replay",
-        since=(0, 18, 2),
-        until=(0, 20, 0),
-        module="gateway.run",
-        attribute="GatewayRunner._schedule_resume_pending_sessions",
-        params=("self",),
-        wrapper=buffer_replay_wrapper,
-        failure_policy="open",
-        note="start() calls it once adapters are connected (and on platform reconnect)",
+        ranges={
+            "0.13.0-0.18.0": {"note": "start() calls it once adapters are connected"},
+            "0.18.2+": {"note": "start() calls it once adapters are connected (and on platform reconnect)"},
+        },
     ),
 )
 

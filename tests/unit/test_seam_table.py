@@ -128,3 +128,54 @@ def test_matrix_script_runs_the_tested_releases() -> None:
     spec.loader.exec_module(module)
     assert tuple(module.ALL_RELEASES) == seams.TESTED_RELEASES
     assert set(module.DEFAULT_RELEASES) <= set(seams.TESTED_RELEASES)
+
+
+# The builder the table is written with.
+
+
+def test_a_seam_entry_expands_to_one_row_per_range_clipped_to_the_covered_releases() -> None:
+    rows = seams.seam("demo", module="m", attribute="A.f", params=("self",), wrapper=seams.compression_wrapper,
+                      behaviour={"x": "1", "y": "1"}, note="shared",
+                      ranges={"0.17.0+": {"behaviour": {"y": "2"}}, "0.13.0-0.15.0": {"attribute": "A.g"}})
+    assert [(r.since, r.until) for r in rows] == [((0, 13, 0), (0, 15, 0)), ((0, 17, 0), (0, 18, 0)),
+                                                  ((0, 18, 2), (0, 20, 0))]
+    assert [r.target for r in rows] == ["m:A.g", "m:A.f", "m:A.f"]
+    assert [r.behaviour for r in rows] == [{"x": "1", "y": "1"}, {"x": "1", "y": "2"}, {"x": "1", "y": "2"}]
+    assert {r.note for r in rows} == {"shared"} and {r.seam for r in rows} == {"demo"}
+    assert not seams.host_in_table((0, 18, 1))  # the gap between published releases stays uncovered
+
+
+def test_a_not_needed_range_wraps_nothing_and_says_why() -> None:
+    (row,) = seams.seam("demo", module="m", attribute="f", params=("a",), wrapper=seams.compression_wrapper,
+                        ranges={"0.13.0-0.14.0": seams.not_needed("no such feature")})
+    assert (row.wrapper, row.params, row.failure_policy) == (None, (), "")
+    assert row.note == "not needed: no such feature"
+
+
+@pytest.mark.parametrize("text", ["0.15.0", "0.16.0-0.15.0", "0.15.0-0.15.0"])
+def test_a_malformed_range_fails_at_import_time(text: str) -> None:
+    with pytest.raises(ValueError, match="seam range"):
+        seams.seam("demo", module="m", attribute="f", ranges={text: {}})
+
+
+def test_an_unknown_row_field_fails_at_import_time() -> None:
+    with pytest.raises(TypeError):
+        seams.seam("demo", module="m", attribute="f", ranges={"0.13.0+": {"atribute": "g"}})
+
+
+def test_a_new_release_is_a_table_edit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moving the end of COVERED extends every open range ("since+") to the new release;
+    a seam that changes there gets one more range."""
+    monkeypatch.setattr(seams, "COVERED", (("0.13.0", "0.18.0"), ("0.18.2", "0.21.0")))
+    unchanged = seams.seam("demo", module="m", attribute="f", ranges={"0.13.0+": {}})
+    assert unchanged[-1].covers((0, 20, 0)) and not unchanged[-1].covers((0, 21, 0))
+    changed = seams.seam("demo", module="m", attribute="f", behaviour={"k": "old"},
+                         ranges={"0.13.0-0.20.0": {}, "0.20.0+": {"behaviour": {"k": "new"}}})
+    assert [(r.range_text, r.behaviour["k"]) for r in changed] == [
+        (">=0.13.0,<0.18.0", "old"), (">=0.18.2,<0.20.0", "old"), (">=0.20.0,<0.21.0", "new")]
+
+
+def test_every_tested_release_is_covered_and_covered_ends_at_the_table() -> None:
+    for release in seams.TESTED_RELEASES:
+        assert any(parse_version(a) <= parse_version(release) < parse_version(b) for a, b in seams.COVERED)
+    assert max(row.until for row in seams.SEAMS) == parse_version(seams.COVERED[-1][1])
