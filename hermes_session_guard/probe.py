@@ -524,7 +524,7 @@ class GatewayDriver:
     must point at the home, and ``GATEWAY_ALLOW_ALL_USERS=true`` must be set."""
 
     def __init__(self) -> None:
-        from gateway.config import GatewayConfig, Platform, PlatformConfig
+        from gateway.config import GatewayConfig, Platform, PlatformConfig, SessionResetPolicy
         from gateway.platforms.base import BasePlatformAdapter, SendResult
         from gateway.run import GatewayRunner
 
@@ -546,7 +546,11 @@ class GatewayDriver:
                 return {"name": chat_id, "type": "dm"}
 
         self.platform = Platform(GATEWAY_PLATFORM)
-        self.runner = GatewayRunner(GatewayConfig(platforms={self.platform: PlatformConfig(enabled=True)}))
+        # never Hermes's default daily (04:00) / 24 h idle session reset: a session made earlier
+        # (a fixture, a seeded transcript) must keep its routing
+        config = GatewayConfig(platforms={self.platform: PlatformConfig(enabled=True)},
+                               default_reset_policy=SessionResetPolicy(mode="none"))
+        self.runner = GatewayRunner(config)
         self.adapter = Adapter(PlatformConfig(enabled=True), self.platform)
         self.adapter.sent = []
         self.adapter.set_message_handler(self.runner._handle_message)

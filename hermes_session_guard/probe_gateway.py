@@ -112,6 +112,8 @@ class GatewayHarness:
 async def start_gateway() -> GatewayHarness:
     """A ``GatewayRunner`` wired to one fake Telegram adapter, as ``start()`` wires adapters."""
     GatewayConfig, Platform, PlatformConfig, *_ = _imports()
+    from gateway.config import SessionResetPolicy
+
     os.environ.setdefault("GATEWAY_ALLOW_ALL_USERS", "true")
     import gateway.run as gr
     import hermes_state
@@ -120,7 +122,11 @@ async def start_gateway() -> GatewayHarness:
     # Both are computed once at import; a probe or test switches HERMES_HOME later.
     gr._hermes_home = get_hermes_home()
     hermes_state.DEFAULT_DB_PATH = get_hermes_home() / "state.db"
-    runner = gr.GatewayRunner(GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)}))
+    # never Hermes's default daily (04:00) / 24 h idle session reset: a session made earlier
+    # (a fixture, a seeded transcript) must keep its routing
+    config = GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)},
+                           default_reset_policy=SessionResetPolicy(mode="none"))
+    runner = gr.GatewayRunner(config)
     adapter = make_adapter_class()()
     await adapter.connect()
     adapter.set_message_handler(runner._handle_message)

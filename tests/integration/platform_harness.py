@@ -79,7 +79,7 @@ class Gateway:
 
 async def start_gateway() -> Gateway:
     """A ``GatewayRunner`` wired to one recording Telegram adapter, as ``start()`` wires adapters."""
-    from gateway.config import GatewayConfig, Platform, PlatformConfig
+    from gateway.config import GatewayConfig, Platform, PlatformConfig, SessionResetPolicy
 
     os.environ.setdefault("GATEWAY_ALLOW_ALL_USERS", "true")
     import gateway.run as gr
@@ -89,7 +89,11 @@ async def start_gateway() -> Gateway:
     # Both are computed once at import; tests switch HERMES_HOME per test.
     gr._hermes_home = get_hermes_home()
     hermes_state.DEFAULT_DB_PATH = get_hermes_home() / "state.db"
-    runner = gr.GatewayRunner(GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)}))
+    # never Hermes's default daily (04:00) / 24 h idle session reset: a session made earlier
+    # (a fixture, a seeded transcript) must keep its routing
+    config = GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)},
+                           default_reset_policy=SessionResetPolicy(mode="none"))
+    runner = gr.GatewayRunner(config)
     adapter = make_adapter_class()()
     await adapter.connect()
     adapter.set_message_handler(runner._handle_message)
