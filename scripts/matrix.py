@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,6 +156,14 @@ def print_table(cells: list[Cell]) -> bool:
     return ok
 
 
+def select_releases(argv: list[str], env: Mapping[str, str]) -> list[str]:
+    """Releases named on the command line; else all of them with ``CI_FULL_MATRIX=1``, else CI's default three."""
+    named = [a for a in argv if not a.startswith("-")]
+    if named:
+        return named
+    return list(ALL_RELEASES if env.get("CI_FULL_MATRIX") == "1" else DEFAULT_RELEASES)
+
+
 def main(argv: list[str]) -> int:
     extra: list[str] = []
     if "--" in argv:
@@ -168,9 +177,7 @@ def main(argv: list[str]) -> int:
         unknown = set(suites) - set(SUITES)
         if unknown:
             raise SystemExit(f"unknown suite(s): {', '.join(sorted(unknown))}; choose from {', '.join(SUITES)}")
-    releases = [a for a in argv if not a.startswith("-")]
-    if not releases:
-        releases = ALL_RELEASES if os.environ.get("CI_FULL_MATRIX") == "1" else DEFAULT_RELEASES
+    releases = select_releases(argv, os.environ)
     started = time.monotonic()
     cells: list[Cell] = []
     for i, version in enumerate(releases):
