@@ -63,7 +63,17 @@ from typing import Any
 
 from . import host_adapter as host
 from .audit import new_op_id
-from .generations import Assessment, Keyed, assess, block_digest, foreign_messages, genuinely_new, keys_of
+from .generations import (
+    Assessment,
+    Keyed,
+    assess,
+    block_digest,
+    foreign_messages,
+    genuinely_new,
+    keys_of,
+    turn_in_progress,
+    turn_last,
+)
 from .hooks import get_plugin_manager
 from .recall import recall_text
 from .runtime import Runtime
@@ -426,6 +436,14 @@ class _Operation:
             except Exception as exc:
                 self.audit.warning("carry_over.failed", reason=f"{type(exc).__name__}: {exc}",
                                    messages=len(foreign))
+        # Turns that other agents of the session persisted meanwhile stay after the
+        # compacted block in state.db (in arrival order), but in the list this agent
+        # continues with they go before its own turn in progress, which it is answering.
+        ongoing = turn_in_progress(block, is_summary_text) if len(final) > len(block) else 0
+        if ongoing:
+            final = [*block[:-ongoing], *final[len(block):], *block[-ongoing:]]
+            host.rebase_flush(agent, sid, final, self.flush_cursor)
+            block = block[:-ongoing]  # the generation's block: what both lists start with
         if strategy == DETACH_DB:
             host.notify_boundary(agent, sid)
         if snapshot_id is not None:
@@ -468,6 +486,9 @@ class _Operation:
                 "warning", generation=standing.generation, basis=standing.basis,
             )
         adopted = [*live.messages, *new]
+        ongoing = turn_in_progress(mine.messages, is_summary_text)
+        if ongoing:  # its own turn in progress ends the list, after what others persisted meanwhile
+            adopted = turn_last(adopted, [*live.keys, *keys_of(new)], mine.keys[-ongoing:])
         try:
             host.append_messages(self.agent, sid, new)
         except Exception as exc:

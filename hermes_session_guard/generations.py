@@ -204,3 +204,38 @@ def genuinely_new(
     if best == 0 and c.keys:
         return None
     return _without(c.messages[best:], c.keys[best:], _keyed(live).keys[appended_from:])
+
+
+def turn_in_progress(messages: Sequence[Any], is_summary: Callable[[str], bool]) -> int:
+    """How many trailing messages of an agent's list are its turn in progress: its last
+    user message and what followed it (tool calls and their results), while no final
+    answer (an assistant message without tool calls) ends the list. 0 when the list
+    ends with an answer, or when its last user message is a summary."""
+    if not messages:
+        return 0
+    last = messages[-1]
+    if isinstance(last, dict) and last.get("role") == "assistant" and not last.get("tool_calls"):
+        return 0
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if isinstance(m, dict) and m.get("role") == "user":
+            return 0 if is_summary(message_text(m)) else len(messages) - i
+    return 0
+
+
+def turn_last(messages: Sequence[Any], keys: Sequence[Key], turn: Sequence[Key]) -> list[Any]:
+    """``messages`` with the agent's turn in progress (``turn``, its keys in order) at
+    the end: the last occurrence of each of those messages is moved after everything
+    else. Other agents' messages of the same session that arrived during the turn
+    (Hermes 0.17 and 0.18.2 persist a user message before its preflight compression)
+    then come before it, so the agent still answers its own question, as it would
+    had no compression happened."""
+    wanted = Counter(turn)
+    picked: list[int] = []
+    for i in range(len(messages) - 1, -1, -1):
+        if wanted[keys[i]] > 0:
+            wanted[keys[i]] -= 1
+            picked.append(i)
+    chosen = set(picked)
+    moved = sorted(picked)  # the turn's own order, as it stands in ``messages``
+    return [m for i, m in enumerate(messages) if i not in chosen] + [messages[i] for i in moved]

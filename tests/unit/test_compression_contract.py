@@ -222,3 +222,46 @@ def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runt
     finally:
         pm.unregister(plugin)
     assert seen == [("S1", len(out), agent, [], None)]
+
+
+def _shape(messages: list[dict]) -> list[str]:
+    return ["summary" if m["content"].startswith("[CONTEXT COMPACTION") else m["content"] for m in messages]
+
+
+@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+def test_questions_other_agents_persisted_meanwhile_go_before_the_turn_in_progress(
+    runtime: Runtime, db: Any, strategy: str
+) -> None:
+    """Hermes 0.17 and 0.18.2 persist a user message before its preflight compression: a
+    question another agent of the session got meanwhile is live when this agent compresses
+    its own turn in progress. State.db keeps the arrival order; the list this agent goes on
+    with ends with its own question (which it is answering), and a stale contender that
+    adopts gets its own question last too."""
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    mine = [*_messages(9)]  # ends with this agent's question m8
+    other_q = {"role": "user", "content": "a question the other agent got meanwhile"}
+    db.get_messages_as_conversation.return_value = [*[dict(m) for m in mine], other_q]
+    out, _ = guarded_compression(runtime, strategy, agent, mine, lambda: agent._compress_context(mine, "s"))
+    assert _shape(out) == ["m0", "summary", other_q["content"], "m8"]
+    if strategy == DETACH_DB:
+        (call,) = db.replace_messages.call_args_list
+        assert _shape(call.args[1]) == ["m0", "summary", "m8", other_q["content"]]
+    else:
+        (call,) = db.append_message.call_args_list
+        assert call.kwargs["content"] == other_q["content"]
+    record = runtime.store_for(db.db_path).generation("S1")
+    assert record is not None and record.block_len == 2  # both lists start with the block
+
+    # the other agent, whose list predates the compaction, adopts; a third agent's question
+    # arrived after its own: its own question still ends the list it goes on with
+    third_q = {"role": "user", "content": "a third agent's question"}
+    db.get_messages_as_conversation.return_value = [
+        {"role": "user", "content": "m0"}, {"role": "assistant", "content": SUMMARY},
+        {"role": "user", "content": "m8"}, dict(other_q), third_q,
+    ]
+    other = Agent(db, Engine())
+    stale = [*[dict(m) for m in mine[:8]], dict(other_q)]
+    adopted, _ = guarded_compression(runtime, strategy, other, stale, lambda: other._compress_context(stale, "s"))
+    assert _shape(adopted) == ["m0", "summary", "m8", third_q["content"], other_q["content"]]
+    assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"

@@ -11,6 +11,8 @@ from hermes_session_guard.generations import (
     genuinely_new,
     keys_of,
     message_key,
+    turn_in_progress,
+    turn_last,
 )
 from hermes_session_guard.store import GenerationRecord
 
@@ -153,3 +155,28 @@ def test_a_short_foreign_turn_inside_a_longer_own_text_is_still_foreign() -> Non
     mine = {"role": "user", "content": "looking at it, ok with me"}
     assert foreign_messages([*RAW, mine], [*RAW, mine, theirs]) == [theirs]
     assert foreign_messages([*RAW, mine], [*RAW, theirs]) == [theirs]
+
+
+def test_the_turn_in_progress_runs_from_the_last_user_message_until_an_answer() -> None:
+    asked = [*RAW[:4], {"role": "user", "content": "new question"}]
+    assert turn_in_progress(asked, is_summary) == 1
+    calls = [*asked, {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
+             {"role": "tool", "content": "result", "tool_call_id": "c1"}]
+    assert turn_in_progress(calls, is_summary) == 3
+    assert turn_in_progress([*calls, {"role": "assistant", "content": "the answer"}], is_summary) == 0
+    assert turn_in_progress([RAW[0], {"role": "user", "content": f"{PREFIX} summary"}], is_summary) == 0
+    assert turn_in_progress([], is_summary) == 0
+
+
+def test_the_turn_in_progress_ends_the_list_after_what_others_persisted_meanwhile() -> None:
+    mine = {"role": "user", "content": "s0-next"}
+    others = [{"role": "user", "content": "s2-next"}, {"role": "user", "content": "s1-next"}]
+    arrived = [*BLOCK, mine, *others]  # state.db order: s0 persisted its question first
+    out = turn_last(arrived, keys_of(arrived), keys_of([mine]))
+    assert out == [*BLOCK, *others, mine]
+    assert out[-1] is mine
+    # several messages of the turn keep their order; a message already last stays put
+    turn = [mine, {"role": "assistant", "content": "", "tool_calls": [{"id": "c"}]}]
+    mixed = [*BLOCK, turn[0], others[0], turn[1]]
+    assert turn_last(mixed, keys_of(mixed), keys_of(turn)) == [*BLOCK, others[0], *turn]
+    assert turn_last(out, keys_of(out), keys_of([mine])) == out
