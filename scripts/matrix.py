@@ -126,14 +126,15 @@ def _fmt(cell: Cell | None) -> str:
 
 
 def print_table(cells: list[Cell]) -> bool:
-    print("\nsuite results: passed/failed (skipped not counted); hermes = Hermes's own tests with the guard, "
-          "baseline = without it, via guard = compressions in them that went through the guard")
+    print("\nsuite results: passed/failed; skipped = host tests skipped on that release (docs/compatibility.md says "
+          "why); hermes = Hermes's own tests with the guard, baseline = without it, via guard = compressions in them "
+          "that went through the guard")
     once = [c for c in cells if c.release == "-"]
     for c in once:
         print(f"  {c.suite:<6} {_fmt(c):<14} {c.seconds:7.1f}s")
     releases = [r for r in dict.fromkeys(c.release for c in cells) if r != "-"]
-    header = (f"{'release':<9} {'host':<14} {'hermes':<14} {'baseline':<10} {'new fail':<9} {'expected':<9} "
-              f"{'via guard':<10} seconds")
+    header = (f"{'release':<9} {'host':<14} {'skipped':<8} {'hermes':<14} {'baseline':<10} {'new fail':<9} "
+              f"{'expected':<9} {'via guard':<10} seconds")
     print(header)
     print("-" * len(header))
     for release in releases:
@@ -147,8 +148,10 @@ def print_table(cells: list[Cell]) -> bool:
         expected = len(detail.get("expected_differences") or []) if hermes else "-"  # type: ignore[arg-type]
         via_guard = detail.get("guarded_compressions", "-") if hermes else "-"
         secs = sum(c.seconds for c in row.values())
-        print(f"{release:<9} {_fmt(row.get('host')):<14} {_fmt(hermes):<14} {base:<10} {new!s:<9} {expected!s:<9} "
-              f"{via_guard!s:<10} {secs:7.1f}")
+        host = row.get("host")
+        skipped = host.skipped if host else "-"
+        print(f"{release:<9} {_fmt(host):<14} {skipped!s:<8} {_fmt(hermes):<14} {base:<10} {new!s:<9} "
+              f"{expected!s:<9} {via_guard!s:<10} {secs:7.1f}")
     ok = all(c.ok for c in cells)
     total_passed = sum(c.passed for c in cells)
     total_failed = sum(c.failed for c in cells)
