@@ -17,7 +17,11 @@ the seam table row for the installed version:
 In both cases the pre-compression transcript is stored verbatim as a snapshot
 ``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
 index), and the audit log gets one ``compression.*`` event per step, all naming
-the same session id.
+the same session id. The snapshot is written before the live transcript changes
+(write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
+it is written when the context engine returns its compaction, before the host's
+``archive_and_compact``. A process killed between the two writes leaves the
+history live and in the snapshot.
 
 One compression per session at a time: the whole operation runs under the
 session's lock (:mod:`~hermes_session_guard.session_lock`; which lease table is
@@ -100,6 +104,12 @@ class CompressionOutcome:
 
 def _no_progress(before: list[Any], after: list[Any], original: list[Any]) -> bool:
     return after is original or len(after) >= len(before) and after == before
+
+
+def _ahead(written_ahead: list[str]) -> dict[str, str]:
+    """Audit field for a snapshot stored before the host's live write of an operation
+    that then did not compact (it stays: a verbatim copy of a transcript still live)."""
+    return {"snapshot_written_ahead": written_ahead[0]} if written_ahead else {}
 
 
 def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
@@ -334,8 +344,31 @@ class _Operation:
         summaries_cfg = self.runtime.config.summaries
         native_key = self.native_summary_key
         span: list[tuple[int, int] | None] = [None]
+        written_ahead: list[str] = []  # the snapshot id once stored before the host's own live write
+
+        def write_snapshot() -> None:
+            store.write_snapshot(
+                snapshot_id=snapshot_id,
+                session_id=sid,
+                messages=before,
+                op_id=self.op_id,
+                host_version=self.runtime.host_version,
+                host_mode=strategy,
+                created_at=created_at,
+                index_text=recall_text,
+            )
 
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input and not written_ahead:
+                # Write-ahead: the host archives the old rows and writes the compacted ones
+                # right after its engine returns, so the snapshot goes first. A process
+                # killed between the two writes then leaves the history in the snapshot and
+                # still live, never only in Hermes's archived rows.
+                try:
+                    write_snapshot()
+                    written_ahead.append(str(snapshot_id))
+                except Exception as exc:  # retried once the host returned
+                    self.audit.warning("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
             span[0] = compacted_range(engine_input, engine_output)
             decorate_summaries(
                 engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
@@ -354,18 +387,19 @@ class _Operation:
                         compressed, system_prompt = self.call_host()
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}"
-            self.finish(self.outcome("failed", reason), "warning")
+            self.finish(self.outcome("failed", reason), "warning", **_ahead(written_ahead))
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
         finally:
             _active.session_id = previous
 
         if verdict.failure:
-            return self.leave_unchanged("failed", verdict.failure, "warning", system_prompt=system_prompt)
+            return self.leave_unchanged("failed", verdict.failure, "warning", system_prompt=system_prompt,
+                                        **_ahead(written_ahead))
         if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
-                                        system_prompt=system_prompt)
+                                        system_prompt=system_prompt, **_ahead(written_ahead))
 
         if self.grant is not None and not self.grant.still_held():
             reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
@@ -382,16 +416,8 @@ class _Operation:
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
         try:
-            store.write_snapshot(
-                snapshot_id=snapshot_id,
-                session_id=sid,
-                messages=before,
-                op_id=self.op_id,
-                host_version=self.runtime.host_version,
-                host_mode=strategy,
-                created_at=created_at,
-                index_text=recall_text,
-            )
+            if not written_ahead:  # 0.14 (the host wrote nothing), or an engine the shim did not reach
+                write_snapshot()
             if strategy == DETACH_DB:
                 final = compressed + foreign
                 host.commit_memory(agent, before)

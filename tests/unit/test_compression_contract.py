@@ -222,3 +222,77 @@ def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runt
     finally:
         pm.unregister(plugin)
     assert seen == [("S1", len(out), agent, [], None)]
+
+
+class InPlaceAgent(Agent):
+    """0.18.2+'s in-place path: the engine's result is written live right after it returns."""
+
+    def _compress_context(self, messages: list[dict], system_message: str) -> tuple[list[dict], str]:
+        compressed = self.context_compressor.compress(messages)
+        self._session_db.archive_and_compact(self.session_id, compressed)
+        return compressed, "new prompt"
+
+
+def test_in_place_snapshot_is_stored_before_the_host_writes_the_live_transcript(runtime: Runtime, db: Any) -> None:
+    """Write-ahead: a process killed between the two writes keeps the history in the snapshot."""
+    store = runtime.store_for(db.db_path)
+    seen: list[list[Any]] = []
+    db.archive_and_compact.side_effect = lambda sid, rows: seen.append(store.list_snapshots(sid))
+    agent = InPlaceAgent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
+    assert len(out) == 3 and agent.session_id == "S1"
+    ((snap,),) = seen  # already stored when the host wrote the compacted rows
+    assert store.list_snapshots("S1") == [snap] and store.snapshot_messages(snap.snapshot_id) == messages
+    done = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert done["event"] == "compression.done" and done["snapshot_id"] == snap.snapshot_id
+
+
+def test_a_host_failing_after_its_summary_keeps_the_snapshot_written_ahead(runtime: Runtime, db: Any) -> None:
+    db.archive_and_compact.side_effect = OSError("disk I/O error")
+    agent = InPlaceAgent(db, Engine())
+    messages = _messages()
+    with pytest.raises(OSError):
+        guarded_compression(runtime, HOST_IN_PLACE, agent, messages, lambda: agent._compress_context(messages, "s"))
+    (snap,) = runtime.store_for(db.db_path).list_snapshots("S1")
+    assert runtime.store_for(db.db_path).snapshot_messages(snap.snapshot_id) == messages
+    failed = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert failed["event"] == "compression.failed" and failed["snapshot_written_ahead"] == snap.snapshot_id
+
+
+def test_a_snapshot_that_cannot_be_written_ahead_is_written_after_the_host(
+    runtime: Runtime, db: Any, mocker: Any
+) -> None:
+    store = runtime.store_for(db.db_path)
+    original = store.write_snapshot
+    calls: list[str] = []
+
+    def flaky(**kwargs: Any) -> Any:
+        calls.append("ahead" if not calls else "after")
+        if len(calls) == 1:
+            raise OSError("database is locked")
+        return original(**kwargs)
+
+    mocker.patch.object(store, "write_snapshot", side_effect=flaky)
+    agent = InPlaceAgent(db, Engine())
+    messages = _messages()
+    guarded_compression(runtime, HOST_IN_PLACE, agent, messages, lambda: agent._compress_context(messages, "s"))
+    assert calls == ["ahead", "after"]
+    (snap,) = store.list_snapshots("S1")
+    events = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")]
+    assert [e["event"] for e in events] == ["compression.started", "snapshot.deferred", "compression.done"]
+    assert events[-1]["snapshot_id"] == snap.snapshot_id
+
+
+def test_no_snapshot_is_written_ahead_of_an_engine_that_made_no_progress(runtime: Runtime, db: Any) -> None:
+    class Idle(Engine):
+        def compress(self, messages: list[dict], current_tokens: int | None = None) -> list[dict]:
+            return [dict(m) for m in messages]  # an equal copy: Hermes treats it as no progress
+
+    agent = InPlaceAgent(db, Idle())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: (agent.context_compressor.compress(messages), "s"))
+    assert out == _messages()
+    assert runtime.store_for(db.db_path).list_snapshots("S1") == []
