@@ -120,6 +120,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "_thread_metadata_for_source",
     ),
     "GatewayRunner attributes used when present": ("_adapter_for_source",),
+    "AsyncSessionDB attributes used when present (0.19 gateway)": ("_db",),
     "SessionStore attributes": ("_entries",),
     "BasePlatformAdapter attributes": (
         "_active_sessions",
@@ -1607,13 +1608,18 @@ async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
     return bool(getattr(result, "success", True))
 
 
+def runner_session_db(runner: Any) -> Any:
+    """The gateway's SessionDB with synchronous methods: 0.19 wraps it in an
+    ``AsyncSessionDB`` whose every method returns a coroutine (the real one is ``_db``)."""
+    db = getattr(runner, "_session_db", None)
+    return getattr(db, "_db", db)
+
+
 def runner_lock_holder(runner: Any, session_id: str) -> str | None:
     """Who holds Hermes's own compression lock on ``session_id`` (0.16+; the guard
     holds it for a whole compression from 0.18.2), read as the gateway's own
     in-flight check reads it. None on hosts without the lock API."""
-    db = getattr(runner, "_session_db", None)
-    raw = getattr(db, "_db", db)
-    read = getattr(raw, "get_compression_lock_holder", None)
+    read = getattr(runner_session_db(runner), "get_compression_lock_holder", None)
     if not callable(read):
         return None
     found = read(str(session_id))
@@ -1629,7 +1635,7 @@ def runner_db_path(runner: Any) -> Path:
 def transcript_has_user_text(runner: Any, session_id: str | None, text: str | None, since: float | None) -> bool:
     """Whether the session's live transcript holds a user message containing ``text``
     written at or after ``since`` (used to settle a message whose turn outlived its process)."""
-    db = getattr(runner, "_session_db", None)
+    db = runner_session_db(runner)
     if db is None or not session_id or not text:
         return False
     try:
