@@ -1,0 +1,102 @@
+"""What the contract does once the host's compression has run and something on the
+guard's side goes wrong: the host never runs twice, nothing propagates into the
+host's turn, and the caller continues with exactly what state.db holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import audit, compression
+from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.config import GuardConfig
+from hermes_session_guard.runtime import Runtime
+
+from .test_compression_contract import Agent, Engine, _messages
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Runtime:
+    rt = Runtime(config=GuardConfig(), host_version="test", fixed_home=tmp_path)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def db(mocker: Any, tmp_path: Path) -> Any:
+    fake = mocker.Mock()
+    fake.db_path = tmp_path / "state.db"
+    fake.get_messages_as_conversation.return_value = []
+    return fake
+
+
+def _last(runtime: Runtime) -> dict[str, Any]:
+    return [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+
+
+def _boom(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("injected")
+
+
+def _run(runtime: Runtime, agent: Agent, strategy: str) -> tuple[list[dict], list[int]]:
+    messages = _messages()
+    calls: list[int] = []
+
+    def host() -> Any:
+        calls.append(1)
+        return agent._compress_context(messages, "s")
+
+    out, _ = guarded_compression(runtime, strategy, agent, messages, host)
+    return out, calls
+
+
+def test_hermes_failing_to_write_its_in_place_compaction_leaves_everything_unchanged(
+    runtime: Runtime, db: Any
+) -> None:
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    agent.in_place_write_fails = True  # archive_and_compact raised inside Hermes, which logged it and went on
+    out, calls = _run(runtime, agent, HOST_IN_PLACE)
+    assert calls == [1] and [m["content"] for m in out] == [m["content"] for m in _messages()]
+    assert runtime.store_for(db.db_path).list_snapshots("S1") == []
+    last = _last(runtime)
+    assert last["event"] == "compression.failed" and "Hermes could not write" in last["reason"]
+
+
+@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+def test_a_guard_error_after_the_compaction_is_persisted_keeps_it(
+    runtime: Runtime, db: Any, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = strategy == DETACH_DB
+    monkeypatch.setattr(runtime.compactions, "record", _boom)
+    out, calls = _run(runtime, agent, strategy)
+    assert calls == [1] and len(out) == 3 and agent.session_id == "S1"
+    if strategy == DETACH_DB:
+        db.replace_messages.assert_called_once_with("S1", out)
+    last = _last(runtime)
+    assert last["event"] == "compression.done" and "injected" in last["reason"] and last["hint"]
+
+
+def test_a_guard_error_before_anything_is_persisted_keeps_the_callers_list(
+    runtime: Runtime, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent(db, Engine())
+    monkeypatch.setattr(compression, "summary_indices", _boom)
+    out, calls = _run(runtime, agent, DETACH_DB)
+    assert calls == [1] and len(out) == 10 and agent.session_id == "S1"
+    db.replace_messages.assert_not_called()
+    last = _last(runtime)
+    assert last["event"] == "compression.failed" and "injected" in last["reason"]
+
+
+def test_a_host_error_still_propagates_unchanged(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+
+    def host() -> Any:
+        raise ValueError("the host's own error")
+
+    with pytest.raises(ValueError, match="the host's own error"):
+        guarded_compression(runtime, DETACH_DB, agent, _messages(), host)
