@@ -388,7 +388,7 @@ class _Operation:
         try:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0], foreign)
         except Exception as exc:
-            return self.guard_failed_after_host(exc, system_prompt)
+            return self.guard_failed_after_host(exc, compressed, system_prompt)
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, snapshot_id: str | None,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
@@ -484,13 +484,20 @@ class _Operation:
         self.done = (snapshot_id, final)
         return final, system_prompt
 
-    def guard_failed_after_host(self, exc: Exception, system_prompt: str) -> tuple[list[Any], str]:
+    def guard_failed_after_host(self, exc: Exception, compressed: list[Any],
+                                system_prompt: str) -> tuple[list[Any], str]:
         """A guard error once the host's compression has run: it is never run again, and
         the caller continues with what state.db holds (the compaction, once persisted;
         its own list otherwise), so the next flush neither duplicates nor drops turns."""
         reason = f"guard error after Hermes compressed: {type(exc).__name__}: {exc}"
         hint = "Run `hermes-session-guard selftest`."
         persisted = self.persisted
+        if persisted is None and self.strategy == HOST_IN_PLACE:
+            try:  # failed before the guard looked: whether Hermes wrote in place decides
+                if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
+                    persisted = compressed
+            except Exception:
+                pass
         try:
             if persisted is None:
                 return self.leave_unchanged("failed", reason, "error", system_prompt=system_prompt, hint=hint)

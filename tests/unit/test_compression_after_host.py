@@ -100,3 +100,16 @@ def test_a_host_error_still_propagates_unchanged(runtime: Runtime, db: Any) -> N
 
     with pytest.raises(ValueError, match="the host's own error"):
         guarded_compression(runtime, DETACH_DB, agent, _messages(), host)
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_an_error_before_the_guard_looked_follows_whether_hermes_wrote_in_place(
+    runtime: Runtime, db: Any, written: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    agent.in_place_write_fails = not written
+    monkeypatch.setattr(compression, "_no_progress", _boom)
+    out, calls = _run(runtime, agent, HOST_IN_PLACE)
+    assert calls == [1] and len(out) == (3 if written else 10)
+    assert _last(runtime)["event"] == ("compression.done" if written else "compression.failed")
