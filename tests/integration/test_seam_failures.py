@@ -437,6 +437,10 @@ def test_a_guard_failure_inside_a_seam_keeps_hermes_serving(
         probe.import_display_modules(guard)  # lazy rows are patched when Hermes imports their module
     assert guard.seam_patched(seam), [s.as_dict() for s in guard.seams if s.name == seam]
     caplog.set_level(logging.INFO, logger="hermes_session_guard")
+    from tools.registry import invalidate_check_fn_cache
+
+    # Hermes caches tool availability for 30 s; an earlier test may have switched recall off.
+    invalidate_check_fn_cache()
     if HOST_HAS_IN_PLACE:
         probe.write_config(home, llm.base_url, in_place=mode == "in_place")
     run_case(Ctx(row, guard, db, llm, home, mode, monkeypatch, caplog))
