@@ -408,6 +408,12 @@ def repairs_pending(agent: Any, messages: list[Any]) -> int:
     return max(0, len(messages) - len(trial))
 
 
+def compacted_in_place(agent: Any) -> bool:
+    """0.18.2+: whether the host's in-place compaction reached state.db (Hermes sets the
+    flag only once ``archive_and_compact`` committed; it logs a failed write and goes on)."""
+    return bool(getattr(agent, "_last_compaction_in_place", False))
+
+
 def mark_compacted_in_place(agent: Any) -> None:
     """0.18.2+: tell the caller (turn loop, gateway) that the list it gets back replaced
     the transcript on the same id and is already persisted."""
@@ -470,13 +476,27 @@ class NativeLeases:
         self.db = db
 
     def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        return bool(self.db.try_acquire_compression_lock(session_id, holder, ttl_seconds=ttl_seconds))
+        """Hermes answers False both when another holder has the lock and when its
+        database refused the write (it logs that and "fails safe"); only the first is
+        a busy lock. A refusal with nobody holding the lock, twice in a row, raises
+        (the lease table is unavailable) instead of being polled for the whole wait."""
+        for _ in range(2):
+            if self.db.try_acquire_compression_lock(session_id, holder, ttl_seconds=ttl_seconds):
+                return True
+            if self.holder(session_id) is not None:
+                return False
+        raise RuntimeError("Hermes could not take its compression lock and nobody holds it "
+                           "(state.db refused the write; see Hermes's own warning)")
 
     def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
         return bool(self.db.refresh_compression_lock(session_id, holder, ttl_seconds=ttl_seconds))
 
     def release(self, session_id: str, holder: str) -> None:
+        """Hermes's release logs and swallows a database error; a lock still held
+        afterwards is reported as a failed release, so the guard retries it."""
         self.db.release_compression_lock(session_id, holder)
+        if self.holder(session_id) == holder:
+            raise RuntimeError("Hermes could not release its compression lock (state.db refused the write)")
 
     def holder(self, session_id: str) -> str | None:
         found = self.db.get_compression_lock_holder(session_id)

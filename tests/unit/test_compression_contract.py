@@ -36,10 +36,14 @@ class Agent:
         self.context_compressor = engine
         self._last_flushed_db_idx = 10
         self.rotate_on_compress = True
+        self.in_place_write_fails = False
 
     def _compress_context(self, messages: list[dict], system_message: str) -> tuple[list[dict], str]:
         compressed = self.context_compressor.compress(messages)
-        if self._session_db is not None and self.rotate_on_compress:  # what 0.14 does when it can
+        if self._session_db is not None and getattr(self, "compression_in_place", False):
+            # what 0.18.2+ does: archive in place, then say it reached state.db
+            self._last_compaction_in_place = not self.in_place_write_fails
+        elif self._session_db is not None and self.rotate_on_compress:  # what 0.14 does when it can
             self.session_id = "S2-rotated"
         return compressed, "new prompt"
 
@@ -230,6 +234,7 @@ class InPlaceAgent(Agent):
     def _compress_context(self, messages: list[dict], system_message: str) -> tuple[list[dict], str]:
         compressed = self.context_compressor.compress(messages)
         self._session_db.archive_and_compact(self.session_id, compressed)
+        self._last_compaction_in_place = True  # set once the write committed, as 0.19 does
         return compressed, "new prompt"
 
 
