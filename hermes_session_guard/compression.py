@@ -15,9 +15,9 @@ the seam table row for the installed version:
     operation and the host's own acquire of it re-enters.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
-index), and the audit log gets one ``compression.*`` event per step, all naming
-the same session id.
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall index
+on the first recall after it), and the audit log gets one ``compression.*`` event
+per step, all naming the same session id.
 
 One compression per session at a time: the whole operation runs under the
 session's lock (:mod:`~hermes_session_guard.session_lock`; which lease table is
@@ -62,7 +62,6 @@ from . import host_adapter as host
 from .audit import new_op_id
 from .generations import Assessment, Keyed, assess, block_digest, foreign_messages, genuinely_new, keys_of
 from .hooks import get_plugin_manager
-from .recall import recall_text
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from .store import message_text, text_hash
@@ -390,8 +389,7 @@ class _Operation:
                 host_version=self.runtime.host_version,
                 host_mode=strategy,
                 created_at=created_at,
-                index_text=recall_text,
-            )
+            )  # indexed for recall by the first recall that needs it, not here (see recall_tool)
             if strategy == DETACH_DB:
                 final = compressed + foreign
                 host.commit_memory(agent, before)
