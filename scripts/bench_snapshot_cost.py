@@ -86,16 +86,16 @@ SYSCALL = re.compile(r'^(?:\[pid\s+\d+\]\s*|\d+\s+)?(\w+)\((\d+)<([^>]*)>(.*)\)\
 
 
 def _seed(template: Path, n: int, chars: int, base_url: str, py: str, env: dict[str, str]) -> None:
-    """One session ``s`` of ``n`` messages in ``template``, written in one transaction
-    through Hermes's own API, then checkpointed so every copy starts with an empty WAL."""
+    """One session ``s`` of ``n`` messages in ``template``, appended one at a time through
+    Hermes's own API (as a conversation grows), then checkpointed so every copy
+    starts with an empty WAL."""
     code = (
         "import os, sys, logging; logging.disable(logging.WARNING)\n"
         "from pathlib import Path\nfrom hermes_session_guard import probe\n"
         "home = Path(os.environ['HERMES_HOME'])\n"
         f"probe.write_config(home, {base_url!r}, plugin_enabled=False, in_place=False)\n"
         "db = probe.open_db(home / 'state.db')\n"
-        "db.create_session(session_id='s', source='cli', model='fake-model')\n"
-        f"db.replace_messages('s', probe.seed_messages({n}, chars={chars}))\n"
+        f"probe.seed_session(db, 's', probe.seed_messages({n}, chars={chars}))\n"
         "db.close()\n"
     )
     subprocess.run([py, "-c", code], env=dict(env, HERMES_HOME=str(template)), check=True)
