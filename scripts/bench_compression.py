@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Guarded vs unguarded wall time of one compression, side by side in one process.
 
-    python scripts/bench_compression.py [--pairs 20] [--messages 48 200] [--latency S]
+    python scripts/bench_compression.py [--pairs 20] [--messages 48 200] [--latency S] [--mode rotate]
 
 Run it with the Python of an environment that has hermes-agent and this package
 installed (e.g. ``.venvs/hermes-0.19.0/bin/python``). Each pair compresses a fresh
@@ -33,6 +33,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, nargs="+", default=[48, 200])
     parser.add_argument("--chars", type=int, default=None, help="characters per message (default: probe's 14,000)")
     parser.add_argument("--latency", type=float, default=0.0, help="fake LLM latency per request (seconds)")
+    parser.add_argument("--mode", choices=("rotate", "in_place", "default"), default="rotate",
+                        help="compression.in_place for the unguarded host (0.18.2+; the guard keeps the id either "
+                             "way): rotate (false), in_place (true) or Hermes's default")
     args = parser.parse_args()
 
     import logging
@@ -47,7 +50,8 @@ def main() -> int:
     print(describe())
     home = Path(os.environ["HERMES_HOME"])
     with FakeLLMServer(latency=args.latency) as llm:
-        probe.write_config(home, llm.base_url, plugin_enabled=False, in_place=False)
+        in_place = {"rotate": False, "in_place": True, "default": None}[args.mode]
+        probe.write_config(home, llm.base_url, plugin_enabled=False, in_place=in_place)
         db = probe.open_db(home / "state.db")
         for n in args.messages:
             chars = {} if args.chars is None else {"chars": args.chars}
@@ -77,14 +81,16 @@ def main() -> int:
                     continue  # first pair pays for imports and caches
                 guarded.append(times[True])
                 plain.append(times[False])
-            report(n, args.latency, guarded, plain)
+            report(n, args.latency, guarded, plain, args.mode)
         hermes_session_guard.uninstall()
     print(f"load average after: {load_average()}")
     return 0
 
 
-def report(n: int, latency: float, guarded: list[tuple[float, float]], plain: list[tuple[float, float]]) -> None:
-    print(f"compression of {n} messages x {len(guarded)} pairs (fake LLM latency {latency:g} s)")
+def report(n: int, latency: float, guarded: list[tuple[float, float]], plain: list[tuple[float, float]],
+           mode: str) -> None:
+    print(f"compression of {n} messages x {len(guarded)} pairs (fake LLM latency {latency:g} s, "
+          f"unguarded compression.in_place: {mode})")
     for k, what in ((0, "wall"), (1, "cpu ")):
         g, p = [x[k] for x in guarded], [x[k] for x in plain]
         ratios = [a / b for a, b in zip(g, p, strict=True)]

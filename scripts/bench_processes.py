@@ -11,8 +11,9 @@ home's config enables it), signals ready, waits for one shared go file, then run
 one turn whose preflight crosses the compression threshold. ``--processes - --shared``
 processes have a home and a session each; the last ``--shared`` share one home and
 one session (a gateway, a CLI and a cron job resuming one conversation). The fake
-LLM (served by this process) answers every request after ``--latency`` seconds,
-the summary call included.
+LLM (served by this process) answers every model call (chat completions, the
+summary included) after ``--latency`` seconds; the endpoint probes Hermes makes
+to learn the server type and context length are answered at once.
 
 Per arm (unguarded: plugin disabled; guarded: enabled), in alternating order:
 
@@ -38,11 +39,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "integration" / "compression_driver.py"
+
+
+def _slow(latency: float) -> Callable[[dict[str, Any]], str]:
+    """The reply function: ``latency`` seconds of model time, then :func:`_answer`
+    (the fake serves each request on its own thread)."""
+
+    def reply(body: dict[str, Any]) -> str:
+        time.sleep(latency)
+        return _answer(body)
+
+    return reply
 
 
 def _answer(body: dict[str, Any]) -> str:
@@ -162,7 +175,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=13)
     parser.add_argument("--shared", type=int, default=3, help="how many of them share one conversation")
-    parser.add_argument("--latency", type=float, default=1.0, help="seconds per LLM request (summary included)")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds per model call (summary included)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--mode", choices=("default", "in_place", "rotate"), default="default",
                         help="compression.in_place in the homes' config (0.18.2+; default: Hermes's own)")
@@ -178,9 +191,9 @@ def main() -> int:
 
     print(describe())
     print(f"{args.processes} processes ({args.processes - args.shared} own sessions + {args.shared} sharing one), "
-          f"LLM latency {args.latency:g} s per request, mode {args.mode}, {args.rounds} round(s)")
+          f"LLM latency {args.latency:g} s per model call, mode {args.mode}, {args.rounds} round(s)")
     results: dict[bool, list[tuple[dict[str, Any], dict[str, Any]]]] = {False: [], True: []}
-    llm = FakeLLMServer(latency=args.latency, reply_fn=_answer)
+    llm = FakeLLMServer(summary_latency=args.latency, reply_fn=_slow(args.latency))
     with llm, tempfile.TemporaryDirectory(prefix="session-guard-procs-") as tmp:
         for i in range(args.rounds):
             for guarded in ((False, True) if i % 2 == 0 else (True, False)):
@@ -192,20 +205,26 @@ def main() -> int:
                 print(f"  round {i + 1} {'guarded' if guarded else 'unguarded'}: one {one['total']:.2f} s, "
                       f"{many['processes']} processes {many['total']:.2f} s (load average {load_average()})",
                       flush=True)
-    print(f"\n{'':10} {'one s':>6} {'all s':>6} {'all/one':>7} {'window s':>8} {'ids kept':>9} "
-          f"{'1 live session':>14} {'summaries':>9} {'seed lost':>9} {'turn faults':>11} {'guard':>6}")
+    print(f"\nmedians over {args.rounds} round(s); counts summed over the rounds")
+    print(f"{'':10} {'one s':>6} {'all s':>6} {'all/one':>7} {'window s':>8} {'ids kept':>9} "
+          f"{'1 live session':>14} {'summaries':>9} {'seed lost':>9} {'turn faults':>11} {'guard':>7}")
     for guarded in (False, True):
         runs = results[guarded]
         one = statistics.median(o["total"] for o, _ in runs)
         total = statistics.median(m["total"] for _, m in runs)
-        m = runs[-1][1]
+        many = [m for _, m in runs]
+
+        def tally(key: str, many: list[dict[str, Any]] = many) -> int:
+            return sum(m[key] for m in many)
+
         print(f"{'guarded' if guarded else 'unguarded':10} {one:>6.2f} {total:>6.2f} {total / one:>7.2f} "
-              f"{m['window']:>8.2f} {m['ids_kept']:>4}/{m['processes']:<4} "
-              f"{m['one_live_session']:>8}/{m['conversations']:<5} {m['summaries']:>9} "
-              f"{m['seed_lost']:>4}/{m['conversations'] * SEED_MESSAGES:<4} {m['turn_faults']:>11} "
-              f"{m['guard_loaded']:>3}/{m['processes']}")
+              f"{max(m['window'] for m in many):>8.2f} {tally('ids_kept'):>4}/{tally('processes'):<4} "
+              f"{tally('one_live_session'):>8}/{tally('conversations'):<5} {tally('summaries'):>9} "
+              f"{tally('seed_lost'):>4}/{tally('conversations') * SEED_MESSAGES:<4} {tally('turn_faults'):>11} "
+              f"{tally('guard_loaded'):>3}/{tally('processes')}")
         for label, flag in (("own session", False), ("shared session", True)):
-            walls = sorted(w for w, f in zip(m["per_process"], m["shared_flags"], strict=True) if f == flag)
+            walls = sorted(w for m in many for w, f in zip(m["per_process"], m["shared_flags"], strict=True)
+                           if f == flag)
             if walls:
                 print(f"{'':10} {label} processes, crossing to end of turn: median {statistics.median(walls):.2f} s,"
                       f" max {walls[-1]:.2f} s")

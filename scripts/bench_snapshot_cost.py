@@ -2,7 +2,8 @@
 """Snapshot cost against session size: time and bytes written to state.db, guarded
 vs unguarded, side by side in one run.
 
-    python scripts/bench_snapshot_cost.py [--sizes 200 2000 20000] [--chars 400] [--pairs 3] [--no-strace]
+    python scripts/bench_snapshot_cost.py [--sizes 200 2000 20000] [--chars 400] [--pairs 3] [--mode rotate]
+                                          [--no-strace]
 
 For each size one session of that many messages is seeded once into a template
 ``HERMES_HOME`` (WAL checkpointed); every measurement copies it and compresses it
@@ -82,10 +83,12 @@ print("RESULT " + json.dumps({"seconds": elapsed, "wchar": grown, "recall_index_
                               "messages": len(messages), "after": len(out)}))
 """
 
+_IN_PLACE = {"rotate": False, "in_place": True, "default": None}
+
 SYSCALL = re.compile(r'^(?:\[pid\s+\d+\]\s*|\d+\s+)?(\w+)\((\d+)<([^>]*)>(.*)\)\s+=\s+(-?\d+)')
 
 
-def _seed(template: Path, n: int, chars: int, base_url: str, py: str, env: dict[str, str]) -> None:
+def _seed(template: Path, n: int, chars: int, base_url: str, py: str, env: dict[str, str], mode: str) -> None:
     """One session ``s`` of ``n`` messages in ``template``, appended one at a time through
     Hermes's own API (as a conversation grows), then checkpointed so every copy
     starts with an empty WAL."""
@@ -93,7 +96,7 @@ def _seed(template: Path, n: int, chars: int, base_url: str, py: str, env: dict[
         "import os, sys, logging; logging.disable(logging.WARNING)\n"
         "from pathlib import Path\nfrom hermes_session_guard import probe\n"
         "home = Path(os.environ['HERMES_HOME'])\n"
-        f"probe.write_config(home, {base_url!r}, plugin_enabled=False, in_place=False)\n"
+        f"probe.write_config(home, {base_url!r}, plugin_enabled=False, in_place={_IN_PLACE[mode]!r})\n"
         "db = probe.open_db(home / 'state.db')\n"
         f"probe.seed_session(db, 's', probe.seed_messages({n}, chars={chars}))\n"
         "db.close()\n"
@@ -174,6 +177,9 @@ def main() -> int:
     parser.add_argument("--chars", type=int, default=400, help="characters per message")
     parser.add_argument("--pairs", type=int, default=3, help="timed guarded/unguarded pairs per size")
     parser.add_argument("--no-strace", action="store_true", help="skip the per-file byte split")
+    parser.add_argument("--mode", choices=("rotate", "in_place", "default"), default="rotate",
+                        help="compression.in_place for the unguarded host (0.18.2+; the guard keeps the id either "
+                             "way): rotate (false), in_place (true) or Hermes's default")
     args = parser.parse_args()
     from machine_info import describe, load_average
 
@@ -185,14 +191,15 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root_dir), os.environ.get("PYTHONPATH")])))
     env.pop("HERMES_SESSION_ID", None)
     print(describe())
-    print(f"{args.chars}-character messages; time = median of {args.pairs} pairs; MB = 10^6 bytes; "
+    print(f"unguarded compression.in_place: {args.mode}; {args.chars}-character messages; "
+          f"time = median of {args.pairs} pairs; MB = 10^6 bytes; "
           f"per-file split {'by strace' if strace else 'not available (no strace)'}")
     rows = []
     with FakeLLMServer() as llm, tempfile.TemporaryDirectory(prefix="session-guard-snapcost-") as tmp:
         root = Path(tmp)
         for n in args.sizes:
             template = root / f"template-{n}"
-            _seed(template, n, args.chars, llm.base_url, py, env)
+            _seed(template, n, args.chars, llm.base_url, py, env, args.mode)
             runs: dict[bool, list[dict]] = {False: [], True: []}
             for i in range(args.pairs):
                 for guarded in ((True, False) if i % 2 == 0 else (False, True)):
