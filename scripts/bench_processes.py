@@ -24,8 +24,8 @@ Per arm (unguarded: plugin disabled; guarded: enabled), in alternating order:
 * conversations left with exactly one live session (no fork), summary calls made;
 * seed messages lost: of each conversation's 48 seeded messages, those found neither
   in any message row of its state.db nor in a guard snapshot;
-* turns lost or doubled: a process's question and answer not live exactly once in
-  the transcript of the session it ended on.
+* turns lost / doubled: processes whose question or answer is missing from, or
+  live more than once in, the transcript of the session they ended on.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def run_arm(root: Path, llm: Any, *, guarded: bool, processes: int, shared: int,
         raise SystemExit("a process failed:\n" + errors[0])
 
     lost = kept_one = 0
-    turn_faults = 0
+    turns_lost = turns_doubled = 0
     for home, sid in sorted({(h, s) for h, s, _ in plan}):
         rows = probe.sessions_table(home / "state.db")
         kept_one += sum(1 for r in rows if r["ended_at"] is None) == 1
@@ -152,7 +152,8 @@ def run_arm(root: Path, llm: Any, *, guarded: bool, processes: int, shared: int,
         live = [str(m["content"]) for m in probe.live_messages(home / "state.db", r["session_id_after"])]
         asked = sum(t.startswith(f"{tag}-next:") for t in live)
         answered = sum(t == f"{tag}-reply: answered" for t in live)
-        turn_faults += (asked, answered) != (1, 1)
+        turns_lost += min(asked, answered) == 0
+        turns_doubled += max(asked, answered) > 1
     crossed = [r["crossed_at"] for r in reports]
     finished = [r["finished_at"] for r in reports]
     return {
@@ -166,7 +167,8 @@ def run_arm(root: Path, llm: Any, *, guarded: bool, processes: int, shared: int,
         "one_live_session": kept_one,
         "summaries": len(llm.summary_requests()),
         "seed_lost": lost,
-        "turn_faults": turn_faults,
+        "turns_lost": turns_lost,
+        "turns_doubled": turns_doubled,
         "guard_loaded": sum(bool(r["guard_loaded"]) for r in reports),
     }
 
@@ -207,7 +209,7 @@ def main() -> int:
                       flush=True)
     print(f"\nmedians over {args.rounds} round(s); counts summed over the rounds")
     print(f"{'':10} {'one s':>6} {'all s':>6} {'all/one':>7} {'window s':>8} {'ids kept':>9} "
-          f"{'1 live session':>14} {'summaries':>9} {'seed lost':>9} {'turn faults':>11} {'guard':>7}")
+          f"{'1 live session':>14} {'summaries':>9} {'seed lost':>9} {'turns lost/doubled':>18} {'guard':>7}")
     for guarded in (False, True):
         runs = results[guarded]
         one = statistics.median(o["total"] for o, _ in runs)
@@ -220,7 +222,8 @@ def main() -> int:
         print(f"{'guarded' if guarded else 'unguarded':10} {one:>6.2f} {total:>6.2f} {total / one:>7.2f} "
               f"{max(m['window'] for m in many):>8.2f} {tally('ids_kept'):>4}/{tally('processes'):<4} "
               f"{tally('one_live_session'):>8}/{tally('conversations'):<5} {tally('summaries'):>9} "
-              f"{tally('seed_lost'):>4}/{tally('conversations') * SEED_MESSAGES:<4} {tally('turn_faults'):>11} "
+              f"{tally('seed_lost'):>4}/{tally('conversations') * SEED_MESSAGES:<4} "
+              f"{tally('turns_lost'):>10}/{tally('turns_doubled'):<7} "
               f"{tally('guard_loaded'):>3}/{tally('processes')}")
         for label, flag in (("own session", False), ("shared session", True)):
             walls = sorted(w for m in many for w, f in zip(m["per_process"], m["shared_flags"], strict=True)
