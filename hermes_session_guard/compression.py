@@ -15,8 +15,8 @@ the seam table row for the installed version:
     operation and the host's own acquire of it re-enters.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
-index), and the audit log gets one ``compression.*`` event per step, all naming
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall
+index on the first recall after it), and the audit log gets one ``compression.*`` event per step, all naming
 the same session id. The snapshot is written before the live transcript changes
 (write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
 it is written when the context engine returns its compaction, before the host's
@@ -69,7 +69,6 @@ from . import host_adapter as host
 from .audit import new_op_id
 from .generations import Assessment, Keyed, assess, block_digest, foreign_messages, genuinely_new, keys_of
 from .hooks import get_plugin_manager
-from .recall import recall_text
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from .store import message_text, text_hash
@@ -345,22 +344,12 @@ class _Operation:
                 taken.release()
 
     def compress_locked(self) -> tuple[list[Any], str]:
-        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
+        sid, agent, strategy, store = self.sid, self.agent, self.strategy, self.store
         self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
 
-        foreign: list[Any] = []
-        if host.session_db(agent) is not None:
-            try:
-                mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
-                standing = assess(mine, live, store.generation(sid), is_summary_text)
-                if not standing.stale:
-                    foreign = foreign_messages(mine, live)
-            except Exception as exc:
-                # Compress as before, under the lock, without the generation check.
-                self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
-            else:
-                if standing.stale:
-                    return self.adopt(Keyed(self.messages, mine.keys), live, standing)
+        foreign, adopted = self.check_generation()
+        if adopted is not None:
+            return adopted
 
         # The snapshot id is fixed before the host runs: the summary's recall line names
         # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
@@ -503,7 +492,7 @@ class _Operation:
         return final, system_prompt
 
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
-        """Store the pre-compression transcript verbatim (and in the recall index)."""
+        """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
         self.store.write_snapshot(
             snapshot_id=snapshot_id,
             session_id=self.sid,
@@ -512,7 +501,6 @@ class _Operation:
             host_version=self.runtime.host_version,
             host_mode=self.strategy,
             created_at=created_at,
-            index_text=recall_text,
         )
 
     def guard_failed_after_host(self, exc: Exception, compressed: list[Any],
@@ -539,6 +527,27 @@ class _Operation:
             if persisted is None:
                 return _unchanged(self.messages, self.before), system_prompt
         return persisted if persisted is not None else self.messages, system_prompt
+
+    def check_generation(self) -> tuple[list[Any], tuple[list[Any], str] | None]:
+        """Where this list stands against the live transcript: the turns other agents
+        appended meanwhile (carried over after the compacted block), or, when the list
+        predates the latest compaction, the adopted result instead of a compaction.
+        The live read is a second copy of every text of the transcript; it ends with
+        this call, before the long summary call during which many sessions may be
+        compressing at once (13 sessions of 48 messages: ~6 MB less at the peak)."""
+        if host.session_db(self.agent) is None:
+            return [], None
+        try:
+            mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
+            standing = assess(mine, live, self.store.generation(self.sid), is_summary_text)
+            foreign = [] if standing.stale else foreign_messages(mine, live)
+        except Exception as exc:
+            # Compress as before, under the lock, without the generation check.
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
+            return [], None
+        if standing.stale:
+            return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
+        return foreign, None
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the

@@ -587,28 +587,37 @@ class GuardStore:
         self._index(conn, session_id, "snapshot", snapshot_id, docs)
         conn.execute("INSERT OR IGNORE INTO session_guard_recall_indexed(snapshot_id) VALUES (?)", (snapshot_id,))
 
-    def index_missing_snapshots(self, session_ids: Iterable[str], index_text: IndexText) -> int:
-        """Index snapshots of these sessions that never entered the recall index (written
-        by an older guard, or without ``index_text``). Returns how many were indexed."""
-        ids = list(session_ids)
-        if not ids:
-            return 0
-        marks = ",".join("?" for _ in ids)
+    def index_missing_snapshots(self, session_ids: Iterable[str] | None, index_text: IndexText) -> int:
+        """Index snapshots that never entered the recall index (written without
+        ``index_text``: by a compression, which leaves indexing to the first recall, or
+        by an older guard), of these sessions or, with ``None``, of every session.
+        Returns how many were indexed."""
+        where, params = "", ()
+        if session_ids is not None:
+            ids = list(session_ids)
+            if not ids:
+                return 0
+            where, params = f"session_id IN ({','.join('?' for _ in ids)}) AND ", tuple(ids)
         with self.reading() as conn:
             todo = conn.execute(
                 "SELECT snapshot_id, session_id, COALESCE(first_turn, 1) FROM session_guard_snapshots"
-                f" WHERE session_id IN ({marks}) AND snapshot_id NOT IN"
+                f" WHERE {where}snapshot_id NOT IN"
                 " (SELECT snapshot_id FROM session_guard_recall_indexed) ORDER BY created_at, snapshot_id",
-                ids,
+                params,
             ).fetchall()
+        done = 0
         for snapshot_id, session_id, first in todo:
             with self.transaction() as conn:
+                if conn.execute("SELECT 1 FROM session_guard_recall_indexed WHERE snapshot_id = ?",
+                                (snapshot_id,)).fetchone():
+                    continue  # another process's recall indexed it meanwhile
                 rows = conn.execute(
                     "SELECT role, content, message_json FROM session_guard_snapshot_messages WHERE snapshot_id = ?"
                     " ORDER BY position", (snapshot_id,),
                 ).fetchall()
                 self._index_snapshot(conn, session_id, snapshot_id, first, rows, index_text)
-        return len(todo)
+            done += 1
+        return done
 
     # -- recall index -----------------------------------------------------------------
     def _index(

@@ -183,6 +183,43 @@ def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any
     assert done["event"] == "compression.done" and done["carried_over"] == 1
 
 
+class _Row(dict):
+    """A transcript row that can be watched for being freed (a plain dict cannot)."""
+
+
+@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+def test_the_live_read_is_freed_before_the_host_runs(runtime: Runtime, db: Any, strategy: str) -> None:
+    """The generation check's read of the live transcript is a second copy of every text;
+    it must not be held through the summary call (13 sessions compressing at once would
+    hold 13 copies). A turn carried over after the compacted block stays."""
+    import gc
+    import weakref
+
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    messages = _messages()
+    late = {"role": "user", "content": "written by another agent meanwhile"}
+    watched: list[weakref.ref] = []
+
+    def live(*_args: Any, **_kwargs: Any) -> list[dict]:
+        rows = [_Row(m) for m in [*messages, late]]
+        watched.extend(weakref.ref(r) for r in rows)
+        return rows
+
+    db.get_messages_as_conversation.side_effect = live
+    alive_while_host_ran: list[int] = []
+
+    def host() -> tuple[list[dict], str]:
+        gc.collect()
+        alive_while_host_ran.append(sum(ref() is not None for ref in watched))
+        return agent._compress_context(messages, "s")
+
+    out, _ = guarded_compression(runtime, strategy, agent, messages, host)
+    assert len(watched) == len(messages) + 1
+    assert alive_while_host_ran == [1]  # only the carried-over turn
+    assert out[-1] == late
+
+
 def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, db: Any) -> None:
     """A second agent whose list predates the compaction adopts the live transcript; the
     list it continues with is recorded for the 0.14 gateway's transcript re-basing."""
