@@ -6,32 +6,15 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hermes_session_guard import audit, compression
 from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
-from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.runtime import Runtime
 
 from .test_compression_contract import Agent, Engine, _messages
-
-
-@pytest.fixture
-def runtime(tmp_path: Path) -> Runtime:
-    rt = Runtime(config=GuardConfig(), host_version="test", fixed_home=tmp_path)
-    yield rt
-    rt.close()
-
-
-@pytest.fixture
-def db(mocker: Any, tmp_path: Path) -> Any:
-    fake = mocker.Mock()
-    fake.db_path = tmp_path / "state.db"
-    fake.get_messages_as_conversation.return_value = []
-    return fake
 
 
 def _last(runtime: Runtime) -> dict[str, Any]:

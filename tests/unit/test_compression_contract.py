@@ -3,7 +3,6 @@ stored verbatim, persistence through the SessionDB API, audit events, failures."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +10,6 @@ from freezegun import freeze_time
 
 from hermes_session_guard import audit
 from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
-from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.runtime import Runtime
 
 SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it"
@@ -46,22 +44,6 @@ class Agent:
         elif self._session_db is not None and self.rotate_on_compress:  # what 0.14 does when it can
             self.session_id = "S2-rotated"
         return compressed, "new prompt"
-
-
-@pytest.fixture
-def runtime(tmp_path: Path) -> Runtime:
-    rt = Runtime(config=GuardConfig(), host_version="test", fixed_home=tmp_path)
-    yield rt
-    rt.close()
-
-
-@pytest.fixture
-def db(mocker: Any, tmp_path: Path) -> Any:
-    fake = mocker.Mock()
-    fake.db_path = tmp_path / "state.db"
-    # The guard reads the live transcript for its generation check: nothing stored yet.
-    fake.get_messages_as_conversation.return_value = []
-    return fake
 
 
 def _messages(n: int = 10) -> list[dict]:

@@ -29,14 +29,6 @@ def runtime(tmp_path: Path) -> Any:
     rt.close()
 
 
-@pytest.fixture
-def db(mocker: Any, tmp_path: Path) -> Any:
-    fake = mocker.Mock()
-    fake.db_path = tmp_path / "state.db"
-    fake.get_messages_as_conversation.return_value = []
-    return fake
-
-
 def _messages(n: int = 10) -> list[dict[str, Any]]:
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(n)]
 
