@@ -37,12 +37,12 @@ survives.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import traceback
 from pathlib import Path
 from typing import Any
+
+from compression_driver import add_mode_arguments, run_and_report  # the sibling driver script
 
 PHASES = ("before_summary", "during_summary", "between_writes", "before_release", "none")
 
@@ -137,18 +137,8 @@ def main() -> int:
     p.add_argument("--kill-at", choices=PHASES, default="none")
     p.add_argument("--reached")
     p.add_argument("--grow", type=int, default=0)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--in-place", dest="in_place", action="store_true", default=None)
-    mode.add_argument("--rotate", dest="in_place", action="store_false")
-    args = p.parse_args()
-    try:
-        report = run(args)
-        code = 0
-    except Exception as exc:
-        report = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        code = 1
-    Path(args.out).write_text(json.dumps(report, default=str), encoding="utf-8")
-    return code
+    add_mode_arguments(p)
+    return run_and_report(run, p.parse_args())
 
 
 if __name__ == "__main__":
