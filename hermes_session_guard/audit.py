@@ -12,8 +12,10 @@ cannot drift when the work hops to an executor thread.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -21,7 +23,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
+
+def _import_structlog() -> Any:
+    """structlog's console renderer and traceback formatter import ``rich`` (and
+    pygments) when it is installed. The guard only hands event dicts to its own
+    sink, so where the host has not loaded rich itself it stays unloaded: about
+    5 MB of memory and 30 ms of start-up per process (Hermes 0.14's gateway, for
+    one). Hermes does not use structlog; ``rich`` imports normally afterwards."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return importlib.import_module("structlog")
+    sys.modules["rich"] = None  # type: ignore[assignment]  # makes `import rich` fail for structlog's probe
+    try:
+        return importlib.import_module("structlog")
+    finally:
+        if sys.modules.get("rich", 0) is None:
+            del sys.modules["rich"]
+
+
+structlog = _import_structlog()
 
 stdlib_logger = logging.getLogger("hermes_session_guard")
 
@@ -38,6 +57,7 @@ class JsonlSink:
     def __init__(self, path: Path | Callable[[], Path]) -> None:
         self._path = path
         self._lock = threading.Lock()
+        self._lost = 0  # events not written since the last write that worked
 
     @property
     def path(self) -> Path:
@@ -56,7 +76,18 @@ class JsonlSink:
                 with fh:
                     fh.write(line)
             except OSError as exc:  # a full disk must not take the host down
-                stdlib_logger.warning("session guard audit write failed (%s): %s", self.path, exc)
+                # Said once per outage (the events still reach the stdlib logger), not once per event.
+                if not self._lost:
+                    stdlib_logger.warning(
+                        "session guard audit write failed (%s): %s; further audit events are only logged here "
+                        "until it can be written again", path, exc,
+                    )
+                self._lost += 1
+            else:
+                if self._lost:
+                    stdlib_logger.warning("session guard audit log %s is writable again; %d event(s) were not "
+                                          "written to it", path, self._lost)
+                    self._lost = 0
 
 
 def _add_ts(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +106,8 @@ class _SinkLogger:
         if self._sink is not None:
             self._sink.write(event_dict)
         event = str(event_dict.get("event", ""))
-        pylevel = logging.WARNING if level in ("warning", "error") else logging.INFO
+        pylevel = {"warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}.get(
+            level, logging.INFO)
         if pylevel == logging.INFO and any(word in event for word in _WARNING_EVENTS):
             pylevel = logging.WARNING
         if stdlib_logger.isEnabledFor(pylevel):

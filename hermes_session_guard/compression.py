@@ -18,9 +18,16 @@ the seam table row for the installed version:
     operation and the host's own acquire of it re-enters.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables (and enters the recall
-index), and the audit log gets one ``compression.*`` event per step, all naming
-the same session id.
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall
+index on the first recall after it), and the audit log gets one ``compression.*`` event per step, all naming
+the same session id. The snapshot is written before the live transcript changes
+(write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
+it is written when the context engine returns its compaction, before the host's
+``archive_and_compact``. A process killed between the two writes leaves the
+history live and in the snapshot. If the host then compacts nothing (it raised,
+made no progress, or its own in-place write failed) a snapshot written ahead
+stays, a verbatim copy of a transcript still live, and the outcome event names
+it (``snapshot_written_ahead``).
 
 One compression per session at a time: the whole operation runs under the
 session's lock (:mod:`~hermes_session_guard.session_lock`; which lease table is
@@ -75,7 +82,6 @@ from .generations import (
     turn_last,
 )
 from .hooks import get_plugin_manager
-from .recall import recall_text
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from .store import message_text, text_hash
@@ -141,15 +147,6 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
         n += 1
         candidate = f"{base}-{n}"
     return candidate
-
-
-def _record_phase(write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-    """Write the durable op row; a failure here must not fail the compression."""
-    try:
-        write(*args, **kwargs)
-    except Exception as exc:
-        log.warning("session guard: could not record the compression phase in session_guard_compressions "
-                    "(%s: %s); compression continues", type(exc).__name__, exc)
 
 
 def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any, strategy: str) -> LeaseTable:
@@ -226,11 +223,46 @@ class _Operation:
         self.lock_fields: dict[str, Any] = {}
         # Set once the compaction stands: (snapshot id, the list the conversation continues with).
         self.done: tuple[str | None, list[Any]] | None = None
+        self.persisted: list[Any] | None = None  # the list state.db holds live once the compaction is written
+        # 0.18.2+: the snapshot id once stored ahead of the host's own live write (never written twice).
+        self.written_ahead: str | None = None
+        self.phase_error: str | None = None  # the first failure to write this operation's phase row
+        self.phase_warned = False
         self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
 
     # -- audit ----------------------------------------------------------------------
+    def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """Write the durable op row; a failure here must not fail the compression. Said
+        once per operation: in the outcome event when it is still to come and reports a
+        problem itself, otherwise in one WARNING line."""
+        try:
+            write(*args, **kwargs)
+        except Exception as exc:
+            if self.phase_error is None:
+                self.phase_error = f"{type(exc).__name__}: {exc}"
+
+    def warn_phase(self) -> None:
+        if self.phase_warned:
+            if self.phase_error is not None:
+                log.debug("session guard: compression phase not recorded (%s)", self.phase_error)
+            return
+        self.phase_warned = True
+        log.warning("session guard: could not record the compression phase in session_guard_compressions "
+                    "(%s); compression continues", self.phase_error)
+
     def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
         self.last = outcome
+        if level != "info":
+            # This outcome reports a problem: a phase row that fails to record it is the
+            # same fault, and is not said again.
+            self.phase_warned = True
+        if self.phase_error is not None:
+            extra.setdefault("phase_row", f"not recorded: {self.phase_error}")
+            self.warn_phase()  # no-op unless the outcome reports no problem
+        if self.written_ahead is not None and outcome.snapshot_id != self.written_ahead:
+            # Stored before the host's live write of an operation that then did not compact
+            # (or whose outcome cannot name it): it stays, a verbatim copy of a transcript still live.
+            extra.setdefault("snapshot_written_ahead", self.written_ahead)
         getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
@@ -281,18 +313,20 @@ class _Operation:
         self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
                         host_version=self.runtime.host_version)
         self.runtime.compressing.begin(self.sid, self.op_id)
-        _record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
+        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
         try:
             return self.lock_and_compress(lock)
         finally:
             self.runtime.compressing.end(self.sid, self.op_id)
             last = self.last
-            _record_phase(
+            self.record_phase(
                 self.store.set_compression_phase, self.op_id, last.status if last else "failed",
                 snapshot_id=last.snapshot_id if last else None,
                 messages_after=last.messages_after if last else None,
                 detail=(last.reason or None) if last else "interrupted", finished=True,
             )
+            if self.phase_error is not None:
+                self.warn_phase()
 
     def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
         cfg = self.runtime.config.lock
@@ -304,12 +338,13 @@ class _Operation:
             )
         except LockUnavailable as exc:
             if lock.on_failure == "closed":
-                log.error(
-                    "session guard: the compression lock of session %s is unavailable (%s); this compression "
-                    "is skipped so it cannot fork the session. Hermes retries later; run "
-                    "`hermes-session-guard selftest` if it persists.", self.sid, exc,
+                # One loud line: the outcome event itself, at ERROR.
+                return self.leave_unchanged(
+                    "skipped", f"compression lock unavailable: {exc}", "error",
+                    hint="skipped so it cannot fork the session; Hermes retries at its next threshold check. "
+                         "Check that state.db is writable (disk space, permissions, a process holding it) and "
+                         "run `hermes-session-guard selftest` if it persists.",
                 )
-                return self.leave_unchanged("skipped", f"compression lock unavailable: {exc}", "error")
             self.audit.warning("lock.unavailable", reason=str(exc))
             taken = None
         if isinstance(taken, LockBusy):
@@ -331,22 +366,12 @@ class _Operation:
                 taken.release()
 
     def compress_locked(self) -> tuple[list[Any], str]:
-        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
+        sid, agent, strategy, store = self.sid, self.agent, self.strategy, self.store
         self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
 
-        foreign: list[Any] = []
-        if host.session_db(agent) is not None:
-            try:
-                mine, live = Keyed(before), Keyed(host.live_transcript(agent, sid))
-                standing = assess(mine, live, store.generation(sid), is_summary_text)
-                if not standing.stale:
-                    foreign = foreign_messages(mine, live)
-            except Exception as exc:
-                # Compress as before, under the lock, without the generation check.
-                self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
-            else:
-                if standing.stale:
-                    return self.adopt(Keyed(self.messages, mine.keys), live, standing)
+        foreign, adopted = self.check_generation()
+        if adopted is not None:
+            return adopted
 
         # The snapshot id is fixed before the host runs: the summary's recall line names
         # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
@@ -358,6 +383,20 @@ class _Operation:
         span: list[tuple[int, int] | None] = [None]
 
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input \
+                    and self.written_ahead is None:
+                # Write-ahead: the host archives the old rows and writes the compacted ones
+                # right after its engine returns, so the snapshot goes first. A process
+                # killed between the two writes then leaves the history in the snapshot and
+                # still live, never only in Hermes's archived rows.
+                try:
+                    self.write_snapshot(snapshot_id, created_at)
+                    self.written_ahead = snapshot_id
+                except Exception as exc:
+                    # Retried once the host returned. Not a problem yet: if the retry fails
+                    # (snapshot.failed) or Hermes's own write fails too (compression.failed,
+                    # usually the same state.db fault), that event is the one loud line.
+                    self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
             span[0] = compacted_range(engine_input, engine_output)
             decorate_summaries(
                 engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
@@ -382,12 +421,34 @@ class _Operation:
         finally:
             _active.session_id = previous
 
-        if verdict.failure:
-            return self.leave_unchanged("failed", verdict.failure, "warning", system_prompt=system_prompt)
+        try:
+            return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0], foreign)
+        except Exception as exc:
+            return self.guard_failed_after_host(exc, compressed, system_prompt)
+
+    def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, snapshot_id: str | None,
+               created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
+        """Everything after the host's compression returned: keep or refuse its result,
+        snapshot (unless it was written ahead), persist (0.14), record."""
+        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
+        native_key = self.native_summary_key
+        if failure:
+            return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
         if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
                                         system_prompt=system_prompt)
+        if strategy == HOST_IN_PLACE and host.session_db(agent) is not None and not host.compacted_in_place(agent):
+            # Hermes logs a failed archive_and_compact (locked, read-only or full state.db) and still
+            # returns the compacted list; continuing with it would append the summary and tail after
+            # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
+            # A snapshot written ahead stays (the outcome names it): a verbatim copy of what is live.
+            return self.leave_unchanged(
+                "failed", "Hermes could not write the compacted transcript to state.db (see its warning); "
+                "the conversation continues uncompressed", "warning", system_prompt=system_prompt,
+            )
+        if strategy == HOST_IN_PLACE:
+            self.persisted = compressed
 
         if self.grant is not None and not self.grant.still_held():
             reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
@@ -404,21 +465,14 @@ class _Operation:
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
         try:
-            store.write_snapshot(
-                snapshot_id=snapshot_id,
-                session_id=sid,
-                messages=before,
-                op_id=self.op_id,
-                host_version=self.runtime.host_version,
-                host_mode=strategy,
-                created_at=created_at,
-                index_text=recall_text,
-            )
+            if self.written_ahead is None:  # 0.14, a deferred write-ahead, or an engine the shim did not reach
+                self.write_snapshot(snapshot_id, created_at)
             if strategy == DETACH_DB:
                 final = compressed + foreign
                 host.commit_memory(agent, before)
                 host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.flush_cursor,
                                       transcript_order=self.transcript_order)
+                self.persisted = final
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:
@@ -449,7 +503,7 @@ class _Operation:
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
         try:
-            first, last = span[0] or (None, None)
+            first, last = span or (None, None)
             store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
         except Exception as exc:  # the tags stay on the live list; only a reload loses them
             self.audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
@@ -467,6 +521,64 @@ class _Operation:
                     carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
         self.done = (snapshot_id, final)
         return final, system_prompt
+
+    def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
+        """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
+        self.store.write_snapshot(
+            snapshot_id=snapshot_id,
+            session_id=self.sid,
+            messages=self.before,
+            op_id=self.op_id,
+            host_version=self.runtime.host_version,
+            host_mode=self.strategy,
+            created_at=created_at,
+        )
+
+    def guard_failed_after_host(self, exc: Exception, compressed: list[Any],
+                                system_prompt: str) -> tuple[list[Any], str]:
+        """A guard error once the host's compression has run: it is never run again, and
+        the caller continues with what state.db holds (the compaction, once persisted;
+        its own list otherwise), so the next flush neither duplicates nor drops turns."""
+        reason = f"guard error after Hermes compressed: {type(exc).__name__}: {exc}"
+        hint = "Run `hermes-session-guard selftest`."
+        persisted = self.persisted
+        if persisted is None and self.strategy == HOST_IN_PLACE:
+            try:  # failed before the guard looked: whether Hermes wrote in place decides
+                if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
+                    persisted = compressed
+            except Exception:
+                pass
+        try:
+            if persisted is None:
+                return self.leave_unchanged("failed", reason, "error", system_prompt=system_prompt, hint=hint)
+            self.finish(self.outcome("done", reason + "; the compaction stands", after=len(persisted)), "error",
+                        hint=hint)
+        except Exception as audit_exc:  # the audit itself is what failed: still say so once
+            log.error("session guard: %s (%s: %s). %s", reason, type(audit_exc).__name__, audit_exc, hint)
+            if persisted is None:
+                return _unchanged(self.messages, self.before), system_prompt
+        return persisted if persisted is not None else self.messages, system_prompt
+
+    def check_generation(self) -> tuple[list[Any], tuple[list[Any], str] | None]:
+        """Where this list stands against the live transcript: the turns other agents
+        appended meanwhile (carried over after the compacted block), or, when the list
+        predates the latest compaction, the adopted result instead of a compaction.
+        The live read is a second copy of every text of the transcript; it ends with
+        this call, before the long summary call during which many sessions may be
+        compressing at once (13 sessions of 48 messages: ~6 MB less at the peak)."""
+        if host.session_db(self.agent) is None:
+            return [], None
+        try:
+            mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
+            standing = assess(mine, live, self.store.generation(self.sid), is_summary_text)
+            foreign = [] if standing.stale else foreign_messages(mine, live)
+        except Exception as exc:
+            # Compress as before, under the lock, without the generation check.
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
+            return [], None
+        if standing.stale:
+            return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
+        return foreign, None
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the

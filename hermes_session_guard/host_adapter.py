@@ -121,6 +121,7 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "_thread_metadata_for_source",
     ),
     "GatewayRunner attributes used when present": ("_adapter_for_source",),
+    "AsyncSessionDB attributes used when present (0.19 gateway)": ("_db",),
     "SessionStore attributes": ("_entries",),
     "BasePlatformAdapter attributes": (
         "_active_sessions",
@@ -450,6 +451,12 @@ def repairs_pending(agent: Any, messages: list[Any]) -> int:
     return max(0, len(messages) - len(trial))
 
 
+def compacted_in_place(agent: Any) -> bool:
+    """0.18.2+: whether the host's in-place compaction reached state.db (Hermes sets the
+    flag only once ``archive_and_compact`` committed; it logs a failed write and goes on)."""
+    return bool(getattr(agent, "_last_compaction_in_place", False))
+
+
 def mark_compacted_in_place(agent: Any) -> None:
     """0.18.2+: tell the caller (turn loop, gateway) that the list it gets back replaced
     the transcript on the same id and is already persisted."""
@@ -512,7 +519,17 @@ class NativeLeases:
         self.db = db
 
     def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        return bool(self.db.try_acquire_compression_lock(session_id, holder, ttl_seconds=ttl_seconds))
+        """Hermes answers False both when another holder has the lock and when its
+        database refused the write (it logs that and "fails safe"); only the first is
+        a busy lock. A refusal with nobody holding the lock, twice in a row, raises
+        (the lease table is unavailable) instead of being polled for the whole wait."""
+        for _ in range(2):
+            if self.db.try_acquire_compression_lock(session_id, holder, ttl_seconds=ttl_seconds):
+                return True
+            if self.holder(session_id) is not None:
+                return False
+        raise RuntimeError("Hermes could not take its compression lock and nobody holds it "
+                           "(state.db refused the write; see Hermes's own warning)")
 
     def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
         refresh = getattr(self.db, "refresh_compression_lock", None)
@@ -523,7 +540,11 @@ class NativeLeases:
         return self.holder(session_id) == holder
 
     def release(self, session_id: str, holder: str) -> None:
+        """Hermes's release logs and swallows a database error; a lock still held
+        afterwards is reported as a failed release, so the guard retries it."""
         self.db.release_compression_lock(session_id, holder)
+        if self.holder(session_id) == holder:
+            raise RuntimeError("Hermes could not release its compression lock (state.db refused the write)")
 
     def holder(self, session_id: str) -> str | None:
         found = self.db.get_compression_lock_holder(session_id)
@@ -1657,13 +1678,18 @@ async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
     return bool(getattr(result, "success", True))
 
 
+def runner_session_db(runner: Any) -> Any:
+    """The gateway's SessionDB with synchronous methods: 0.19 wraps it in an
+    ``AsyncSessionDB`` whose every method returns a coroutine (the real one is ``_db``)."""
+    db = getattr(runner, "_session_db", None)
+    return getattr(db, "_db", db)
+
+
 def runner_lock_holder(runner: Any, session_id: str) -> str | None:
     """Who holds Hermes's own compression lock on ``session_id`` (0.16+; the guard
     holds it for a whole compression from 0.18.2), read as the gateway's own
     in-flight check reads it. None on hosts without the lock API."""
-    db = getattr(runner, "_session_db", None)
-    raw = getattr(db, "_db", db)
-    read = getattr(raw, "get_compression_lock_holder", None)
+    read = getattr(runner_session_db(runner), "get_compression_lock_holder", None)
     if not callable(read):
         return None
     found = read(str(session_id))
@@ -1679,7 +1705,7 @@ def runner_db_path(runner: Any) -> Path:
 def transcript_has_user_text(runner: Any, session_id: str | None, text: str | None, since: float | None) -> bool:
     """Whether the session's live transcript holds a user message containing ``text``
     written at or after ``since`` (used to settle a message whose turn outlived its process)."""
-    db = getattr(runner, "_session_db", None)
+    db = runner_session_db(runner)
     if db is None or not session_id or not text:
         return False
     try:

@@ -125,7 +125,10 @@ def recall(args: Any, session_id: str) -> str:
     store = runtime.store_for(db_path)
     members = lineage(db_path, session_id)
     try:
-        store.index_missing_snapshots(members, recall_text)
+        # Compressions leave their snapshots unindexed (indexing is the costly part of a
+        # snapshot write); every snapshot of the file enters here, so the index statistics
+        # a query ranks by are the same as if each had been indexed when it was written.
+        store.index_missing_snapshots(None, recall_text)
         refresh_archived(store, db_path, session_id, members)
     except Exception as exc:  # snapshots still answer
         log.warning("session guard: indexing archived turns for recall failed: %s", exc)

@@ -76,7 +76,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -217,7 +217,9 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 sid = target
             mark = runtime.compactions.mark()
             notices = runtime.notices.pop(sid) if sid else []
-        except Exception:
+        except Exception as exc:
+            _fail_open(row, exc, "this turn runs as Hermes routed it, without the guard's notices or "
+                                 "transcript re-base")
             sid, notices = None, []
         await _deliver(instance, source, sid, notices)
         result = await wrapped(*args, **kwargs)
@@ -262,11 +264,11 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     knows which session it was typed in."""
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            context: Any = host.gateway_message_context(instance, args[0] if args else kwargs.get("event"))
-        except Exception:
-            context = nullcontext()
-        with context:
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
+            except Exception as exc:
+                _fail_open(row, exc, "guard slash commands in this message cannot tell which chat they came from")
             return await wrapped(*args, **kwargs)
 
     return wrapper

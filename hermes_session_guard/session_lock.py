@@ -186,6 +186,10 @@ class SessionLocks:
         self._keeper_until = 0.0
         self._wake = threading.Event()
         self._closed = False
+        # Leases whose release failed (the database refused the write): retried before
+        # the next acquire, so the next compression after the fault clears is not kept
+        # waiting for the lease to lapse.
+        self._unreleased: list[LockGrant] = []
 
     # -- taking and giving back -----------------------------------------------------
     def acquire(
@@ -202,6 +206,11 @@ class SessionLocks:
         started = self._monotonic()
         deadline = started + max(0.0, wait_seconds)
         holder = holder_id(op_id)
+        stuck = self.retry_releases(session_id)
+        if stuck is not None:
+            # This process's own earlier lease on the session is still in the table: the
+            # database keeps refusing writes, so waiting for it would only name ourselves.
+            raise LockUnavailable(f"an earlier lease on this session could not be released: {stuck}")
         waited_for: str | None = None
         with self._cond:
             while session_id in self._held:
@@ -250,16 +259,41 @@ class SessionLocks:
         if grant.lease is not None:
             try:
                 grant.lease.release(grant.session_id, grant.holder)
-            except Exception as exc:  # the lease lapses by itself
-                log.warning(
-                    "session guard: releasing the compression lease failed (%s); it expires in %.0fs",
-                    exc, grant.lease_seconds,
+            except Exception as exc:  # retried before the next acquire; at worst it lapses by itself
+                # INFO: the operation's own outcome already reports the database fault behind it.
+                log.info(
+                    "session guard: releasing the compression lease failed (%s); retried before the next "
+                    "compression, and it expires in %.0fs at the latest", exc, grant.lease_seconds,
                 )
+                with self._cond:
+                    self._unreleased.append(grant)
         with self._cond:
             entry = self._held.get(grant.session_id)
             if entry is not None and entry.grant is grant:
                 del self._held[grant.session_id]
                 self._cond.notify_all()
+
+    def retry_releases(self, session_id: str | None = None) -> Exception | None:
+        """Release the leases (of ``session_id``, or all) whose release failed earlier
+        (holder-qualified, so a lease another holder has taken since is never touched).
+        Returns the error of one that still fails, if any."""
+        with self._cond:
+            pending = [g for g in self._unreleased if session_id is None or g.session_id == session_id]
+            if not pending:
+                return None
+            self._unreleased = [g for g in self._unreleased if g not in pending]
+        failed, error = [], None
+        for grant in pending:
+            try:
+                grant.lease.release(grant.session_id, grant.holder)  # type: ignore[union-attr]
+            except Exception as exc:
+                log.debug("session guard: releasing a compression lease failed again: %s", exc)
+                failed.append(grant)
+                error = exc
+        if failed:
+            with self._cond:
+                self._unreleased[:0] = failed
+        return error
 
     def holder(self, session_id: str) -> str | None:
         """The in-process holder of ``session_id``, if any."""
@@ -275,6 +309,7 @@ class SessionLocks:
     def refresh_due(self) -> float:
         """Refresh every lease whose refresh is due; return when the next one is."""
         now = self._monotonic()
+        self.retry_releases()
         with self._cond:
             grants = list(self._leased)
         next_due = now + _KEEPER_LINGER

@@ -361,6 +361,11 @@ def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
             delay = min(delay * 2, 0.1)
 
 
+def _read_only_error(exc: BaseException) -> bool:
+    """SQLITE_READONLY: the file (or the connection) cannot be written."""
+    return "readonly" in str(exc).lower() or "read-only" in str(exc).lower()
+
+
 class GuardStore:
     """Thread-safe access to the ``session_guard_*`` tables of one state.db."""
 
@@ -376,6 +381,7 @@ class GuardStore:
         self._df_at = 0.0
         self._wal = False
         self._synchronous = 2  # the connection's own level once set up (see _connect)
+        self._opened_read_only = False  # the connection was opened while the file was read-only
 
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -404,14 +410,47 @@ class GuardStore:
             except sqlite3.OperationalError as exc:  # an SQLite built without FTS5
                 log.warning("session guard: SQLite has no FTS5 (%s); recall falls back to a slower scan", exc)
                 self.fts = False
-            conn.execute(
-                "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
-                " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
-                " WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
-                (str(SCHEMA_VERSION),),
-            )
+            try:
+                conn.execute(
+                    "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+                    " WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                    (str(SCHEMA_VERSION),),
+                )
+            except sqlite3.OperationalError as exc:
+                if not _read_only_error(exc):
+                    conn.close()
+                    raise
+                # Opened on a read-only file: the guard's tables can still be read
+                # (recall, status). Every write fails on its own (its caller reports it)
+                # and drops this connection, so the guard writes again once the file is
+                # writable.
+                log.debug("session guard: %s opened read-only (%s)", self.db_path, exc)
+                self._opened_read_only = True
+            else:
+                self._opened_read_only = False
             self._conn = conn
         return self._conn
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        """Roll back what is left of a failed transaction. SQLite may already have
+        rolled it back itself (a full disk, an I/O error); a rollback that fails
+        leaves the connection unusable, so it is dropped and reopened on next use."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.debug("session guard: rollback failed (%s); reopening the connection", exc)
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
 
     @contextmanager
     def transaction(self, *, wait_for_disk: bool | None = None) -> Iterator[sqlite3.Connection]:
@@ -423,6 +462,8 @@ class GuardStore:
         roll it back; only for changes the guard can re-derive (the next synchronous
         commit or checkpoint makes it durable too)."""
         with self._lock:
+            if self._opened_read_only:
+                self._drop_connection()  # the file may be writable again: a fresh connection can tell
             conn = self._connect()
             level = self._synchronous
             if wait_for_disk is True and level < 2:
@@ -436,14 +477,23 @@ class GuardStore:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                else:
                     conn.execute("COMMIT")
+                except BaseException:
+                    # The error that failed the transaction is the one to report,
+                    # never a rollback's "no transaction is active".
+                    self._rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                if _read_only_error(exc):
+                    # A connection opened on a read-only file never writes again.
+                    self._drop_connection()
+                raise
             finally:
-                if changed:
-                    conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                if changed and self._conn is conn:
+                    try:
+                        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                    except sqlite3.Error:
+                        self._drop_connection()
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -537,28 +587,37 @@ class GuardStore:
         self._index(conn, session_id, "snapshot", snapshot_id, docs)
         conn.execute("INSERT OR IGNORE INTO session_guard_recall_indexed(snapshot_id) VALUES (?)", (snapshot_id,))
 
-    def index_missing_snapshots(self, session_ids: Iterable[str], index_text: IndexText) -> int:
-        """Index snapshots of these sessions that never entered the recall index (written
-        by an older guard, or without ``index_text``). Returns how many were indexed."""
-        ids = list(session_ids)
-        if not ids:
-            return 0
-        marks = ",".join("?" for _ in ids)
+    def index_missing_snapshots(self, session_ids: Iterable[str] | None, index_text: IndexText) -> int:
+        """Index snapshots that never entered the recall index (written without
+        ``index_text``: by a compression, which leaves indexing to the first recall, or
+        by an older guard), of these sessions or, with ``None``, of every session.
+        Returns how many were indexed."""
+        where, params = "", ()
+        if session_ids is not None:
+            ids = list(session_ids)
+            if not ids:
+                return 0
+            where, params = f"session_id IN ({','.join('?' for _ in ids)}) AND ", tuple(ids)
         with self.reading() as conn:
             todo = conn.execute(
                 "SELECT snapshot_id, session_id, COALESCE(first_turn, 1) FROM session_guard_snapshots"
-                f" WHERE session_id IN ({marks}) AND snapshot_id NOT IN"
+                f" WHERE {where}snapshot_id NOT IN"
                 " (SELECT snapshot_id FROM session_guard_recall_indexed) ORDER BY created_at, snapshot_id",
-                ids,
+                params,
             ).fetchall()
+        done = 0
         for snapshot_id, session_id, first in todo:
             with self.transaction() as conn:
+                if conn.execute("SELECT 1 FROM session_guard_recall_indexed WHERE snapshot_id = ?",
+                                (snapshot_id,)).fetchone():
+                    continue  # another process's recall indexed it meanwhile
                 rows = conn.execute(
                     "SELECT role, content, message_json FROM session_guard_snapshot_messages WHERE snapshot_id = ?"
                     " ORDER BY position", (snapshot_id,),
                 ).fetchall()
                 self._index_snapshot(conn, session_id, snapshot_id, first, rows, index_text)
-        return len(todo)
+            done += 1
+        return done
 
     # -- recall index -----------------------------------------------------------------
     def _index(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from . import host_adapter as host
@@ -19,7 +20,7 @@ from .runtime import Runtime
 from .store import message_text, text_hash
 from .summaries import header_snapshot_ids, is_summary_text, strip_recall_header, tag
 from .visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
-from .wire import provider_messages
+from .wire import carries_guard_keys, provider_messages
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -91,10 +92,22 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
 def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``AIAgent._sanitize_api_messages`` (every request path calls it, 0.14 and
-    0.19): drop the guard's message keys from the provider copy. Fails closed."""
+    0.19): drop the guard's message keys from the provider copy. Fails closed for a
+    request that carries them (it is not sent); one without them has nothing to
+    strip and goes out as Hermes built it."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return provider_messages(wrapped(*args, **kwargs))
+        messages = wrapped(*args, **kwargs)
+        try:
+            return provider_messages(messages)
+        except Exception as exc:
+            if carries_guard_keys(messages):
+                log.error("session guard: seam %s failed (%s: %s); failing closed: this request carries the guard's "
+                          "summary keys and is not sent. Run `hermes-session-guard selftest`.",
+                          row.target, type(exc).__name__, exc)
+                raise
+            _failed_open(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
+            return messages
 
     return wrapper
 
@@ -149,7 +162,12 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if _arg(args, kwargs, 0, "function_name") != RECALL_TOOL:
             return wrapped(*args, **kwargs)
-        with calling_session(_arg(args, kwargs, 4, "session_id")):
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(calling_session(_arg(args, kwargs, 4, "session_id")))
+            except Exception as exc:
+                _failed_open(row, exc, "the recall tool gets only the session id Hermes hands it (with none it "
+                                       "reads nothing)")
             return wrapped(*args, **kwargs)
 
     return wrapper

@@ -27,3 +27,10 @@ def provider_messages(messages: Any) -> Any:
             message = {k: v for k, v in message.items() if k not in GUARD_MESSAGE_KEYS}
         out.append(message)
     return out
+
+
+def carries_guard_keys(messages: Any) -> bool:
+    """Whether any message of ``messages`` has a key the guard added."""
+    return isinstance(messages, list) and any(
+        isinstance(m, dict) and not GUARD_MESSAGE_KEYS.isdisjoint(m) for m in messages
+    )

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Peak RSS added by the guard in a gateway process serving 13 sessions.
 
-    python scripts/bench_gateway_rss.py [--sessions 13] [--history 48]
+    python scripts/bench_gateway_rss.py [--sessions 13] [--history 48] [--rounds 2]
 
-Runs the same workload twice, each in a fresh subprocess (guarded, unguarded): a
+Runs the same workload in fresh subprocesses, guarded and unguarded: a
 real GatewayRunner with a fake Telegram adapter, ``--sessions`` chats each given
 ``--history`` big messages, then one message per chat at once so every session is
-compressed by preflight. Prints each process's peak RSS and the difference
-(target: the guard adds <= 10 MB).
+compressed by preflight. Each round runs both, in alternating order. Prints each
+process's peak RSS and the difference of the medians (target: the guard adds <= 10 MB).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,17 +74,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=13)
     parser.add_argument("--history", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    from hermes_session_guard.hostinfo import installed_version
+    from machine_info import describe, load_average
 
-    print(f"machine: {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
-          f"hermes={installed_version()}")
-    plain = run(False, args.sessions, args.history)
-    guarded = run(True, args.sessions, args.history)
-    print(f"gateway, {args.sessions} sessions x {args.history} messages, each compressed once")
-    for name, r in (("unguarded", plain), ("guarded", guarded)):
-        print(f"  {name:<9} peak RSS {r['rss_mb']:7.1f} MB  ({r['seconds']:.1f} s, {r['summaries']} summary calls)")
-    print(f"  added by the guard {guarded['rss_mb'] - plain['rss_mb']:+7.1f} MB")
+    print(describe())
+    print(f"gateway, {args.sessions} sessions x {args.history} messages, each compressed once; "
+          f"{args.rounds} round(s), order alternating")
+    peaks: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(args.rounds):
+        for guarded in ((False, True) if i % 2 == 0 else (True, False)):
+            r = run(guarded, args.sessions, args.history)
+            peaks[guarded].append(r["rss_mb"])
+            print(f"  {'guarded' if guarded else 'unguarded':<9} peak RSS {r['rss_mb']:7.1f} MB  "
+                  f"({r['seconds']:.1f} s, {r['summaries']} summary calls)", flush=True)
+    plain, guarded_mb = statistics.median(peaks[False]), statistics.median(peaks[True])
+    print(f"  median peak RSS: unguarded {plain:.1f} MB, guarded {guarded_mb:.1f} MB; "
+          f"added by the guard {guarded_mb - plain:+.1f} MB")
+    print(f"load average after: {load_average()}")
     return 0
 
 

@@ -19,6 +19,7 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,19 @@ def main() -> int:
     p.add_argument("--go", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--timeout", type=float, default=120.0)
+    add_mode_arguments(p)
+    return run_and_report(run, p.parse_args())
+
+
+def add_mode_arguments(p: argparse.ArgumentParser) -> None:
+    """``--in-place`` / ``--rotate``: Hermes's ``compression.in_place`` (0.18.2+); neither = its default."""
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--in-place", dest="in_place", action="store_true", default=None)
     mode.add_argument("--rotate", dest="in_place", action="store_false")
-    args = p.parse_args()
+
+
+def run_and_report(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace) -> int:
+    """Run one driver and write its report (or the error) as JSON to ``args.out``."""
     try:
         report = run(args)
         code = 0

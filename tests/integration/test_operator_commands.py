@@ -263,6 +263,9 @@ def test_anomaly_b_repair_keeps_both_agents_turns_and_the_late_writes(
 def _gateway_follow_up(home: Path, chat: str, text: str) -> str:
     async def go() -> str:
         gw = probe.GatewayDriver()
+        # The fixture's chats were last active when it was made: past Hermes's daily (04:00)
+        # and idle (24 h) session resets, which would open a new session whatever the routing says.
+        gw.runner.config.default_reset_policy.mode = "none"
         await gw.say(chat, text)
         return gw.routed(chat)
 

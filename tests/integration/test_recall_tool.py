@@ -195,6 +195,9 @@ def test_recall_can_be_switched_off(guard: Any, db: Any, llm: FakeLLMServer, hom
         agent.run_conversation("what next?", conversation_history=compressed)
     finally:
         guard.config = before
+        from tools.registry import invalidate_check_fn_cache
+
+        invalidate_check_fn_cache()  # Hermes caches "unavailable" for 30 s; later tests need the tool
     request = llm.chat_requests()[-1].body
     assert RECALL_TOOL not in _tool_names(request)
     assert SYSTEM_RULE not in _system_text(request)

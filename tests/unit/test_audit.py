@@ -42,3 +42,25 @@ def test_unwritable_log_does_not_raise(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     AuditLog(blocker / "sub" / "a.jsonl").operation("S1").info("compression.started")  # must not raise
+
+
+def test_the_audit_log_does_not_load_rich_and_rich_still_imports_afterwards(tmp_path: Path) -> None:
+    """structlog would import rich (and pygments) for console output the guard never uses."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("rich")
+    code = (
+        "import sys, pathlib\n"
+        "from hermes_session_guard.audit import AuditLog, read_events\n"
+        "loaded = 'rich' in sys.modules\n"
+        f"path = pathlib.Path({str(tmp_path / 'a.jsonl')!r})\n"
+        "AuditLog(path).operation('S1').info('compression.done')\n"
+        "import rich.console\n"
+        "print(loaded, [e['event'] for e in read_events(path)], rich.console.Console.__name__)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.stdout.split("\n")[0] == "False ['compression.done'] Console"

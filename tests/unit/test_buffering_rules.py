@@ -243,3 +243,48 @@ def test_drain_settles_finished_turns_and_hands_out_the_next(
     assert second[:2] == ("event", "b")
     assert buffering.on_drain(runtime, runner, KEY, None) is None
     assert [e.state for e in inbox(runtime, runner).entries(KEY)] == ["delivered", "delivered"]
+
+
+class AsyncDoor:
+    """What Hermes 0.19's gateway holds as ``_session_db``: every method returns a coroutine."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._db, name)
+        if not callable(attr):
+            return attr
+
+        async def offloaded(*args: Any, **kwargs: Any) -> Any:
+            return attr(*args, **kwargs)
+
+        return offloaded
+
+
+def test_replay_settles_a_message_its_dead_runner_already_wrote_behind_an_async_session_db(
+    runtime: Runtime, runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway killed inside the turn of a buffered message: a new runner finds that
+    message in the transcript (read through 0.19's AsyncSessionDB) and replays only the rest."""
+    monkeypatch.setattr(host, "event_from_payload", lambda payload, seq=None: ("event", payload["text"], seq))
+    replayed: list[Any] = []
+    monkeypatch.setattr(host, "redeliver", lambda runner, adapter, event: replayed.append(event))
+    runtime.compressing.begin("S1", "op1")
+    busy(runtime, runner, Event("a"))
+    busy(runtime, runner, Event("b"))
+    runtime.compressing.end("S1", "op1")
+    assert inbox(runtime, runner).dispatch_next(KEY, "dead-runner") is not None
+    written = [{"role": "user", "content": "a", "timestamp": time.time()}]
+    runner._session_db = AsyncDoor(SimpleNamespace(db_path=runner._session_db.db_path,
+                                                   get_messages=lambda sid: written if sid == "S1" else []))
+    restarted = Runner(runner._session_db.db_path)
+    restarted._session_db = runner._session_db
+    restarted._running_agents = {}
+    restarted.adapter._active_sessions = {}
+
+    assert buffering.replay(runtime, restarted) == 1
+    assert [e[1] for e in replayed] == ["b"]
+    assert [(e.text, e.state) for e in inbox(runtime, restarted).entries(KEY)] == [("a", "delivered"),
+                                                                                  ("b", DISPATCHED)]
+    assert host.runner_session_db(restarted) is restarted._session_db._db

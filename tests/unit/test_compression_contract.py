@@ -3,7 +3,6 @@ stored verbatim, persistence through the SessionDB API, audit events, failures."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +10,6 @@ from freezegun import freeze_time
 
 from hermes_session_guard import audit
 from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
-from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.runtime import Runtime
 
 SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it"
@@ -36,28 +34,16 @@ class Agent:
         self.context_compressor = engine
         self._last_flushed_db_idx = 10
         self.rotate_on_compress = True
+        self.in_place_write_fails = False
 
     def _compress_context(self, messages: list[dict], system_message: str) -> tuple[list[dict], str]:
         compressed = self.context_compressor.compress(messages)
-        if self._session_db is not None and self.rotate_on_compress:  # what 0.14 does when it can
+        if self._session_db is not None and getattr(self, "compression_in_place", False):
+            # what 0.18.2+ does: archive in place, then say it reached state.db
+            self._last_compaction_in_place = not self.in_place_write_fails
+        elif self._session_db is not None and self.rotate_on_compress:  # what 0.14 does when it can
             self.session_id = "S2-rotated"
         return compressed, "new prompt"
-
-
-@pytest.fixture
-def runtime(tmp_path: Path) -> Runtime:
-    rt = Runtime(config=GuardConfig(), host_version="test", fixed_home=tmp_path)
-    yield rt
-    rt.close()
-
-
-@pytest.fixture
-def db(mocker: Any, tmp_path: Path) -> Any:
-    fake = mocker.Mock()
-    fake.db_path = tmp_path / "state.db"
-    # The guard reads the live transcript for its generation check: nothing stored yet.
-    fake.get_messages_as_conversation.return_value = []
-    return fake
 
 
 def _messages(n: int = 10) -> list[dict]:
@@ -179,6 +165,43 @@ def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any
     assert done["event"] == "compression.done" and done["carried_over"] == 1
 
 
+class _Row(dict):
+    """A transcript row that can be watched for being freed (a plain dict cannot)."""
+
+
+@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+def test_the_live_read_is_freed_before_the_host_runs(runtime: Runtime, db: Any, strategy: str) -> None:
+    """The generation check's read of the live transcript is a second copy of every text;
+    it must not be held through the summary call (13 sessions compressing at once would
+    hold 13 copies). A turn carried over after the compacted block stays."""
+    import gc
+    import weakref
+
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    messages = _messages()
+    late = {"role": "user", "content": "written by another agent meanwhile"}
+    watched: list[weakref.ref] = []
+
+    def live(*_args: Any, **_kwargs: Any) -> list[dict]:
+        rows = [_Row(m) for m in [*messages, late]]
+        watched.extend(weakref.ref(r) for r in rows)
+        return rows
+
+    db.get_messages_as_conversation.side_effect = live
+    alive_while_host_ran: list[int] = []
+
+    def host() -> tuple[list[dict], str]:
+        gc.collect()
+        alive_while_host_ran.append(sum(ref() is not None for ref in watched))
+        return agent._compress_context(messages, "s")
+
+    out, _ = guarded_compression(runtime, strategy, agent, messages, host)
+    assert len(watched) == len(messages) + 1
+    assert alive_while_host_ran == [1]  # only the carried-over turn
+    assert out[-1] == late
+
+
 def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, db: Any) -> None:
     """A second agent whose list predates the compaction adopts the live transcript; the
     list it continues with is recorded for the 0.14 gateway's transcript re-basing."""
@@ -265,3 +288,76 @@ def test_questions_other_agents_persisted_meanwhile_go_before_the_turn_in_progre
     adopted, _ = guarded_compression(runtime, strategy, other, stale, lambda: other._compress_context(stale, "s"))
     assert _shape(adopted) == ["m0", "summary", "m8", third_q["content"], other_q["content"]]
     assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"
+class InPlaceAgent(Agent):
+    """0.18.2+'s in-place path: the engine's result is written live right after it returns."""
+
+    def _compress_context(self, messages: list[dict], system_message: str) -> tuple[list[dict], str]:
+        compressed = self.context_compressor.compress(messages)
+        self._session_db.archive_and_compact(self.session_id, compressed)
+        self._last_compaction_in_place = True  # set once the write committed, as 0.19 does
+        return compressed, "new prompt"
+
+
+def test_in_place_snapshot_is_stored_before_the_host_writes_the_live_transcript(runtime: Runtime, db: Any) -> None:
+    """Write-ahead: a process killed between the two writes keeps the history in the snapshot."""
+    store = runtime.store_for(db.db_path)
+    seen: list[list[Any]] = []
+    db.archive_and_compact.side_effect = lambda sid, rows: seen.append(store.list_snapshots(sid))
+    agent = InPlaceAgent(db, Engine())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
+    assert len(out) == 3 and agent.session_id == "S1"
+    ((snap,),) = seen  # already stored when the host wrote the compacted rows
+    assert store.list_snapshots("S1") == [snap] and store.snapshot_messages(snap.snapshot_id) == messages
+    done = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert done["event"] == "compression.done" and done["snapshot_id"] == snap.snapshot_id
+
+
+def test_a_host_failing_after_its_summary_keeps_the_snapshot_written_ahead(runtime: Runtime, db: Any) -> None:
+    db.archive_and_compact.side_effect = OSError("disk I/O error")
+    agent = InPlaceAgent(db, Engine())
+    messages = _messages()
+    with pytest.raises(OSError):
+        guarded_compression(runtime, HOST_IN_PLACE, agent, messages, lambda: agent._compress_context(messages, "s"))
+    (snap,) = runtime.store_for(db.db_path).list_snapshots("S1")
+    assert runtime.store_for(db.db_path).snapshot_messages(snap.snapshot_id) == messages
+    failed = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
+    assert failed["event"] == "compression.failed" and failed["snapshot_written_ahead"] == snap.snapshot_id
+
+
+def test_a_snapshot_that_cannot_be_written_ahead_is_written_after_the_host(
+    runtime: Runtime, db: Any, mocker: Any
+) -> None:
+    store = runtime.store_for(db.db_path)
+    original = store.write_snapshot
+    calls: list[str] = []
+
+    def flaky(**kwargs: Any) -> Any:
+        calls.append("ahead" if not calls else "after")
+        if len(calls) == 1:
+            raise OSError("database is locked")
+        return original(**kwargs)
+
+    mocker.patch.object(store, "write_snapshot", side_effect=flaky)
+    agent = InPlaceAgent(db, Engine())
+    messages = _messages()
+    guarded_compression(runtime, HOST_IN_PLACE, agent, messages, lambda: agent._compress_context(messages, "s"))
+    assert calls == ["ahead", "after"]
+    (snap,) = store.list_snapshots("S1")
+    events = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")]
+    assert [e["event"] for e in events] == ["compression.started", "snapshot.deferred", "compression.done"]
+    assert events[-1]["snapshot_id"] == snap.snapshot_id
+
+
+def test_no_snapshot_is_written_ahead_of_an_engine_that_made_no_progress(runtime: Runtime, db: Any) -> None:
+    class Idle(Engine):
+        def compress(self, messages: list[dict], current_tokens: int | None = None) -> list[dict]:
+            return [dict(m) for m in messages]  # an equal copy: Hermes treats it as no progress
+
+    agent = InPlaceAgent(db, Idle())
+    messages = _messages()
+    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+                                 lambda: (agent.context_compressor.compress(messages), "s"))
+    assert out == _messages()
+    assert runtime.store_for(db.db_path).list_snapshots("S1") == []

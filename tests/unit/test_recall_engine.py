@@ -113,3 +113,25 @@ def test_snapshots_written_without_the_index_are_indexed_on_first_recall(tmp_pat
     assert "secret/data/ledgerly/prod" in recall(st, query="vault path")
     assert st.index_missing_snapshots(["A"], recall_text) == 0
     st.close()
+
+
+def test_unindexed_snapshots_of_every_session_enter_the_index_once(tmp_path: Path) -> None:
+    """A compression writes its snapshot without indexing it; the first recall indexes every
+    snapshot of the file (so document statistics are those of an index built eagerly),
+    and a snapshot another connection already indexed is not indexed again."""
+    eager, lazy = GuardStore(tmp_path / "eager.db"), GuardStore(tmp_path / "lazy.db")
+    a = _conversation("A", {7: "vault path secret/data/ledgerly/prod"})
+    b = _conversation("B", {3: "vault path secret/data/other"})
+    for st, index in ((eager, recall_text), (lazy, None)):
+        st.write_snapshot(snapshot_id="A.snapshot.1", session_id="A", messages=a, index_text=index, created_at=1.0)
+        st.write_snapshot(snapshot_id="B.snapshot.1", session_id="B", messages=b, index_text=index, created_at=2.0)
+    assert lazy.doc_count() == 0
+    other = GuardStore(tmp_path / "lazy.db")  # a second process's connection
+    assert other.index_missing_snapshots(["B"], recall_text) == 1
+    assert lazy.index_missing_snapshots(None, recall_text) == 1  # only A was left
+    assert lazy.index_missing_snapshots(None, recall_text) == 0
+    assert lazy.doc_count() == eager.doc_count() > 0
+    assert lazy.term_document_counts(["vault"]) == eager.term_document_counts(["vault"]) == {"vault": 2}
+    assert recall(lazy, query="vault path") == recall(eager, query="vault path")
+    for st in (eager, lazy, other):
+        st.close()

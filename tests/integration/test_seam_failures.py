@@ -1,0 +1,450 @@
+"""The guard itself failing, seam by seam, on the real host.
+
+For every row of the seam table that wraps something on the installed Hermes, an
+exception is injected into the guard's own code behind that seam, the host is
+driven through it, and the test asserts the row's ``failure_policy`` as the ADR
+(D4) words it: fail open means Hermes does what it does without the guard and
+one ERROR line names the seam; fail closed means the guarded action is refused
+and says so. Whatever the policy, a real turn is still answered afterwards.
+
+A seam that gets a wrapper on this release without a case here fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import audit, buffering, compression, host_adapter, probe, seams, summary_seams
+from hermes_session_guard.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
+from hermes_session_guard.inbox import Inbox
+from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
+from hermes_session_guard.recall_tool import RECALL_TOOL, SYSTEM_RULE
+from hermes_session_guard.seams import SeamRow, seam_names, select_row
+from hermes_session_guard.summaries import is_summary_text
+
+from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
+
+SID = "20260602_120000_5ea3f0"
+OTHER = "20260602_120001_5ea3f1"
+SYSTEM = "You are a test agent."
+REPLY = "OK."
+GUARD_TOOLS = {"enabled_toolsets": ["session_guard"]}
+MODE_SENSITIVE = {"compression", "native_lock_reentry"}
+
+
+class InjectedFault(RuntimeError):
+    """Raised from inside the guard's code behind a seam."""
+
+
+def _boom(*args: Any, **kwargs: Any) -> Any:
+    raise InjectedFault("injected guard fault")
+
+
+@dataclass
+class Ctx:
+    row: SeamRow
+    guard: Any
+    db: Any
+    llm: FakeLLMServer
+    home: Path
+    mode: str
+    monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture
+    notes: list[str] = field(default_factory=list)
+
+    def inject(self, owner: Any, name: str) -> None:
+        self.monkeypatch.setattr(owner, name, _boom)
+
+    def errors(self) -> list[str]:
+        return [r.getMessage() for r in self.caplog.records
+                if r.name == "hermes_session_guard" and r.levelno >= logging.ERROR]
+
+    def assert_said(self, policy: str) -> None:
+        """At least one ERROR line, each naming this seam's target and the policy taken."""
+        lines = [line for line in self.errors() if self.row.target in line]
+        assert lines, f"no ERROR line names {self.row.target}: {self.errors()}"
+        assert all(f"failing {policy}" in line for line in lines), lines
+
+    def agent(self, sid: str, **kwargs: Any) -> Any:
+        return new_agent(self.db, self.llm, sid, self.mode, **kwargs)
+
+    def seeded(self, sid: str, **kwargs: Any) -> tuple[Any, list[dict]]:
+        messages = probe.seed_messages()
+        probe.seed_session(self.db, sid, messages)
+        agent = self.agent(sid, **kwargs)
+        probe.mark_flushed(agent, messages)
+        return agent, messages
+
+    def compacted(self, sid: str, **kwargs: Any) -> tuple[Any, list[dict]]:
+        agent, messages = self.seeded(sid, **kwargs)
+        out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+        assert len(out) < len(messages)
+        return agent, out
+
+    def real_turn(self, sid: str = "20260602_130000_7e5700", **kwargs: Any) -> dict:
+        """A real turn through Hermes's own loop: it must be answered."""
+        self.llm.configure(reply_fn=None, reply_text=REPLY)
+        result = self.agent(sid, **kwargs).run_conversation(f"ping through {self.row.seam}")
+        assert result.get("final_response") == REPLY, result
+        return result
+
+    def gateway(self, scenario: Callable[[GatewayHarness], Any]) -> tuple[GatewayHarness, Any]:
+        async def run() -> tuple[GatewayHarness, Any]:
+            gw = await start_gateway()
+            out = await scenario(gw)
+            await gw.drain()
+            return gw, out
+
+        return asyncio.run(run())
+
+
+async def _gateway_turn(gw: GatewayHarness, text: str = "ping") -> None:
+    await gw.send_text(text)
+    await gw.drain()
+
+
+def _gateway_answers(ctx: Ctx) -> GatewayHarness:
+    ctx.llm.configure(reply_text=REPLY)
+    gw, _ = ctx.gateway(_gateway_turn)
+    assert REPLY in gw.replies(), gw.replies()
+    return gw
+
+
+# -- one case per seam -----------------------------------------------------------------------
+
+CASES: dict[str, tuple[str, Callable[[Ctx], None]]] = {}
+
+
+def case(*names: str, policy: str) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
+    def register(fn: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+        for name in names:
+            CASES[name] = (policy, fn)
+        return fn
+
+    return register
+
+
+@case("compression", policy="open")
+def _compression(ctx: Ctx) -> None:
+    # Before the host runs: Hermes compresses exactly as it does without the guard.
+    agent, messages = ctx.seeded(SID)
+    with ctx.monkeypatch.context() as patch:
+        patch.setattr(seams, "guarded_compression", _boom)
+        out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    assert len(out) < len(messages)
+    rotates = not HOST_HAS_IN_PLACE or ctx.mode == "rotate"  # Hermes's own behaviour in this mode
+    assert (agent.session_id != SID) == rotates
+    assert ctx.guard.store_for(ctx.home / "state.db").list_snapshots(SID) == []
+    ctx.assert_said("open")
+    assert any("before the host ran" in line for line in ctx.errors())
+
+    # After the host ran: never run twice, nothing propagates into the turn, and the
+    # caller continues with what state.db holds (the compaction, already persisted).
+    ctx.caplog.clear()
+    agent, messages = ctx.seeded(OTHER)
+    with ctx.monkeypatch.context() as patch:
+        patch.setattr(ctx.guard.compactions, "record", _boom)
+        out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    assert len(out) < len(messages) and agent.session_id == OTHER
+    assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", OTHER)] == [m["content"] for m in out]
+    (event,) = [e for e in audit.read_events(ctx.guard.audit_path)
+                if e.get("session_id") == OTHER and e["event"] == "compression.done"]
+    assert "guard error after Hermes compressed" in event["reason"] and "InjectedFault" in event["reason"]
+    assert any("compression.done" in line for line in ctx.errors())
+    result = agent.run_conversation("and now?", conversation_history=out)
+    assert result.get("final_response") == REPLY
+    live = [m["content"] for m in probe.live_messages(ctx.home / "state.db", OTHER)]
+    assert live[: len(out)] == [m["content"] for m in out] and live[len(out)] == "and now?"
+
+
+@case("native_lock_reentry", policy="open")
+def _native_lock_reentry(ctx: Ctx) -> None:
+    # Hermes's own acquire sees the guard's lease as another holder and skips:
+    # the compression is skipped, never run unlocked or twice.
+    agent, messages = ctx.seeded(SID)
+    ctx.inject(host_adapter, "native_lock_held_here")
+    out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    assert [m["content"] for m in out] == [m["content"] for m in messages] and agent.session_id == SID
+    assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == [m["content"] for m in messages]
+    assert [r["id"] for r in probe.sessions_table(ctx.home / "state.db")] == [SID]
+    outcome = [e for e in audit.read_events(ctx.guard.audit_path) if e.get("session_id") == SID][-1]
+    assert outcome["event"] == "compression.skipped"
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("gateway_turn", policy="open")
+def _gateway_turn_case(ctx: Ctx) -> None:
+    ctx.inject(ctx.guard.compactions, "mark")
+    _gateway_answers(ctx)
+    ctx.assert_said("open")
+
+
+@case("gateway_message", policy="open")
+def _gateway_message(ctx: Ctx) -> None:
+    ctx.inject(host_adapter, "gateway_message_context")
+    _gateway_answers(ctx)
+    ctx.assert_said("open")
+
+
+@case("busy_message", policy="open")
+def _busy_message(ctx: Ctx) -> None:
+    """A message for a busy session is handled by Hermes itself (0.14: interrupt and
+    pending slot; 0.19: its own queue), never buffered, never lost."""
+    ctx.inject(buffering, "on_busy_message")
+    release = threading.Event()
+
+    def reply(body: dict) -> str:
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        text = " ".join(iter_message_text(users[-1].get("content"))) if users else ""
+        if "first" in text:
+            release.wait(15)
+        return f"re: {text.strip()}"
+
+    ctx.llm.configure(reply_fn=reply)
+
+    async def scenario(gw: GatewayHarness) -> None:
+        await gw.send_text("first")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while not host_adapter.session_running(gw.runner, gw.session_key()) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        await gw.send_text("second")
+        await asyncio.sleep(0.2)
+        release.set()
+
+    try:
+        gw, _ = ctx.gateway(scenario)
+    finally:
+        release.set()
+    assert any(r.endswith("second") for r in gw.replies()), gw.replies()
+    db_path = host_adapter.runner_db_path(gw.runner)
+    assert Inbox(ctx.guard.store_for(db_path)).entries() == []
+    ctx.assert_said("open")
+    ctx.llm.configure(reply_fn=None)
+    _gateway_answers(ctx)
+
+
+@case("buffer_drain", policy="open")
+def _buffer_drain(ctx: Ctx) -> None:
+    ctx.inject(buffering, "on_drain")
+    _gateway_answers(ctx)
+    ctx.assert_said("open")
+
+
+@case("buffer_handoff", policy="open")
+def _buffer_handoff(ctx: Ctx) -> None:
+    ctx.inject(buffering, "on_handler_start")
+    ctx.inject(buffering, "on_handler_done")
+    _gateway_answers(ctx)
+    ctx.assert_said("open")
+
+
+@case("buffer_replay", policy="open")
+def _buffer_replay(ctx: Ctx) -> None:
+    ctx.inject(buffering, "replay")
+    _gateway_answers(ctx)  # the gateway starts and answers
+    ctx.assert_said("open")
+
+
+@case("platform_delivery", policy="open")
+def _platform_delivery(ctx: Ctx) -> None:
+    ctx.inject(host_adapter, "shim_adapter")
+    _gateway_answers(ctx)  # delivered unfiltered, as Hermes delivers it
+    ctx.assert_said("open")
+
+
+@case("summary_strip", policy="open")
+def _summary_strip(ctx: Ctx) -> None:
+    from agent.context_compressor import ContextCompressor
+
+    summary = (
+        "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted.\n"
+        f"[Original context: session {SID}, turns 1–40, snapshot {SID}.snapshot.20260602T120000.000000Z]\n"
+        "## Goal\nship it"
+    )
+    ctx.inject(summary_seams, "strip_recall_header")
+    assert ContextCompressor._strip_summary_prefix(summary) == \
+        ContextCompressor._strip_summary_prefix.__wrapped__(summary)  # Hermes's own result
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("transcript_load", policy="open")
+def _transcript_load(ctx: Ctx) -> None:
+    from hermes_state import SessionDB
+
+    ctx.compacted(SID)
+    ctx.inject(summary_seams, "is_summary_text")
+    loaded = ctx.db.get_messages_as_conversation(SID)
+    assert loaded == SessionDB.get_messages_as_conversation.__wrapped__(ctx.db, SID)
+    assert not any(m.get("is_compressed_summary") for m in loaded)  # untagged, as Hermes loads it
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("wire", policy="closed")
+def _wire(ctx: Ctx) -> None:
+    ctx.inject(summary_seams, "provider_messages")
+    # A request that carries the guard's summary keys is refused: it never reaches the provider.
+    ctx.llm.reset()
+    history = [
+        {"role": "user", "content": "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it",
+         "is_compressed_summary": True},
+        {"role": "assistant", "content": "Understood."},
+    ]
+    try:
+        result: dict | None = ctx.agent(SID).run_conversation("go on", conversation_history=history)
+    except InjectedFault:
+        result = None
+    assert result is None or result.get("final_response") != REPLY, result
+    sent = [m for r in ctx.llm.chat_requests() for m in r.body.get("messages") or []]
+    assert not any("is_compressed_summary" in m for m in sent)
+    assert any(ctx.row.target in line and "failing closed" in line for line in ctx.errors()), ctx.errors()
+    # A request without them has nothing to strip: it goes out as Hermes built it.
+    ctx.caplog.clear()
+    ctx.real_turn()
+    lines = [line for line in ctx.errors() if ctx.row.target in line]
+    assert lines and all("carries none of the guard's keys" in line for line in lines), lines
+
+
+@case("request_tools", policy="open")
+def _request_tools(ctx: Ctx) -> None:
+    ctx.inject(summary_seams, "offered")
+    ctx.llm.reset()
+    ctx.real_turn(**GUARD_TOOLS)
+    # offered as Hermes configured it (the guard would hide it from a session without snapshots)
+    tools = ctx.llm.chat_requests()[-1].body.get("tools") or []
+    assert RECALL_TOOL in {t.get("function", {}).get("name") for t in tools}
+    ctx.assert_said("open")
+
+
+@case("system_prompt", policy="open")
+def _system_prompt(ctx: Ctx) -> None:
+    from run_agent import AIAgent
+
+    ctx.compacted(SID, **GUARD_TOOLS)  # a session whose prompt gets the recall rule
+    agent = ctx.agent(SID, **GUARD_TOOLS)
+    assert SYSTEM_RULE in agent._build_system_prompt(SYSTEM)
+    ctx.inject(compression, "compressing_session")
+    prompt = agent._build_system_prompt(SYSTEM)
+    assert prompt == AIAgent._build_system_prompt.__wrapped__(agent, SYSTEM)  # as Hermes builds it
+    assert SYSTEM_RULE not in prompt
+    ctx.assert_said("open")
+    ctx.real_turn(**GUARD_TOOLS)
+
+
+@case("tool_session", policy="open")
+def _tool_session(ctx: Ctx) -> None:
+    agent, out = ctx.compacted(SID, **GUARD_TOOLS)
+    ctx.inject(summary_seams, "calling_session")
+
+    def reply(body: dict) -> Any:
+        if (body["messages"][-1] or {}).get("role") == "tool":
+            return "done"
+        return ToolCallReply([(RECALL_TOOL, {"query": "deployment plan"})])
+
+    ctx.llm.configure(reply_fn=reply)
+    result = agent.run_conversation("what did we plan?", conversation_history=out)
+    assert result.get("final_response") == "done", result  # the tool ran and the turn ended normally
+    (answer,) = [str(m.get("content")) for m in ctx.llm.chat_requests()[-1].body["messages"]
+                 if m.get("role") == "tool"]
+    # Only the session id Hermes hands the tool itself: 0.19 passes the caller's, 0.14 none (nothing is read).
+    assert "from this conversation" in answer or "nothing was read" in answer, answer
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+def _cli_screens(sid: str) -> tuple[str, str]:
+    from .test_summary_visibility import _cli_screens as screens
+
+    recap, history, _ = screens(sid)
+    return recap, history
+
+
+@case("cli_resume_history", "cli_history", policy="open")
+def _cli(ctx: Ctx) -> None:
+    import hermes_state
+
+    ctx.monkeypatch.setattr(hermes_state, "DEFAULT_DB_PATH", ctx.home / "state.db")
+    ctx.compacted(SID)
+    probe.import_display_modules(ctx.guard)
+    ctx.inject(summary_seams, "display_messages")
+    recap, history = _cli_screens(SID)
+    shown = recap if ctx.row.seam == "cli_resume_history" else history
+    assert "turn-46:" in shown and "CONTEXT COMPACTION" in shown  # rendered as Hermes renders it
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("tui_history", policy="open")
+def _tui(ctx: Ctx) -> None:
+    from .test_summary_visibility import _tui_history
+
+    ctx.compacted(SID)
+    ctx.inject(summary_seams, "display_messages")
+    texts = [m.get("text", "") for m in _tui_history(ctx.db, SID, ctx.monkeypatch)]
+    assert any("CONTEXT COMPACTION" in t for t in texts)  # as Hermes renders it
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("api_session_messages", policy="open")
+def _api(ctx: Ctx) -> None:
+    from .test_summary_visibility import _api_messages
+
+    ctx.compacted(SID)
+    ctx.inject(summary_seams, "display_messages")
+    data = _api_messages(ctx.db, SID)
+    assert any(is_summary_text(str(m.get("content"))) for m in data)  # as Hermes returns it
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+# -- the table-driven test ------------------------------------------------------------------
+
+
+def _wrapped_here() -> list[Any]:
+    params = []
+    for name in seam_names():
+        row = select_row(name, HOST)
+        if row is None or row.wrapper is None:
+            continue
+        for mode in MODES if name in MODE_SENSITIVE else MODES[:1]:
+            params.append(pytest.param(name, mode, id=f"{name}-{mode}"))
+    return params
+
+
+@pytest.mark.parametrize(("seam", "mode"), _wrapped_here())
+def test_a_guard_failure_inside_a_seam_keeps_hermes_serving(
+    seam: str, mode: str, guard: Any, db: Any, llm: FakeLLMServer, home: Path,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    row = select_row(seam, HOST)
+    assert row is not None
+    assert seam in CASES, f"seam {seam} wraps {row.target} on Hermes {HOST} but has no failure case here"
+    policy, run_case = CASES[seam]
+    assert row.failure_policy == policy, f"{seam}: the row says {row.failure_policy!r}, the case asserts {policy!r}"
+    if not guard.seam_patched(seam):
+        probe.import_display_modules(guard)  # lazy rows are patched when Hermes imports their module
+    assert guard.seam_patched(seam), [s.as_dict() for s in guard.seams if s.name == seam]
+    caplog.set_level(logging.INFO, logger="hermes_session_guard")
+    from tools.registry import invalidate_check_fn_cache
+
+    # Hermes caches tool availability for 30 s; an earlier test may have switched recall off.
+    invalidate_check_fn_cache()
+    if HOST_HAS_IN_PLACE:
+        probe.write_config(home, llm.base_url, in_place=mode == "in_place")
+    run_case(Ctx(row, guard, db, llm, home, mode, monkeypatch, caplog))
+
+
+def test_every_case_is_for_a_seam_of_the_table() -> None:
+    assert set(CASES) <= set(seam_names())
