@@ -31,11 +31,9 @@ Per arm (unguarded: plugin disabled; guarded: enabled), in alternating order:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,40 +42,29 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DRIVER = ROOT / "tests" / "integration" / "compression_driver.py"
+sys.path.insert(0, str(ROOT))
+
+from hermes_session_guard import probe  # noqa: E402
+from tests.integration.process_fleet import (  # noqa: E402
+    SHARED_SID,
+    FleetFailed,
+    marker_answer,
+    plan_for,
+    run_fleet,
+    seed_homes,
+    seed_tags,
+)
 
 
 def _slow(latency: float) -> Callable[[dict[str, Any]], str]:
-    """The reply function: ``latency`` seconds of model time, then :func:`_answer`
+    """The reply function: ``latency`` seconds of model time, then :func:`marker_answer`
     (the fake serves each request on its own thread)."""
 
     def reply(body: dict[str, Any]) -> str:
         time.sleep(latency)
-        return _answer(body)
+        return marker_answer(body)
 
     return reply
-
-
-def _answer(body: dict[str, Any]) -> str:
-    """A reply naming the turn's marker, so every reply can be traced to its process."""
-    from hermes_session_guard.fake_llm import iter_message_text
-
-    for m in reversed(body.get("messages") or []):
-        if isinstance(m, dict) and m.get("role") == "user":
-            markers = [t for t in " ".join(iter_message_text(m.get("content"))).split() if t.endswith("-next:")]
-            if markers:
-                return f"{markers[-1][: -len('-next:')]}-reply: answered"
-            break
-    return "OK."
-
-
-def _plan(root: Path, processes: int, shared: int) -> list[tuple[Path, str, str]]:
-    """(home, session id, tag) per process; the last ``shared`` share one home and session."""
-    own = processes - shared
-    plan = [(root / f"home-{i}", f"20260528_0935{i:02d}_0a{i:04x}", f"p{i}") for i in range(own)]
-    if shared:
-        plan += [(root / "shared-home", "20260528_155201_68dc5996", f"s{j}") for j in range(shared)]
-    return plan
 
 
 def _all_texts(db_path: Path) -> str:
@@ -93,50 +80,16 @@ def _all_texts(db_path: Path) -> str:
 
 
 def run_arm(root: Path, llm: Any, *, guarded: bool, processes: int, shared: int, mode: str) -> dict[str, Any]:
-    from hermes_session_guard import probe
-
     llm.reset()  # the constructor's latency and reply function, no recorded requests
     root.mkdir(parents=True)
-    plan = _plan(root, processes, shared)
-    seed_tag = {sid: ("shared" if (home.name == "shared-home") else tag) for home, sid, tag in plan}
+    plan = plan_for(root, processes - shared, shared)
+    seed_tag = seed_tags(plan)
     in_place = {"default": None, "in_place": True, "rotate": False}[mode]
-    for home, sid in sorted({(h, s) for h, s, _ in plan}):
-        probe.write_config(home, llm.base_url, plugin_enabled=guarded, in_place=in_place,
-                           session_guard={"lock": {"wait_seconds": 60.0}})
-        db = probe.open_db(home / "state.db")
-        probe.seed_session(db, sid, probe.seed_messages(tag=seed_tag[sid]))
-        db.close()
-
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    env.pop("HERMES_SESSION_ID", None)
-    go = root / "go"
-    procs = []
-    for n, (home, sid, tag) in enumerate(plan):
-        cmd = [sys.executable, str(DRIVER), "--home", str(home), "--sid", sid, "--tag", tag,
-               "--base-url", llm.base_url, "--ready", str(root / f"ready-{n}"), "--go", str(go),
-               "--out", str(root / f"out-{n}.json"), "--timeout", "600"]
-        if in_place is not None:
-            cmd.append("--in-place" if in_place else "--rotate")
-        with open(root / f"err-{n}.txt", "w") as err:
-            procs.append(subprocess.Popen(cmd, env=dict(env, HERMES_HOME=str(home)), stdout=subprocess.DEVNULL,
-                                          stderr=err))
+    seed_homes(plan, llm.base_url, in_place=in_place, plugin_enabled=guarded)
     try:
-        deadline = time.monotonic() + 600
-        while not all((root / f"ready-{n}").exists() for n in range(len(plan))):
-            dead = [n for n, p in enumerate(procs) if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                raise SystemExit("agent processes did not get ready:\n"
-                                 + "\n".join((root / f"err-{n}.txt").read_text()[-2000:] for n in dead))
-            time.sleep(0.05)
-        go_at = time.time()
-        go.touch()
-        for p in procs:
-            p.wait(timeout=600)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    reports = [json.loads((root / f"out-{n}.json").read_text()) for n in range(len(plan))]
+        reports, _, go_at = run_fleet(root, plan, llm.base_url, in_place=in_place, timeout=600, driver_timeout=600)
+    except FleetFailed as exc:
+        raise SystemExit(str(exc)) from None
     errors = [r["traceback"] for r in reports if "error" in r]
     if errors:
         raise SystemExit("a process failed:\n" + errors[0])
@@ -159,7 +112,7 @@ def run_arm(root: Path, llm: Any, *, guarded: bool, processes: int, shared: int,
     return {
         "total": max(finished) - go_at,
         "per_process": [f - c for f, c in zip(finished, crossed, strict=True)],
-        "shared_flags": [home.name == "shared-home" for home, _, _ in plan],
+        "shared_flags": [sid == SHARED_SID for _, sid, _ in plan],
         "window": max(crossed) - min(crossed),
         "ids_kept": sum(r["session_id_after"] == sid for (_, sid, _), r in zip(plan, reports, strict=True)),
         "processes": len(plan),

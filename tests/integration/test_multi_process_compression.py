@@ -6,38 +6,21 @@ conversation), against one fake LLM whose summaries take a second."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hermes_session_guard import audit, probe
-from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
+from hermes_session_guard.fake_llm import FakeLLMServer
 
 from .conftest import HOST_HAS_IN_PLACE, MODES
+from .process_fleet import marker_answer, plan_for, run_fleet, seed_homes, seed_tags
 from .test_one_compression_per_session import _leftover_locks
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = Path(__file__).with_name("compression_driver.py")
 OWN_HOMES = 10
 SHARED = 3
 SUMMARY_LATENCY = 1.0
-
-
-def _answer(body: dict[str, Any]) -> str:
-    """Answer naming the question's marker, so every reply can be traced to its turn."""
-    for m in reversed(body.get("messages") or []):
-        if isinstance(m, dict) and m.get("role") == "user":
-            # the turn's own question is the last one (Hermes may merge consecutive user turns)
-            markers = [t for t in " ".join(iter_message_text(m.get("content"))).split() if t.endswith("-next:")]
-            if markers:
-                return f"{markers[-1][: -len('-next:')]}-reply: answered"
-            break
-    return "OK."
 
 
 def _summary_tags(llm: FakeLLMServer, tags: list[str]) -> dict[str, int]:
@@ -56,51 +39,14 @@ def test_thirteen_processes_compress_within_one_window(
     discovered: Any, llm: FakeLLMServer, tmp_path: Path, mode: str
 ) -> None:
     llm.reset()
-    llm.configure(summary_latency=SUMMARY_LATENCY, reply_fn=_answer)
+    llm.configure(summary_latency=SUMMARY_LATENCY, reply_fn=marker_answer)
     in_place = (mode == "in_place") if HOST_HAS_IN_PLACE else None
 
     # (home, session id, tag) per process; the last three share one home and one session
-    plan: list[tuple[Path, str, str]] = []
-    for i in range(OWN_HOMES):
-        plan.append((tmp_path / f"home-{i}", f"20260528_0935{i:02d}_0a{i:04x}", f"p{i}"))
-    shared_home, shared_sid = tmp_path / "shared-home", "20260528_155201_68dc5996"
-    plan += [(shared_home, shared_sid, f"s{j}") for j in range(SHARED)]
-    seed_tag = {sid: ("shared" if sid == shared_sid else tag) for _, sid, tag in plan}
-
-    for home, sid in {(h, s) for h, s, _ in plan}:
-        probe.write_config(home, llm.base_url, in_place=in_place, session_guard={"lock": {"wait_seconds": 60.0}})
-        db = probe.open_db(home / "state.db")
-        probe.seed_session(db, sid, probe.seed_messages(tag=seed_tag[sid]))
-        db.close()
-
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    env.pop("HERMES_SESSION_ID", None)
-    go = tmp_path / "go"
-    procs = []
-    for n, (home, sid, tag) in enumerate(plan):
-        cmd = [sys.executable, str(DRIVER), "--home", str(home), "--sid", sid, "--tag", tag,
-               "--base-url", llm.base_url, "--ready", str(tmp_path / f"ready-{n}"), "--go", str(go),
-               "--out", str(tmp_path / f"out-{n}.json")]
-        if in_place is not None:
-            cmd.append("--in-place" if in_place else "--rotate")
-        with open(tmp_path / f"err-{n}.txt", "w") as err:
-            procs.append(subprocess.Popen(cmd, env=dict(env, HERMES_HOME=str(home)), stdout=subprocess.DEVNULL,
-                                          stderr=err))
-    try:
-        deadline = time.monotonic() + 100
-        while not all((tmp_path / f"ready-{n}").exists() for n in range(len(plan))):
-            dead = [n for n, p in enumerate(procs) if p.poll() is not None]
-            assert not dead, [(tmp_path / f"err-{n}.txt").read_text()[-2000:] for n in dead]
-            assert time.monotonic() < deadline, "agent processes did not get ready"
-            time.sleep(0.05)
-        go.touch()
-        for p in procs:
-            p.wait(timeout=100)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    reports = [json.loads((tmp_path / f"out-{n}.json").read_text()) for n in range(len(plan))]
+    plan = plan_for(tmp_path, OWN_HOMES, SHARED)
+    seed_tag = seed_tags(plan)
+    seed_homes(plan, llm.base_url, in_place=in_place)
+    reports, procs, _ = run_fleet(tmp_path, plan, llm.base_url, in_place=in_place, timeout=100)
     assert all("error" not in r for r in reports), [r.get("traceback") for r in reports if "error" in r]
     assert all(p.returncode == 0 for p in procs)
 
