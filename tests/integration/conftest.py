@@ -77,13 +77,15 @@ def guard(discovered: Any, home: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def no_guard(discovered: Any, home: Path) -> Iterator[None]:
-    """Hermes exactly as shipped: the guard's patches removed for this test."""
+    """Hermes exactly as shipped: the guard's patches removed for this test. Afterwards
+    whatever the test installed itself is removed and the normal guard is back."""
     import hermes_session_guard
 
     hermes_session_guard.uninstall()
     try:
         yield
     finally:
+        hermes_session_guard.uninstall()
         hermes_session_guard.install()
 
 

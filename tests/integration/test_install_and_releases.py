@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,6 @@ from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, HOST_ROW, new_agent
 
 SID = "20260601_120000_abcdef12"
 SYSTEM = "You are a test agent."
-
-
-@pytest.fixture
-def fresh(discovered: Any, home: Path) -> Iterator[None]:
-    """No guard installed when the test starts; the normal guard back afterwards."""
-    hermes_session_guard.uninstall()
-    try:
-        yield
-    finally:
-        hermes_session_guard.uninstall()
-        hermes_session_guard.install()
 
 
 def _host_targets() -> dict[str, Any]:
@@ -66,7 +54,7 @@ def _compress_keeps_the_id(db: Any, llm: FakeLLMServer, home: Path) -> list[Any]
     return compressed
 
 
-def test_install_uninstall_round_trip_restores_every_original(fresh: None) -> None:
+def test_install_uninstall_round_trip_restores_every_original(no_guard: None) -> None:
     originals = _host_targets()
     assert HOST_ROW is not None and HOST_ROW.target in originals
 
@@ -94,7 +82,7 @@ def test_install_uninstall_round_trip_restores_every_original(fresh: None) -> No
     assert not hermes_session_guard.is_installed()
 
 
-def test_unguarded_host_rotates_after_uninstall(fresh: None, db: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_unguarded_host_rotates_after_uninstall(no_guard: None, db: Any, llm: FakeLLMServer, home: Path) -> None:
     """uninstall() really hands compression back to Hermes: its own rotation happens again."""
     messages = probe.seed_messages()
     probe.seed_session(db, SID, messages)
@@ -105,7 +93,7 @@ def test_unguarded_host_rotates_after_uninstall(fresh: None, db: Any, llm: FakeL
 
 
 def test_unknown_release_is_patched_by_signature_and_keeps_the_contract(
-    fresh: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch,
+    no_guard: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(instrumentation, "installed_version", lambda: "0.20.0")
@@ -127,7 +115,7 @@ def test_unknown_release_is_patched_by_signature_and_keeps_the_contract(
 
 @pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the host has no in-place compaction to remove")
 def test_unknown_release_without_in_place_compaction_falls_back_to_detaching(
-    fresh: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch
+    no_guard: None, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A future release that dropped ``archive_and_compact``: the in-place row no longer
     verifies, the guard uses the detach row, and the contract still holds end to end."""
@@ -153,7 +141,7 @@ def test_unknown_release_without_in_place_compaction_falls_back_to_detaching(
 
 
 def test_unknown_release_with_its_targets_removed_patches_nothing(
-    fresh: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    no_guard: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import run_agent
 
