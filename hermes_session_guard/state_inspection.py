@@ -1,15 +1,18 @@
 """Read a Hermes home for the operator commands, without writing anything.
 
-``load_home_state`` checks the home first (it exists, its ``session_guard:``
-config is valid, state.db is a readable, complete Hermes database) and raises
-:class:`HomeError` with one operator-facing sentence when it is not. It then
-reads state.db through a ``mode=ro`` SQLite connection inside one read
-transaction, plus the gateway routing (``gateway_routing`` table on 0.19,
-``sessions/sessions.json`` on every release).
+:func:`check` is the one home check every command makes first (the home exists,
+config.yaml is UTF-8 YAML with a valid ``session_guard:`` section, state.db, if
+there is one yet, is a regular, complete Hermes database; optionally that it can
+be written now) and raises :class:`HomeError` with one operator-facing sentence
+when it is not. ``load_home_state`` then reads state.db through a read-only
+SQLite connection that creates no file, inside one read transaction, plus the
+gateway routing (``gateway_routing`` table on 0.19, ``sessions/sessions.json`` on
+every release).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -121,6 +124,7 @@ class HomeState:
     buffered: dict[str, int] = field(default_factory=dict)
     buffer_tables: list[str] = field(default_factory=list)
     snapshots: dict[str, int] = field(default_factory=dict)
+    has_db: bool = True  # False: a fresh home, Hermes has not written state.db yet
 
 
 def check_home(home: Path | None = None) -> tuple[Path, GuardConfig]:
@@ -136,16 +140,26 @@ def check_home(home: Path | None = None) -> tuple[Path, GuardConfig]:
         if exc.key.endswith("(file)"):
             raise HomeError(f"{str(exc).split(': ', 1)[-1]}; fix it and retry") from exc
         raise HomeError(f"invalid option in {home / 'config.yaml'}: {exc}; fix it and retry") from exc
+    except UnicodeDecodeError as exc:
+        raise HomeError(f"{home / 'config.yaml'} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                        f"{exc.start}); save it as UTF-8 and retry") from exc
     except OSError as exc:
         raise HomeError(f"cannot read {home / 'config.yaml'}: {exc}") from exc
     return home, config
 
 
+def _read_header(db_path: Path) -> bytes:
+    try:
+        with open(db_path, "rb") as fh:
+            return fh.read(100)
+    except OSError as exc:
+        raise HomeError(f"cannot read {db_path}: {exc.strerror or exc}") from exc
+
+
 def _header_problem(db_path: Path) -> str | None:
     """A reason why the file cannot be a complete SQLite database, from its header."""
     size = db_path.stat().st_size
-    with open(db_path, "rb") as fh:
-        header = fh.read(100)
+    header = _read_header(db_path)
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         return "it is not an SQLite database (empty, truncated or another kind of file)"
     page_size = int.from_bytes(header[16:18], "big")
@@ -170,17 +184,46 @@ def _friendly(exc: sqlite3.Error, db_path: Path) -> HomeError:
     return HomeError(f"cannot read {db_path}: {text}")
 
 
-@contextmanager
-def readonly_connection(db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A ``mode=ro`` connection to an existing, complete SQLite file (HomeError otherwise)."""
+def _file_problem(db_path: Path) -> str | None:
+    """Why ``db_path`` is not a regular SQLite file the commands can read, or None."""
+    if db_path.is_symlink():
+        return (f"{db_path} is a symbolic link (to {os.readlink(db_path)}); the guard reads and writes only a "
+                "regular state.db file: point HERMES_HOME at the directory that holds the database")
     if not db_path.exists():
-        raise HomeError(f"no state.db at {db_path}; is HERMES_HOME the home Hermes runs with?")
+        return f"no state.db at {db_path}; is HERMES_HOME the home Hermes runs with?"
     if not db_path.is_file():
-        raise HomeError(f"{db_path} is not a file")
+        return f"{db_path} is not a file"
     problem = _header_problem(db_path)
     if problem:
-        raise HomeError(f"{db_path} cannot be used: {problem}")
-    uri = db_path.resolve().as_uri() + "?mode=ro"
+        return f"{db_path} cannot be used: {problem}"
+    return None
+
+
+def readonly_uri(db_path: Path) -> str:
+    """The URI of a read-only connection that creates no file next to ``db_path``.
+
+    ``mode=ro`` on a WAL database creates ``-wal`` and ``-shm`` files when they do not
+    exist (and cannot open it at all in a directory it may not write). When there is
+    no ``-wal`` file no connection has the database open in WAL mode and everything
+    committed is in the main file, so ``immutable=1`` reads it without creating or
+    locking anything. Otherwise (a ``-wal`` file exists, or a rollback-journal
+    database) ``mode=ro`` creates nothing either."""
+    uri = db_path.resolve().as_uri()
+    header = _read_header(db_path)
+    wal_mode = len(header) >= 20 and header[18] == 2 and header[19] == 2
+    wal = db_path.with_name(db_path.name + "-wal")
+    if wal_mode and not wal.exists():
+        return uri + "?immutable=1"
+    return uri + "?mode=ro"
+
+
+@contextmanager
+def readonly_connection(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to an existing, complete SQLite file (HomeError otherwise)."""
+    problem = _file_problem(db_path)
+    if problem:
+        raise HomeError(problem)
+    uri = readonly_uri(db_path)
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_SECONDS)
     except sqlite3.Error as exc:
@@ -201,6 +244,79 @@ def check_hermes_schema(conn: sqlite3.Connection, db_path: Path) -> None:
         missing = [c for c in columns if c not in have]
         if missing:
             raise HomeError(f"{db_path} is not a Hermes state.db (table `{table}` lacks {', '.join(missing)})")
+
+
+@dataclass(frozen=True)
+class CheckedHome:
+    """A home that passed :func:`check`: ``has_db`` is False on a fresh home (config.yaml, no state.db yet)."""
+
+    home: Path
+    config: GuardConfig
+    db_path: Path
+    has_db: bool
+
+
+def write_problem(home: Path, db_path: Path) -> str | None:
+    """Why a command cannot write to this home's state.db now, or None."""
+    read_only = "this command writes to it (the read-only commands are doctor, status and snapshots)"
+    if not os.access(home, os.W_OK):
+        return f"HERMES_HOME {home} is read-only; {read_only}"
+    if db_path.exists() and not os.access(db_path, os.W_OK):
+        return f"{db_path} is read-only; {read_only}"
+    return None
+
+
+def busy_problem(db_path: Path, timeout: float | None = None) -> str | None:
+    """Why state.db cannot take a write transaction now (another process holds one), or None."""
+    wait = BUSY_TIMEOUT_SECONDS if timeout is None else timeout
+    try:
+        conn = sqlite3.connect(str(db_path), timeout=wait, isolation_level=None)
+    except sqlite3.Error as exc:
+        return f"cannot open {db_path} for writing ({exc})"
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return None
+    except sqlite3.Error as exc:
+        return (f"{db_path} is locked by another process that is writing to it ({exc}); "
+                "retry when Hermes is idle")
+    finally:
+        conn.close()
+
+
+def check(home: Path | None = None, *, writes: bool = False, empty_ok: bool = False) -> CheckedHome:
+    """The one home check every command makes before it reads or writes anything.
+
+    The home exists and is a directory, config.yaml is UTF-8 YAML with a valid
+    ``session_guard:`` section, and state.db (when there is one) is a regular,
+    complete SQLite file with Hermes's tables, read through a read-only connection
+    that creates nothing. Nothing opens a suspect file through Hermes's SessionDB
+    (0.18.2+ would move a malformed state.db aside and write a new one). With
+    ``writes`` the home and state.db must be writable and no other process may be
+    holding a write transaction; ``empty_ok`` accepts a home with neither config.yaml
+    nor state.db. Raises :class:`HomeError` (one sentence) otherwise."""
+    home, config = check_home(home)
+    db_path = state_db_path(home)
+    if not db_path.exists() and not db_path.is_symlink():
+        if not empty_ok and not (home / "config.yaml").exists():
+            raise HomeError(f"no state.db at {db_path} and no config.yaml in {home}; "
+                            "is HERMES_HOME the home Hermes runs with?")
+        checked = CheckedHome(home, config, db_path, has_db=False)
+    else:
+        with readonly_connection(db_path) as conn:
+            conn.execute("BEGIN")
+            try:
+                check_hermes_schema(conn, db_path)
+            finally:
+                conn.execute("ROLLBACK")
+        checked = CheckedHome(home, config, db_path, has_db=True)
+    if writes:
+        problem = write_problem(home, db_path)
+        if problem is None and checked.has_db:
+            problem = busy_problem(db_path)
+        if problem:
+            raise HomeError(problem)
+    return checked
 
 
 def _sessions(conn: sqlite3.Connection, stats: dict[str, dict[str, Any]]) -> dict[str, SessionInfo]:
@@ -263,6 +379,10 @@ def _routing(conn: sqlite3.Connection, state: HomeState) -> None:
     for row in host.read_routing_table(conn):
         state.routing.append(RoutingEntry("table", row["session_key"], row["session_id"], scope=row["scope"],
                                           entry_json=row["entry_json"]))
+    _routing_file(state)
+
+
+def _routing_file(state: HomeState) -> None:
     try:
         path, data = host.read_routing_file(state.home)
     except (OSError, ValueError) as exc:
@@ -274,13 +394,16 @@ def _routing(conn: sqlite3.Connection, state: HomeState) -> None:
 
 def load_home_state(home: Path | None = None, *, now: float | None = None) -> HomeState:
     """Everything the operator commands need, read in one read-only transaction."""
-    home, config = check_home(home)
-    db_path = state_db_path(home)
-    state = HomeState(home=home, db_path=db_path, config=config, now=time.time() if now is None else now)
-    with readonly_connection(db_path) as conn:
+    checked = check(home)
+    state = HomeState(home=checked.home, db_path=checked.db_path, config=checked.config,
+                      now=time.time() if now is None else now, has_db=checked.has_db)
+    if not checked.has_db:
+        _routing_file(state)
+        return state
+    with readonly_connection(checked.db_path) as conn:
         conn.execute("BEGIN")
         try:
-            check_hermes_schema(conn, db_path)
+            check_hermes_schema(conn, checked.db_path)
             state.schema_version = host.read_schema_version(conn)
             stats = host.read_message_stats(conn)
             state.sessions = _sessions(conn, stats)

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
             "ok": not findings,
             "home": str(state.home),
             "state_db": str(state.db_path),
+            "state_db_exists": state.has_db,
             "sessions": len(state.sessions),
             "routing_entries": len(state.routing),
             "lock_tables": state.lock_tables,
@@ -37,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
         })
         return EXIT_FOUND if findings else 0
     print(f"Hermes home {state.home}")
+    if not state.has_db and not findings:
+        print(f"state.db {state.db_path}: none yet (Hermes has not stored a session in this home)")
+        print("doctor: nothing to check yet")
+        return 0
     print(f"state.db {state.db_path}: {len(state.sessions)} sessions, {len(state.routing)} routing entries, "
           f"lock tables: {', '.join(state.lock_tables) or 'none'} (read-only)")
     if not findings:

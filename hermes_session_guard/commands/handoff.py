@@ -14,7 +14,8 @@ import sys
 
 from ..config import ConfigError
 from ..handoff_packet import PathEscapeError
-from ..hostinfo import hermes_home, state_db_path
+from ..state_inspection import HomeError, check
+from .output import fail
 
 HELP = "Write a redacted hand-off packet for a session (nothing is switched)"
 SLASH_NAME = "handoff-packet"
@@ -30,13 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..handoff import write_requested_packet
 
-    home = hermes_home()
-    if not home.is_dir():
-        print(f"error: HERMES_HOME {home} does not exist", file=sys.stderr)
-        return 2
-    if not state_db_path(home).exists():
-        print(f"error: no state.db at {state_db_path(home)}", file=sys.stderr)
-        return 2
+    try:
+        checked = check(writes=True)
+    except HomeError as exc:
+        return fail(str(exc), args.json)
+    home = checked.home
+    if not checked.has_db:
+        print(f"error: no session {args.session_id} in {home} (no state.db yet)", file=sys.stderr)
+        return 1
     try:
         path = write_requested_packet(None, args.session_id, args.note, via="hermes-session-guard handoff",
                                       home=home)

@@ -18,7 +18,7 @@ from ..audit import AuditLog, new_op_id
 from ..corruption import diagnose
 from ..hostinfo import installed_version
 from ..lineage_repair import apply_repair, backup_path_for, backup_state_db, database_busy, plan_repair
-from ..state_inspection import HomeError, HomeState, load_home_state
+from ..state_inspection import HomeError, HomeState, load_home_state, write_problem
 from .output import EXIT_FOUND, emit_json, fail
 
 HELP = "Repair corrupted lineages, routing and dead locks (dry run unless --apply)"
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     except HomeError as exc:
         return fail(str(exc), args.json)
     lineages, findings = diagnose(state)
-    if args.apply:
-        problem = refusal(state)
+    if args.apply and state.has_db:
+        problem = write_problem(state.home, state.db_path) or refusal(state)
         if problem:
             return fail(f"repair refused: {problem}", args.json)
     try:

@@ -1,15 +1,21 @@
-"""``snapshots SESSION_ID``: the immutable pre-compression transcripts of a session."""
+"""``snapshots SESSION_ID``: the immutable pre-compression transcripts of a session (read-only)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
+from typing import Any
 
-from ..hostinfo import hermes_home, state_db_path
-from ..store import GuardStore
+from ..state_inspection import HomeError, check, readonly_connection
+from ..store import SnapshotInfo, _row_message
+from .output import fail
 
-HELP = "List a session's snapshots, or show one snapshot's messages"
+HELP = "List a session's snapshots, or show one snapshot's messages (read-only)"
+
+_SNAPSHOT_COLUMNS = ("snapshot_id, session_id, op_id, created_at, message_count, first_turn, last_turn, reason,"
+                     " host_version, host_mode")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,36 +24,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def iso_utc(ts: float) -> str:
+    """``1795695917.033`` -> ``2026-11-26T14:25:17.033Z`` (ISO 8601, UTC, milliseconds)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def snapshot_dict(info: SnapshotInfo) -> dict[str, Any]:
+    return {**info.as_dict(), "created_at_iso": iso_utc(info.created_at)}
+
+
+def _has_snapshot_tables(conn: Any) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='session_guard_snapshots'").fetchone()
+    return row is not None
+
+
+def read_snapshots(conn: Any, session_id: str) -> list[SnapshotInfo]:
+    if not _has_snapshot_tables(conn):
+        return []
+    rows = conn.execute(f"SELECT {_SNAPSHOT_COLUMNS} FROM session_guard_snapshots WHERE session_id = ?"
+                        " ORDER BY created_at, snapshot_id", (session_id,)).fetchall()
+    return [SnapshotInfo(*row) for row in rows]
+
+
+def read_snapshot_messages(conn: Any, session_id: str, snapshot_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
+        " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
+        " WHERE m.snapshot_id = ? AND s.session_id = ? ORDER BY m.position", (snapshot_id, session_id)).fetchall()
+    return [_row_message(r[0], r[1]) for r in rows]
+
+
 def run(args: argparse.Namespace) -> int:
-    home = hermes_home()
-    db = state_db_path(home)
-    if not home.is_dir():
-        print(f"error: HERMES_HOME {home} does not exist", file=sys.stderr)
-        return 2
-    if not db.exists():
-        print(f"error: no state.db at {db}", file=sys.stderr)
-        return 2
-    store = GuardStore(db)
     try:
-        if args.show:
-            msgs = store.snapshot_messages(args.show, session_id=args.session_id)
-            if not msgs and args.show not in {s.snapshot_id for s in store.list_snapshots(args.session_id)}:
-                print(f"error: no snapshot {args.show} for session {args.session_id}", file=sys.stderr)
-                return 1
-            if args.json:
-                print(json.dumps(msgs, ensure_ascii=False, indent=2))
-            else:
-                for i, m in enumerate(msgs, 1):
-                    print(f"--- {i} {m.get('role')}\n{m.get('content')}")
-            return 0
-        snaps = store.list_snapshots(args.session_id)
+        checked = check()
+        snaps: list[SnapshotInfo] = []
+        msgs: list[dict[str, Any]] = []
+        if checked.has_db:
+            with readonly_connection(checked.db_path) as conn:
+                conn.execute("BEGIN")
+                try:
+                    snaps = read_snapshots(conn, args.session_id)
+                    if args.show and args.show in {s.snapshot_id for s in snaps}:
+                        msgs = read_snapshot_messages(conn, args.session_id, args.show)
+                finally:
+                    conn.execute("ROLLBACK")
+    except HomeError as exc:
+        return fail(str(exc), args.json)
+    if args.show:
+        if args.show not in {s.snapshot_id for s in snaps}:
+            print(f"error: no snapshot {args.show} for session {args.session_id}", file=sys.stderr)
+            return 1
         if args.json:
-            print(json.dumps([s.as_dict() for s in snaps], indent=2))
-        elif not snaps:
-            print(f"no snapshots for {args.session_id}")
+            print(json.dumps(msgs, ensure_ascii=False, indent=2))
         else:
-            for s in snaps:
-                print(f"{s.snapshot_id}  messages={s.message_count}  created_at={s.created_at:.3f}  mode={s.host_mode}")
+            for i, m in enumerate(msgs, 1):
+                print(f"--- {i} {m.get('role')}\n{m.get('content')}")
         return 0
-    finally:
-        store.close()
+    if args.json:
+        print(json.dumps([snapshot_dict(s) for s in snaps], indent=2))
+    elif not snaps:
+        print(f"no snapshots for {args.session_id}" + ("" if checked.has_db else " (no state.db in this home yet)"))
+    else:
+        for s in snaps:
+            print(f"{s.snapshot_id}  messages={s.message_count}  created={iso_utc(s.created_at)}  mode={s.host_mode}")
+    return 0

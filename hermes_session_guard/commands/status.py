@@ -53,7 +53,8 @@ def build_status(state: HomeState) -> dict[str, Any]:
             "snapshots": state.snapshots.get(sid, 0),
             "buffered": state.buffered.get(sid, 0),
         })
-    return {"ok": True, "home": str(state.home), "state_db": str(state.db_path), "lock_tables": state.lock_tables,
+    return {"ok": True, "home": str(state.home), "state_db": str(state.db_path), "state_db_exists": state.has_db,
+            "lock_tables": state.lock_tables,
             "buffer_tables": state.buffer_tables, "locks": locks, "sessions": sessions}
 
 
@@ -67,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
         emit_json(report)
         return 0
     print(f"Hermes home {state.home}")
+    if not state.has_db and not report["sessions"]:
+        print(f"state.db {state.db_path}: none yet (Hermes has not stored a session in this home)")
+        print("status: nothing yet: no locks, no buffered messages, no compressions, no snapshots")
+        return 0
     print(f"Compression locks ({', '.join(state.lock_tables) or 'no lock table in this state.db'}):")
     if not report["locks"]:
         print("  none held")

@@ -8,10 +8,13 @@ import pytest
 from hermes_session_guard.cli import main
 from hermes_session_guard.store import GuardStore
 
+from .hermes_like_db import HermesLikeHome
+
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    HermesLikeHome(tmp_path).close()
     store = GuardStore(tmp_path / "state.db")
     store.write_snapshot(snapshot_id="S.snapshot.1", session_id="S", created_at=1.0,
                          messages=[{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}])
@@ -25,6 +28,22 @@ def test_lists_a_sessions_snapshots_as_json(home: Path, capsys: pytest.CaptureFi
     assert main(["snapshots", "S", "--json"]) == 0
     (snap,) = json.loads(capsys.readouterr().out)
     assert snap["snapshot_id"] == "S.snapshot.1" and snap["message_count"] == 2 and snap["created_at"] == 1.0
+    assert snap["created_at_iso"] == "1970-01-01T00:00:01.000Z"
+
+
+def test_lists_dates_not_epoch_seconds(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["snapshots", "S"]) == 0
+    out = capsys.readouterr().out
+    assert "created=1970-01-01T00:00:01.000Z" in out and "created_at=1.0" not in out
+
+
+def test_a_fresh_home_has_no_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [session-guard]\n", encoding="utf-8")
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    assert main(["snapshots", "S"]) == 0
+    assert "no snapshots for S" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
 def test_shows_one_snapshot(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
