@@ -1,0 +1,17 @@
+"""``enable``: add the guard to ``plugins.enabled`` of the home's config.yaml (every release)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .plugin_switch import add_switch_arguments, switch
+
+HELP = "Enable the guard in this home's config.yaml (plugins.enabled; comments kept, old file backed up)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_switch_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    return switch(args, enable=True)
