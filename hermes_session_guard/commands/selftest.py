@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from ..hostinfo import hermes_home, install_path, installed_version
-from ..state_inspection import HomeError, check_home
+from ..plugin_config import PluginConfigError, guard_enabled
+from ..state_inspection import HomeError, check
 from .output import fail
 
 HELP = "Check the installed Hermes: seams patched and the session-id contract, live"
@@ -47,50 +49,59 @@ PLUGIN_NAME = "session-guard"
 
 def plugin_enabled(home: Any) -> tuple[bool, str]:
     """Whether the home's config.yaml enables the guard (``plugins.disabled`` wins)."""
-    import yaml
+    return guard_enabled(home)
 
-    path = home / "config.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
-    plugins = data.get("plugins") if isinstance(data, dict) else None
-    plugins = plugins if isinstance(plugins, dict) else {}
-    enabled, disabled = plugins.get("enabled") or [], plugins.get("disabled") or []
-    if PLUGIN_NAME in disabled:
-        return False, f"{PLUGIN_NAME} is in plugins.disabled of {path}"
-    if PLUGIN_NAME not in enabled:
-        return False, f"{PLUGIN_NAME} is not in plugins.enabled of {path}; run `hermes plugins enable {PLUGIN_NAME}`"
-    return True, str(path)
+
+def user_home() -> tuple[Path | None, dict[str, Any]]:
+    """The home to report on: HERMES_HOME when set, else ~/.hermes when it exists, else none
+    (a machine where Hermes never ran: only the live probe runs, in its own temporary home).
+    Raises HomeError or PluginConfigError for a home that fails the home check."""
+    home = hermes_home()
+    if not os.environ.get("HERMES_HOME", "").strip() and not home.exists() and not home.is_symlink():
+        return None, {"path": str(home), "exists": False, "guard_enabled": False,
+                      "detail": f"no Hermes home at {home} and HERMES_HOME is not set"}
+    checked = check(home, empty_ok=True)
+    enabled, where = guard_enabled(checked.home)
+    return checked.home, {"path": str(checked.home), "exists": True, "config_valid": True,
+                          "state_db": checked.has_db, "guard_enabled": enabled, "detail": where}
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        home, _config = check_home()
-        enabled, where = plugin_enabled(home)
-    except HomeError as exc:
+        home, home_report = user_home()
+    except (HomeError, PluginConfigError) as exc:
         return fail(str(exc), args.json)
-    except Exception as exc:  # an unreadable config.yaml
-        return fail(f"cannot read {hermes_home() / 'config.yaml'}: {exc}", args.json)
     version = installed_version()
-    report: dict[str, Any] = {"hermes_version": version, "hermes_path": install_path(),
-                              "home": {"path": str(home), "config_valid": True, "guard_enabled": enabled,
-                                       "detail": where}}
+    report: dict[str, Any] = {"hermes_version": version, "hermes_path": install_path(), "home": home_report}
+    protected = home is None or bool(home_report["guard_enabled"])
     if version is None:
         report.update(ok=False, error="hermes-agent is not installed in this Python environment "
                       f"({sys.executable}); install the guard into the environment Hermes runs from")
         probe: dict[str, Any] = {"checks": [], "seams": []}
     else:
         probe = run_probe(args.timeout)
-        report.update(ok=bool(probe.get("ok")), seams=probe.get("seams", []), checks=probe.get("checks", []),
+        report.update(probe_ok=bool(probe.get("ok")), ok=bool(probe.get("ok")) and protected,
+                      seams=probe.get("seams", []), checks=probe.get("checks", []),
                       host_in_table=probe.get("host_in_table", True), compat_note=probe.get("compat_note", ""))
         if probe.get("error"):
             report["error"] = probe["error"]
+        elif not protected:
+            report["error"] = (f"this home is NOT protected: the guard is not enabled in {home} "
+                               f"({home_report['detail']})")
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
         if report.get("compat_note"):
             print(f"UNTESTED RELEASE: {report['compat_note']}")
-        print(f"HERMES_HOME {home}: session_guard config valid; guard "
-              + ("enabled" if enabled else f"NOT enabled ({where})"))
+        if home is None:
+            print(f"Your Hermes home: none ({home_report['detail']}); nothing of yours to check, "
+                  "the live probe below runs in its own temporary home")
+        elif home_report["guard_enabled"]:
+            print(f"HERMES_HOME {home}: session_guard config valid; guard enabled ({home_report['detail']})")
+        else:
+            print(f"HERMES_HOME {home}: NOT PROTECTED: the guard is not enabled in this home "
+                  f"({home_report['detail']})")
         print("Seams:")
         for s in report.get("seams", []):
             row = f" [row {s['row']}]" if s.get("row") else ""
@@ -106,5 +117,13 @@ def run(args: argparse.Namespace) -> int:
                 print(probe["traceback"])
             if probe.get("stderr"):
                 print(probe["stderr"])
-        print("selftest: " + ("PASSED" if report["ok"] else "FAILED"))
+        if report["ok"]:
+            verdict = "PASSED" + (f" (this home is protected: {home})" if home is not None else
+                                  " (live probe only; there is no Hermes home on this machine to protect yet)")
+        elif version is not None and report.get("probe_ok") and not protected:
+            verdict = (f"FAILED: the live probe passed, but {home} is NOT protected "
+                       "(run `hermes-session-guard enable`)")
+        else:
+            verdict = "FAILED"
+        print("selftest: " + verdict)
     return 0 if report["ok"] else 1

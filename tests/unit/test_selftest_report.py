@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,9 @@ def _payload(ok: bool, in_table: bool) -> dict[str, Any]:
 
 
 @pytest.fixture
-def fake_probe(mocker: Any) -> Any:
+def fake_probe(mocker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [session-guard]\n", encoding="utf-8")
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     mocker.patch.object(selftest, "installed_version", return_value="0.20.0")
     mocker.patch.object(selftest, "install_path", return_value="/site-packages")
     return mocker.patch.object(selftest, "run_probe")
@@ -41,6 +44,53 @@ def test_untested_release_is_reported_in_plain_words(fake_probe: Any, capsys: py
     assert f"UNTESTED RELEASE: {NOTE}" in out
     assert "compression          skipped     -  target not found" in out
     assert out.rstrip().endswith("selftest: FAILED")
+
+
+@pytest.mark.parametrize("config", [None, "model: x\n", "plugins:\n  enabled: [other]\n",
+                                    "plugins:\n  enabled: [session-guard]\n  disabled: [session-guard]\n"])
+def test_a_home_without_the_guard_enabled_is_not_protected(
+    fake_probe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    config: str | None,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    if config is not None:
+        (home / "config.yaml").write_text(config, encoding="utf-8")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    fake_probe.return_value = _payload(ok=True, in_table=True)
+    assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 1
+    out = capsys.readouterr().out
+    assert f"HERMES_HOME {home}: NOT PROTECTED" in out
+    assert "selftest: FAILED: the live probe passed, but" in out and "PASSED" not in out
+    assert fake_probe.called  # the live probe still runs and reports
+    assert selftest.run(argparse.Namespace(json=True, timeout=5.0)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["probe_ok"] is True and report["home"]["guard_enabled"] is False
+    assert "NOT protected" in report["error"]
+
+
+def test_no_hermes_home_at_all_runs_the_probe_only(fake_probe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("HERMES_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    (tmp_path / "user").mkdir()
+    fake_probe.return_value = _payload(ok=True, in_table=True)
+    assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 0
+    out = capsys.readouterr().out
+    assert "Your Hermes home: none (no Hermes home at" in out and "its own temporary home" in out
+    assert out.rstrip().endswith("selftest: PASSED (live probe only; there is no Hermes home on this machine "
+                                 "to protect yet)")
+    assert not (tmp_path / "user" / ".hermes").exists()
+    fake_probe.return_value = _payload(ok=False, in_table=True)
+    assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 1
+
+
+def test_an_explicit_hermes_home_that_does_not_exist_is_an_error(
+    fake_probe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "nope"))
+    assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 2
+    assert "does not exist" in capsys.readouterr().err and not fake_probe.called
 
 
 def test_untested_release_in_json(fake_probe: Any, capsys: pytest.CaptureFixture[str]) -> None:
