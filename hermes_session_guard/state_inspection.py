@@ -248,12 +248,31 @@ def check_hermes_schema(conn: sqlite3.Connection, db_path: Path) -> None:
 
 @dataclass(frozen=True)
 class CheckedHome:
-    """A home that passed :func:`check`: ``has_db`` is False on a fresh home (config.yaml, no state.db yet)."""
+    """A home that passed :func:`check`. ``has_db`` is False on a fresh home: config.yaml and no state.db
+    yet, or a state.db without Hermes's sessions schema yet (only Hermes's early tables or the guard's)."""
 
     home: Path
     config: GuardConfig
     db_path: Path
     has_db: bool
+
+
+# Tables Hermes itself creates in state.db (hermes_state.py, tools/async_delegation.py, 0.13-0.19);
+# 0.19 creates ``async_delegations`` when its plugins load, before the sessions schema exists.
+HERMES_STATE_TABLES = frozenset({
+    "async_delegations", "compression_locks", "gateway_routing", "schema_version", "session_model_usage",
+    "state_meta", "telegram_dm_topic_bindings", "telegram_dm_topic_bindings_new", "telegram_dm_topic_mode",
+})
+
+
+def _no_sessions_yet(conn: sqlite3.Connection) -> bool:
+    """Hermes (or the guard, loaded as its plugin) created state.db before Hermes wrote its
+    sessions schema: no ``sessions``/``messages`` table, and every table is one of Hermes's
+    own or the guard's ``session_guard_*`` (a foreign file has others)."""
+    names = [str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if not names or "sessions" in names or "messages" in names:
+        return False
+    return all(n in HERMES_STATE_TABLES or n.startswith(("session_guard_", "sqlite_")) for n in names)
 
 
 def write_problem(home: Path, db_path: Path) -> str | None:
@@ -306,10 +325,12 @@ def check(home: Path | None = None, *, writes: bool = False, empty_ok: bool = Fa
         with readonly_connection(db_path) as conn:
             conn.execute("BEGIN")
             try:
-                check_hermes_schema(conn, db_path)
+                fresh = _no_sessions_yet(conn)
+                if not fresh:
+                    check_hermes_schema(conn, db_path)
             finally:
                 conn.execute("ROLLBACK")
-        checked = CheckedHome(home, config, db_path, has_db=True)
+        checked = CheckedHome(home, config, db_path, has_db=not fresh)
     if writes:
         problem = write_problem(home, db_path)
         if problem is None and checked.has_db:

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FOUND if findings else 0
     print(f"Hermes home {state.home}")
     if not state.has_db and not findings:
-        print(f"state.db {state.db_path}: none yet (Hermes has not stored a session in this home)")
+        print(f"state.db {state.db_path}: no Hermes sessions yet (Hermes has not stored one in this home)")
         print("doctor: nothing to check yet")
         return 0
     print(f"state.db {state.db_path}: {len(state.sessions)} sessions, {len(state.routing)} routing entries, "

@@ -14,6 +14,7 @@ import sys
 
 from ..config import ConfigError
 from ..handoff_packet import PathEscapeError
+from ..hostinfo import installed_version
 from ..state_inspection import HomeError, check
 from .output import fail
 
@@ -36,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
     except HomeError as exc:
         return fail(str(exc), args.json)
     home = checked.home
+    if installed_version() is None:
+        return fail(f"hermes-agent is not installed in this Python environment ({sys.executable}); handoff reads "
+                    "the session through Hermes's SessionDB: run it with the Python Hermes runs from", args.json)
     if not checked.has_db:
-        print(f"error: no session {args.session_id} in {home} (no state.db yet)", file=sys.stderr)
+        print(f"error: no session {args.session_id} in {home} (no Hermes sessions yet)", file=sys.stderr)
         return 1
     try:
         path = write_requested_packet(None, args.session_id, args.note, via="hermes-session-guard handoff",

@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([snapshot_dict(s) for s in snaps], indent=2))
     elif not snaps:
-        print(f"no snapshots for {args.session_id}" + ("" if checked.has_db else " (no state.db in this home yet)"))
+        fresh = "" if checked.has_db else " (no Hermes sessions in this home yet)"
+        print(f"no snapshots for {args.session_id}{fresh}")
     else:
         for s in snaps:
             print(f"{s.snapshot_id}  messages={s.message_count}  created={iso_utc(s.created_at)}  mode={s.host_mode}")

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"Hermes home {state.home}")
     if not state.has_db and not report["sessions"]:
-        print(f"state.db {state.db_path}: none yet (Hermes has not stored a session in this home)")
+        print(f"state.db {state.db_path}: no Hermes sessions yet (Hermes has not stored one in this home)")
         print("status: nothing yet: no locks, no buffered messages, no compressions, no snapshots")
         return 0
     print(f"Compression locks ({', '.join(state.lock_tables) or 'no lock table in this state.db'}):")

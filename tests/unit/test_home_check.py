@@ -209,7 +209,7 @@ def test_a_fresh_home_is_not_an_error(tmp_path: Path, monkeypatch: pytest.Monkey
     assert cli.main(["snapshots", "x"]) == 0
     assert "no snapshots for x" in capsys.readouterr().out
     assert cli.main(["handoff", "x"]) == 1
-    assert "no state.db yet" in capsys.readouterr().err
+    assert "no Hermes sessions yet" in capsys.readouterr().err
     assert listing(home) == before
 
 
@@ -231,3 +231,21 @@ def test_a_hermes_like_home_passes(tmp_path: Path) -> None:
     h.close()
     checked = check(tmp_path / "h", writes=True)
     assert checked.has_db and checked.db_path == tmp_path / "h" / "state.db"
+
+
+def test_a_state_db_with_only_the_guards_tables_is_a_fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Hermes's plugin discovery loads the guard (which creates its tables) before Hermes writes its schema."""
+    from hermes_session_guard.store import GuardStore
+
+    (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [session-guard]\n", encoding="utf-8")
+    GuardStore(tmp_path / "state.db").close()
+    conn = sqlite3.connect(str(tmp_path / "state.db"))
+    conn.execute("CREATE TABLE async_delegations (id TEXT PRIMARY KEY)")  # 0.19 makes it when plugins load
+    conn.commit()
+    conn.close()
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    assert check(tmp_path).has_db is False
+    assert cli.main(["doctor"]) == 0 and "nothing to check yet" in capsys.readouterr().out
+    assert cli.main(["status"]) == 0 and "nothing yet" in capsys.readouterr().out
+    assert cli.main(["disable"]) == 0
