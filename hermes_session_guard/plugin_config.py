@@ -211,7 +211,11 @@ def _write_replacing(path: Path, text: str, mode: int) -> None:
 def set_enabled(home: Path, enable: bool) -> Change:
     """Enable (or disable) the guard in ``home``'s config.yaml; a backup of the old file first."""
     path = Path(home) / "config.yaml"
-    if path.is_symlink() or (path.exists() and not path.is_file()):
+    if path.is_symlink():  # a config kept elsewhere (dotfiles): edit the file it points to, keep the link
+        if not path.exists():
+            raise PluginConfigError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist")
+        path = path.resolve()
+    if path.exists() and not path.is_file():
         raise PluginConfigError(f"{path} is not a regular file; edit it by hand")
     exists = path.exists()
     text = _read_text(path) if exists else ""

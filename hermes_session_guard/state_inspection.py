@@ -124,7 +124,7 @@ class HomeState:
     buffered: dict[str, int] = field(default_factory=dict)
     buffer_tables: list[str] = field(default_factory=list)
     snapshots: dict[str, int] = field(default_factory=dict)
-    has_db: bool = True  # False: a fresh home, Hermes has not written state.db yet
+    has_db: bool = True  # False: a fresh home, no Hermes sessions schema in state.db yet (see CheckedHome)
 
 
 def check_home(home: Path | None = None) -> tuple[Path, GuardConfig]:

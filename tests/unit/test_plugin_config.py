@@ -145,3 +145,16 @@ def test_the_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: p
     assert cli.main(["enable"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "not valid YAML" in err[0]
+
+
+def test_a_symlinked_config_is_edited_where_it_lives(tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "hermes.yaml").write_text(COMMENTED, encoding="utf-8")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").symlink_to(dotfiles / "hermes.yaml")
+    change = set_enabled(home, True)
+    assert change.changed and (home / "config.yaml").is_symlink()
+    assert guard_enabled(home)[0] and "# plugins I trust" in (dotfiles / "hermes.yaml").read_text(encoding="utf-8")
+    assert change.backup is not None and change.backup.parent == dotfiles
