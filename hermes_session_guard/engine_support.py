@@ -307,6 +307,9 @@ def print_report(report: dict[str, Any], emit: Callable[[str], None] = print) ->
         return
     where = f" (class {report.get('engine_class')}, {report.get('kind')})" if report.get("found") else ""
     emit(f"Context engine {name!r}{where}:" + ("" if report.get("found") else f" NOT FOUND - {report.get('detail')}"))
+    if name != BUILTIN_ENGINE:
+        emit("  (the live probe above runs Hermes's built-in compressor; below, what holds with this engine, "
+             "from its shape)")
     if report.get("reason"):
         emit(f"  compress not wrapped: {report['reason']}")
     for p in report.get("promises", []):

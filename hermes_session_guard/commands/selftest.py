@@ -11,6 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
+from .. import engine_support
 from ..hostinfo import hermes_home, install_path, installed_version
 from ..state_inspection import HomeError, check_home
 from .output import fail
@@ -61,6 +62,21 @@ def plugin_enabled(home: Any) -> tuple[bool, str]:
     return True, str(path)
 
 
+def context_engine_report(home: Any, probe: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Which promises hold with the context engine the home's config.yaml selects
+    (the live probe always runs Hermes's built-in compressor)."""
+    patched = any(s.get("name") == "compression" and s.get("state") == "patched" for s in probe.get("seams", []))
+    try:
+        found = engine_support.report_for_home(home, timeout)
+    except Exception as exc:
+        return {"configured": "?", "found": False, "error": f"{type(exc).__name__}: {exc}"}
+    if not patched and not found.get("error"):
+        for promise in found.get("promises", []):
+            promise.update(state=engine_support.NOT_HELD, detail="the compression seam is not patched")
+        found["all_hold"] = False
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         home, _config = check_home()
@@ -83,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
                       host_in_table=probe.get("host_in_table", True), compat_note=probe.get("compat_note", ""))
         if probe.get("error"):
             report["error"] = probe["error"]
+        report["context_engine"] = context_engine_report(home, probe, args.timeout)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -100,11 +117,17 @@ def run(args: argparse.Namespace) -> int:
             state = c.get("state") or ("pass" if c["ok"] else "fail")
             detail = f"  ({c['detail']})" if c["detail"] and state != "pass" else ""
             print(f"  [{state.upper()}] {c['name']}{detail}")
+        if report.get("context_engine"):
+            engine_support.print_report(report["context_engine"])
         if report.get("error"):
             print(f"error: {report['error']}")
             if probe.get("traceback"):
                 print(probe["traceback"])
             if probe.get("stderr"):
                 print(probe["stderr"])
-        print("selftest: " + ("PASSED" if report["ok"] else "FAILED"))
+        engine = report.get("context_engine") or {}
+        partial = [p["key"] for p in engine.get("promises", []) if p.get("state") != engine_support.HOLDS]
+        note = (f" (with context engine {engine.get('configured')!r}: {len(partial)} promise(s) do not fully hold, "
+                "see above)") if partial or engine.get("error") else ""
+        print("selftest: " + ("PASSED" if report["ok"] else "FAILED") + note)
     return 0 if report["ok"] else 1

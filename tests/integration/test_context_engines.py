@@ -156,3 +156,17 @@ def test_without_the_guard_a_rotation_loses_the_engine_state(llm: FakeLLMServer,
     new_id = r["session_id_after"]
     assert new_id != SID and r["engine_session_id"] == new_id
     assert r["ledger_entries_by_id"].get(SID, 0) > 0 and r["ledger_entries_by_id"].get(new_id, 0) == 0
+
+
+def test_selftest_names_the_engine_and_what_does_not_hold(home: Path, llm: FakeLLMServer) -> None:
+    install(home, "digest-engine")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HERMES_SESSION_ID"}
+    env["HERMES_HOME"] = str(home)
+    proc = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "selftest"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert "Context engine 'digest-engine' (class DigestEngine, own):" in out, out[-3000:]
+    assert "[HOLDS] session id unchanged across compression" in out
+    assert "[DOES NOT HOLD] recall line ([Original context: ...]) inside the summary" in out
+    assert "[PARTLY] a failed or empty summary is refused" in out
+    assert "context engine 'digest-engine': 2 promise(s) do not fully hold" in out.splitlines()[-1]
