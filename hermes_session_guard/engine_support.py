@@ -302,6 +302,9 @@ def report_for_home(home: Path, timeout: float = 60.0) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any], emit: Callable[[str], None] = print) -> None:
     name = report.get("configured") or BUILTIN_ENGINE
+    if report.get("builtin"):
+        emit(f"Context engine {name!r} (Hermes's built-in): the live probe above checks the contract with it")
+        return
     if report.get("error"):
         emit(f"Context engine {name!r}: UNKNOWN ({report['error']}); the promises below cannot be confirmed")
         return

@@ -70,6 +70,8 @@ def context_engine_report(home: Any, probe: dict[str, Any], timeout: float) -> d
         found = engine_support.report_for_home(home, timeout)
     except Exception as exc:
         return {"configured": "?", "found": False, "error": f"{type(exc).__name__}: {exc}"}
+    if found.get("configured") == engine_support.BUILTIN_ENGINE and found.get("found"):
+        return {"configured": engine_support.BUILTIN_ENGINE, "found": True, "builtin": True}
     if not patched and not found.get("error"):
         for promise in found.get("promises", []):
             promise.update(state=engine_support.NOT_HELD, detail="the compression seam is not patched")

@@ -138,3 +138,10 @@ def test_print_report_names_the_engine_and_each_state() -> None:
     text = "\n".join(lines)
     assert "Context engine 'own' (class OwnEngine, own):" in text
     assert "[DOES NOT HOLD] recall line" in text and "Not every promise holds" in text
+
+
+def test_the_builtin_engine_is_one_line() -> None:
+    lines: list[str] = []
+    es.print_report({"configured": "compressor", "found": True, "builtin": True}, lines.append)
+    assert lines == ["Context engine 'compressor' (Hermes's built-in): the live probe above checks the contract "
+                     "with it"]
