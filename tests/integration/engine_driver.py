@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     llm_reply = agent.run_conversation("engine test: one more question", conversation_history=compressed)
     out["next_turn_answer"] = llm_reply.get("final_response")
     out["session_id_after_turn"] = agent.session_id
-    out["callbacks"] = calls
+    out["callbacks"] = list(calls)
     out["compress_calls"] = seen["compress_calls"]
     out["compressing_during"] = seen["compressing_during"]
     out["engine_session_id"] = str(getattr(engine, "session_id", "") or getattr(engine, "_session_id", "") or "")
@@ -116,7 +116,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ledger = json.loads((home / "ledger-engine" / f"{SID}.json").read_text(encoding="utf-8"))
         out["ledger_entries"] = len(ledger["entries"])
         out["ledger_files"] = sorted(p.name for p in (home / "ledger-engine").iterdir())
+    before_gateway = len(calls)
+    out["gateway"] = buffered_through_gateway(home, runtime, type(engine))
+    out["gateway"]["callbacks"] = calls[before_gateway:]
     return out
+
+
+def buffered_through_gateway(home: Path, runtime: Any, engine_cls: type) -> dict[str, Any]:
+    """The selftest's gateway check with this engine active: through the real
+    GatewayRunner, a message that arrives while the session compresses is buffered and
+    answered after the one that triggered the compression, on the same id. The engine
+    is held inside its compress on the same gate as the fake summary model."""
+    import yaml
+
+    from hermes_session_guard.fake_llm import FakeLLMServer
+    from hermes_session_guard.probe import ProbeResult
+    from hermes_session_guard.probe_gateway import check_buffered_delivery
+
+    seen: list[str] = []
+    with FakeLLMServer() as llm:
+        path = home / "config.yaml"
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cfg["model"]["base_url"] = llm.base_url
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+
+        def held(engine: Any) -> None:
+            seen.append(type(engine).__name__)
+            gate = llm.summary_gate
+            if gate is not None:
+                gate.wait(30)
+
+        engine_cls.observer = held  # type: ignore[attr-defined]
+        result = ProbeResult()
+        check_buffered_delivery(result, llm, runtime)
+    return {"checks": result.checks, "engine_runs": seen}
 
 
 def without_guard(home: Path, args: argparse.Namespace) -> dict[str, Any]:

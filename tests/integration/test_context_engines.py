@@ -100,6 +100,17 @@ def test_messages_are_buffered_while_the_engine_runs(run: tuple[str, Path, dict[
     assert len(r["compressing_during"]) == 1 and r["compressing_during"][0]
 
 
+def test_messages_buffered_through_the_gateway(run: tuple[str, Path, dict[str, Any]]) -> None:
+    """Through the real GatewayRunner with the engine selected: a follow-up that arrives
+    while the engine compresses is buffered, then answered after the trigger, same id."""
+    engine, _, r = run
+    (check,) = r["gateway"]["checks"]
+    assert check["ok"], check["detail"]
+    assert r["gateway"]["engine_runs"], "the gateway's compression did not go through the engine"
+    boundaries = [c for c in r["gateway"]["callbacks"] if c.get("boundary_reason") == "compression"]
+    assert boundaries and all(c["session_id"] == c["old_session_id"] for c in boundaries)
+
+
 def test_engine_state_still_found(run: tuple[str, Path, dict[str, Any]]) -> None:
     engine, _, r = run
     starts = [c for c in r["callbacks"] if c["callback"] == "on_session_start"]
