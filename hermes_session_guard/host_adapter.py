@@ -331,7 +331,7 @@ def shim_engine(agent: Any) -> None:
     ``compress`` that reports summary failures to the guard. Bound with
     ``MethodType`` so hosts that deep-copy the engine per agent rebind it."""
     engine = getattr(agent, "context_compressor", None)
-    if engine is None or "compress" in vars(engine):
+    if engine is None or getattr(getattr(engine, "__dict__", {}).get("compress"), "__session_guard_shim__", False):
         return
     refused = engine_support.compress_shape(engine)
     if refused:  # an engine of another shape: not wrapped, and said so (selftest lists what does not hold)

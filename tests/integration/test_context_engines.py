@@ -181,3 +181,35 @@ def test_selftest_names_the_engine_and_what_does_not_hold(home: Path, llm: FakeL
     assert "[DOES NOT HOLD] recall line ([Original context: ...]) inside the summary" in out
     assert "[PARTLY] a failed or empty summary is refused" in out
     assert "context engine 'digest-engine': 2 promise(s) do not fully hold" in out.splitlines()[-1]
+
+
+def test_an_engine_the_guard_cannot_wrap_is_left_alone_and_reported(guard: Any, db: Any, llm: FakeLLMServer,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """An engine whose ``compress`` is replaced on the instance (here: by a plain
+    closure, as another wrapper would) is not wrapped: one WARNING names it and what
+    does not hold; the id, the snapshot and the lock still hold, its summary stays untagged."""
+    import logging
+
+    from hermes_session_guard.engine_support import assess
+    from tests.engines.digest_engine import DigestEngine
+
+    messages = probe.seed_messages()
+    sid = "20260701_100000_f0f0f0"
+    probe.seed_session(db, sid, messages)
+    agent = probe.make_agent(db, llm.base_url, sid)
+    probe.mark_flushed(agent, messages)
+    engine = DigestEngine()
+    engine.update_model(model="fake-model", context_length=128_000)
+    own_compress = engine.compress
+    engine.compress = lambda msgs, **kwargs: own_compress(msgs, **kwargs)  # type: ignore[method-assign]
+    agent.context_compressor = engine
+    with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+        compressed, _ = agent._compress_context(list(messages), "You are a test agent.", approx_tokens=150_000)
+    assert agent.session_id == sid and len(compressed) < len(messages)
+    assert len(guard.store_for(Path(db.db_path)).list_snapshots(sid)) == 1
+    assert not any(m.get("is_compressed_summary") for m in compressed)
+    warned = [r.getMessage() for r in caplog.records if "'digest-engine'" in r.getMessage()]
+    assert len(warned) == 1 and "replaced on the engine instance" in warned[0] and "NOT held" in warned[0]
+    support = assess(engine)
+    assert not support.wrappable
+    assert {p.key for p in support.not_held()} == {"summaries_tagged", "summary_failure", "recall_line"}
