@@ -201,8 +201,9 @@ def refuse_shim(engine: Any, reason: str) -> None:
 
 
 def assess(engine: Any, host_version: Any = None, *, compression_patched: bool = True,
-           name: str | None = None) -> EngineSupport:
-    """The promises for ``engine`` (``None``: Hermes's built-in compressor)."""
+           name: str | None = None, handoff: bool = False) -> EngineSupport:
+    """The promises for ``engine`` (``None``: Hermes's built-in compressor). ``handoff``:
+    the home enables ``session_guard.handoff`` (an explicit move to a new session id)."""
     if engine is None:
         support = EngineSupport(name or BUILTIN_ENGINE, "ContextCompressor", "built-in", True)
     else:
@@ -218,6 +219,11 @@ def assess(engine: Any, host_version: Any = None, *, compression_patched: bool =
                                              "non-empty summary cannot be told apart")
         states["recall_line"] = (NOT_HELD, "the engine writes its own summary format without Hermes's summary "
                                            "prefix; the system prompt's recall rule tells the model instead")
+    if handoff and support.kind != "built-in":
+        states["engine_state"] = (PARTLY, "held across compressions; session_guard.handoff is enabled, and a hand-off "
+                                          "moves the conversation to a new id: the engine gets on_session_start(new, "
+                                          "boundary_reason='handoff', old_session_id=old) and must carry its state "
+                                          "over itself")
     if not support.wrappable:
         for key in ("summaries_tagged", "summary_failure", "recall_line"):
             states[key] = (NOT_HELD, f"compress not wrapped: {support.reason}")
@@ -239,6 +245,17 @@ def configured_engine(home: Path) -> str:
     ctx = data.get("context") if isinstance(data, dict) else None
     name = ctx.get("engine") if isinstance(ctx, dict) else None
     return str(name or BUILTIN_ENGINE)
+
+
+def handoff_enabled(home: Path) -> bool:
+    """``session_guard.handoff.enabled`` in ``home``/config.yaml (off by default)."""
+    import yaml
+
+    path = Path(home) / "config.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    guard = data.get("session_guard") if isinstance(data, dict) else None
+    handoff = guard.get("handoff") if isinstance(guard, dict) else None
+    return isinstance(handoff, dict) and handoff.get("enabled") is True
 
 
 def load_engine(name: str) -> tuple[Any, str]:
@@ -274,11 +291,13 @@ def inspect_home(home: Path) -> dict[str, Any]:
     if name == BUILTIN_ENGINE:
         return {"configured": name, "found": True, **assess(None, version).as_dict()}
     engine, source = load_engine(name)
+    handoff = handoff_enabled(home)
     if engine is None:
         support = assess(None, version, name=BUILTIN_ENGINE).as_dict()
         return {"configured": name, "found": False,
                 "detail": f"{source}; Hermes falls back to its built-in compressor", **support}
-    return {"configured": name, "found": True, "source": source, **assess(engine, version, name=name).as_dict()}
+    return {"configured": name, "found": True, "source": source,
+            **assess(engine, version, name=name, handoff=handoff).as_dict()}
 
 
 def report_for_home(home: Path, timeout: float = 60.0) -> dict[str, Any]:

@@ -55,6 +55,14 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "_MERGED_SUMMARY_DELIMITER",
     ),
     "ContextCompressor attributes": ("_last_summary_error", "_last_compress_aborted", "on_session_start"),
+    # Any context engine, through the interface (engine_support decides what can be wrapped).
+    "ContextEngine interface": ("name", "compress", "on_session_start", "on_session_end"),
+    "context engine selection (engine_support, selftest)": (
+        "config.yaml context.engine", "agent.context_engine.ContextEngine",
+        "agent.context_compressor.ContextCompressor",
+        "plugins.context_engine.load_context_engine", "hermes_cli.plugins.discover_plugins",
+        "hermes_cli.plugins.get_plugin_context_engine",
+    ),
     "SessionDB methods": (
         "db_path", "replace_messages", "update_system_prompt", "get_messages", "get_messages_as_conversation",
         "append_message", "get_session", "create_session", "delete_session", "end_session", "get_session_title",

@@ -145,3 +145,12 @@ def test_the_builtin_engine_is_one_line() -> None:
     es.print_report({"configured": "compressor", "found": True, "builtin": True}, lines.append)
     assert lines == ["Context engine 'compressor' (Hermes's built-in): the live probe above checks the contract "
                      "with it"]
+
+
+def test_an_enabled_handoff_is_a_new_id_the_engine_must_carry_over(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("session_guard:\n  handoff:\n    enabled: true\n", encoding="utf-8")
+    assert es.handoff_enabled(tmp_path)
+    states = {p.key: (p.state, p.detail) for p in es.assess(OwnEngine(), handoff=True).promises}
+    assert states["engine_state"][0] == es.PARTLY and "boundary_reason='handoff'" in states["engine_state"][1]
+    assert es.assess(OwnEngine()).promises[4].state == es.HOLDS
+    assert not es.handoff_enabled(tmp_path / "none")
