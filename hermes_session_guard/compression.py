@@ -68,6 +68,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from . import engine_support
 from . import host_adapter as host
 from .audit import new_op_id
 from .generations import (
@@ -229,6 +230,8 @@ class _Operation:
         self.phase_error: str | None = None  # the first failure to write this operation's phase row
         self.phase_warned = False
         self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
+        # Content hashes of the summaries an engine of its own produced (known by position).
+        self.produced: set[str] = set()
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -398,10 +401,15 @@ class _Operation:
                     # usually the same state.db fault), that event is the one loud line.
                     self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
             span[0] = compacted_range(engine_input, engine_output)
+            # An engine of its own (not Hermes's compressor family) writes summaries in its
+            # own format: the guard knows them by position, as what the engine produced.
+            made = [] if engine_support.builtin_family(host.context_engine(agent)) \
+                else engine_support.produced_positions(engine_input, engine_output)
             decorate_summaries(
                 engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
-                header=summaries_cfg.recall_header, native_key=native_key,
+                header=summaries_cfg.recall_header, native_key=native_key, produced=made,
             )
+            self.produced = {text_hash(message_text(engine_output[i])) for i in made}
 
         previous = compressing_session()
         _active.session_id = sid
@@ -459,7 +467,9 @@ class _Operation:
 
         # The host may have copied the dicts after the engine returned them.
         marks = []
-        for i in summary_indices(compressed):
+        produced = [i for i, m in enumerate(compressed)
+                    if self.produced and isinstance(m, dict) and text_hash(message_text(m)) in self.produced]
+        for i in sorted({*summary_indices(compressed), *produced}):
             tag(compressed[i], native_key)
             marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import engine_support
 from .hostinfo import state_db_path
 from .store import message_text
 
@@ -54,6 +55,14 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
         "_MERGED_SUMMARY_DELIMITER",
     ),
     "ContextCompressor attributes": ("_last_summary_error", "_last_compress_aborted", "on_session_start"),
+    # Any context engine, through the interface (engine_support decides what can be wrapped).
+    "ContextEngine interface": ("name", "compress", "on_session_start", "on_session_end"),
+    "context engine selection (engine_support, selftest)": (
+        "config.yaml context.engine", "agent.context_engine.ContextEngine",
+        "agent.context_compressor.ContextCompressor",
+        "plugins.context_engine.load_context_engine", "hermes_cli.plugins.discover_plugins",
+        "hermes_cli.plugins.get_plugin_context_engine",
+    ),
     "SessionDB methods": (
         "db_path", "replace_messages", "update_system_prompt", "get_messages", "get_messages_as_conversation",
         "append_message", "get_session", "create_session", "delete_session", "end_session", "get_session_title",
@@ -304,7 +313,7 @@ def _make_engine_shim(cls: type) -> Any:
         verdict: EngineVerdict | None = getattr(_engine_op, "verdict", None)
         if verdict is None:
             return out
-        failure = _engine_failure(self, messages, out)
+        failure = _engine_failure(self, messages, out) or engine_support.empty_summary(self, messages, out)
         if failure:
             # A failed summary must not replace real turns with a fallback marker:
             # hand the host its input back, which every release treats as "no progress".
@@ -319,6 +328,7 @@ def _make_engine_shim(cls: type) -> Any:
         return out
 
     compress.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    compress.__session_guard_shim__ = True  # type: ignore[attr-defined]
     compress.__name__ = "compress"
     compress.__qualname__ = f"{cls.__qualname__}.compress"
     return compress
@@ -329,7 +339,11 @@ def shim_engine(agent: Any) -> None:
     ``compress`` that reports summary failures to the guard. Bound with
     ``MethodType`` so hosts that deep-copy the engine per agent rebind it."""
     engine = getattr(agent, "context_compressor", None)
-    if engine is None or "compress" in vars(engine) or not callable(getattr(type(engine), "compress", None)):
+    if engine is None or getattr(getattr(engine, "__dict__", {}).get("compress"), "__session_guard_shim__", False):
+        return
+    refused = engine_support.compress_shape(engine)
+    if refused:  # an engine of another shape: not wrapped, and said so (selftest lists what does not hold)
+        engine_support.refuse_shim(engine, refused)
         return
     engine.compress = types.MethodType(_make_engine_shim(type(engine)), engine)
     _shimmed_engines.add(engine)
@@ -353,6 +367,11 @@ def watching_engine(
         yield verdict
     finally:
         _engine_op.verdict = previous
+
+
+def context_engine(agent: Any) -> Any:
+    """The agent's active context engine (the built-in compressor or a plugin's)."""
+    return getattr(agent, "context_compressor", None)
 
 
 def commit_memory(agent: Any, messages: list[Any]) -> None:

@@ -214,12 +214,15 @@ def decorate_summaries(
     snapshot_id: str,
     header: bool,
     native_key: str | None,
+    produced: list[int] | None = None,
 ) -> list[int]:
     """Tag every summary in ``after`` and give the new ones the recall header.
-    Returns the indices of the new summaries."""
+    ``produced``: positions of summaries known from the compaction itself (an engine's
+    own format, without Hermes's prefix); they are tagged too (no header: there is
+    no prefix line to put it after). Returns the indices of the new summaries."""
     fresh = new_summary_indices(before, after)
     span = compacted_range(before, after)
-    for i in summary_indices(after):
+    for i in sorted({*summary_indices(after), *(produced or ())}):
         tag(after[i], native_key)
     if header and span is not None:
         line = recall_header(session_id, span[0], span[1], snapshot_id)

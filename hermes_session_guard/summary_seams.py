@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from . import host_adapter as host
@@ -69,12 +70,16 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             if not isinstance(result, list):
                 return result
             found = [m for m in result if isinstance(m, dict) and is_summary_text(message_text(m))]
-            if not found:
-                return result
             sid = _arg(args, kwargs, 0, "session_id")
             path = getattr(instance, "db_path", None)
             if not sid or not path:
                 return result
+            if not found:
+                # Summaries in a context engine's own format carry no prefix: the hashes
+                # recorded when the compaction produced them identify them.
+                if not runtime.has_snapshots(str(sid), Path(path)):
+                    return result
+                found = [m for m in result if isinstance(m, dict)]
             hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
             for message in found:
                 text = message_text(message)

@@ -34,7 +34,10 @@ def display_messages(messages: list[Any], mode: str) -> list[Any]:
         if mode == TAGGED:
             out.append({**message, SUMMARY_TAG: True})
             continue
-        rest = original_part(message_text(message))
+        text = message_text(message)
+        # A summary in an engine's own format (tagged from what the compaction produced)
+        # is the whole message; only a Hermes summary can be merged into a turn.
+        rest = original_part(text) if is_summary_text(text) else ""
         if rest:
             clean = {k: v for k, v in message.items() if k != SUMMARY_TAG and not k.startswith("_compressed")}
             clean["content"] = rest

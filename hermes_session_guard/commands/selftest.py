@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import engine_support
 from ..hostinfo import hermes_home, install_path, installed_version
 from ..plugin_config import PluginConfigError, guard_enabled
 from ..state_inspection import HomeError, check
@@ -66,6 +67,23 @@ def user_home() -> tuple[Path | None, dict[str, Any]]:
                           "state_db": checked.has_db, "guard_enabled": enabled, "detail": where}
 
 
+def context_engine_report(home: Any, probe: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Which promises hold with the context engine the home's config.yaml selects
+    (the live probe always runs Hermes's built-in compressor)."""
+    patched = any(s.get("name") == "compression" and s.get("state") == "patched" for s in probe.get("seams", []))
+    try:
+        found = engine_support.report_for_home(home, timeout)
+    except Exception as exc:
+        return {"configured": "?", "found": False, "error": f"{type(exc).__name__}: {exc}"}
+    if found.get("configured") == engine_support.BUILTIN_ENGINE and found.get("found"):
+        return {"configured": engine_support.BUILTIN_ENGINE, "found": True, "builtin": True}
+    if not patched and not found.get("error"):
+        for promise in found.get("promises", []):
+            promise.update(state=engine_support.NOT_HELD, detail="the compression seam is not patched")
+        found["all_hold"] = False
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         home, home_report = user_home()
@@ -88,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         elif not protected:
             report["error"] = (f"this home is NOT protected: the guard is not enabled in {home} "
                                f"({home_report['detail']})")
+        if home is not None:
+            report["context_engine"] = context_engine_report(home, probe, args.timeout)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -111,12 +131,18 @@ def run(args: argparse.Namespace) -> int:
             state = c.get("state") or ("pass" if c["ok"] else "fail")
             detail = f"  ({c['detail']})" if c["detail"] and state != "pass" else ""
             print(f"  [{state.upper()}] {c['name']}{detail}")
+        if report.get("context_engine"):
+            engine_support.print_report(report["context_engine"])
         if report.get("error"):
             print(f"error: {report['error']}")
             if probe.get("traceback"):
                 print(probe["traceback"])
             if probe.get("stderr"):
                 print(probe["stderr"])
+        engine = report.get("context_engine") or {}
+        partial = [p["key"] for p in engine.get("promises", []) if p.get("state") != engine_support.HOLDS]
+        note = (f" (with context engine {engine.get('configured')!r}: {len(partial)} promise(s) do not fully hold, "
+                "see above)") if partial or engine.get("error") else ""
         if report["ok"]:
             verdict = "PASSED" + (f" (this home is protected: {home})" if home is not None else
                                   " (live probe only; there is no Hermes home on this machine to protect yet)")
@@ -125,5 +151,5 @@ def run(args: argparse.Namespace) -> int:
                        "(run `hermes-session-guard enable`)")
         else:
             verdict = "FAILED"
-        print("selftest: " + verdict)
+        print("selftest: " + verdict + note)
     return 0 if report["ok"] else 1
