@@ -159,11 +159,11 @@ def load_host_rules() -> HostRules | None:
 
 
 # -- reading the config -----------------------------------------------------------------
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merge_defaults(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_defaults(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -187,7 +187,7 @@ def read_config(home: Path) -> dict[str, Any]:
     return data
 
 
-def _section(cfg: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+def config_section(cfg: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     node: Any = cfg
     for key in keys:
         node = node.get(key) if isinstance(node, Mapping) else None
@@ -265,12 +265,12 @@ def _window(rules: HostRules, providers: list[dict[str, Any]], model: str, base_
     return None, "unknown"
 
 
-def _main_model(cfg: dict[str, Any], rules: HostRules, providers: list[dict[str, Any]]) -> ModelView:
+def main_model(cfg: dict[str, Any], rules: HostRules, providers: list[dict[str, Any]]) -> ModelView:
     raw = cfg.get("model")
     if isinstance(raw, str):
         model, base_url, provider, explicit = raw, "", "", None
     else:
-        section = _section(cfg, "model")
+        section = config_section(cfg, "model")
         model = str(section.get("default") or section.get("model") or "")
         base_url, provider = str(section.get("base_url") or ""), str(section.get("provider") or "")
         explicit = section.get("context_length")
@@ -284,10 +284,10 @@ def _finding(signature: str, key: str, detail: str, fix: str) -> ConfigFinding:
 
 def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding]:
     """Every configuration finding for one config.yaml (raw, as on disk) under ``rules``."""
-    cfg = _merge(rules.defaults, raw)
+    cfg = merge_defaults(rules.defaults, raw)
     out: list[ConfigFinding] = []
-    comp = _section(cfg, "compression")
-    aux = _section(cfg, "auxiliary", "compression")
+    comp = config_section(cfg, "compression")
+    aux = config_section(cfg, "auxiliary", "compression")
     providers: list[dict[str, Any]] = []
     if rules.custom_providers is not None:
         try:
@@ -296,7 +296,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
             providers = []
     if not providers and isinstance(cfg.get("custom_providers"), list):
         providers = [p for p in cfg["custom_providers"] if isinstance(p, dict)]
-    main = _main_model(cfg, rules, providers)
+    main = main_model(cfg, rules, providers)
 
     enabled = _truthy(comp.get("enabled", True))
     if not enabled:
@@ -348,8 +348,8 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
 
     timeout = _float(aux.get("timeout"), 0.0)
     if enabled and timeout < RECOMMENDED_TIMEOUT:
-        default = _section(rules.defaults, "auxiliary", "compression").get("timeout")
-        said = "Hermes's default " if _section(raw, "auxiliary", "compression").get("timeout") is None else ""
+        default = config_section(rules.defaults, "auxiliary", "compression").get("timeout")
+        said = "Hermes's default " if config_section(raw, "auxiliary", "compression").get("timeout") is None else ""
         out.append(_finding(
             "aux_compression_timeout_low", "auxiliary.compression.timeout",
             f"auxiliary.compression.timeout is {said}{timeout:g} s (release default {default}); large compression "
@@ -387,7 +387,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
             f"hygiene threshold ({rules.hygiene_percent:.0%}): gateway sessions are compressed by hygiene before "
             "each turn instead of by the agent",
             f"set compression.threshold below {rules.hygiene_percent:g} (Hermes's default is "
-            f"{_section(rules.defaults, 'compression').get('threshold', 0.5)})",
+            f"{config_section(rules.defaults, 'compression').get('threshold', 0.5)})",
         ))
     first, last = _int(comp.get("protect_first_n")) or 0, _int(comp.get("protect_last_n")) or 0
     hard = _int(comp.get("hygiene_hard_message_limit"))
@@ -410,7 +410,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
                 f"{1 - ROOM_FRACTION:.0%} of the {threshold_tokens:,}-token threshold for new turns: every compaction "
                 "ends next to the threshold and the next turns compress again",
                 "lower compression.target_ratio (Hermes's default is "
-                f"{_section(rules.defaults, 'compression').get('target_ratio', 0.2)})",
+                f"{config_section(rules.defaults, 'compression').get('target_ratio', 0.2)})",
             ))
     return out
 
