@@ -16,6 +16,7 @@ import pytest
 
 from hermes_session_guard import audit, cli, probe
 from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.inbox import Inbox
 from hermes_session_guard.probe_gateway import start_gateway
 from hermes_session_guard.session_pressure import p95
 
@@ -117,7 +118,9 @@ def test_status_mid_compression_shows_the_buffered_message_and_a_live_holder(
             while guard.compressing.op_for(sid) is None and loop.time() < deadline:
                 await asyncio.sleep(0.01)
             await gw.send_text("follow-up while compressing")
-            await asyncio.sleep(0.2)
+            inbox = Inbox(guard.store_for(home / "state.db"))
+            while not inbox.entries() and loop.time() < deadline:  # stored by the gateway's handler task
+                await asyncio.sleep(0.02)
             seen["during"] = _status(["--json"], home, capsys)[1]
         finally:
             gate.set()
