@@ -99,7 +99,7 @@ def _log_problems(lines: list[str]) -> list[str]:
     problems = []
     named = {ln.split("session=", 1)[1] for ln in lines if "session=" in ln}
     if len(named) > 1:
-        problems.append(f"log lines of one compression name {len(named)} session ids")
+        problems.append(f"the compression log lines of one session name {len(named)} session ids")
     stale = [ln for ln in lines if ln.startswith("[") and f"session={ln[1:ln.index(']')]}" not in ln]
     if stale:
         problems.append(f"{len(stale)} log line(s) tagged with another session")
