@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import disable, doctor, enable, handoff, repair, selftest, snapshots, status
+from .commands import demo, disable, doctor, enable, handoff, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
@@ -18,9 +18,10 @@ COMMANDS: dict[str, Any] = {
     "handoff": handoff,
     "enable": enable,
     "disable": disable,
+    "demo": demo,
 }
 
-HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff, enable, disable"
+HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff, enable, disable, demo"
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:

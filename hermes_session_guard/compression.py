@@ -384,8 +384,14 @@ class _Operation:
         summaries_cfg = self.runtime.config.summaries
         native_key = self.native_summary_key
         span: list[tuple[int, int] | None] = [None]
+        arrived: list[list[Any]] = [foreign]
 
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
+                # Hermes archives every live row of the session right after its engine
+                # returns, including what other writers stored during the summary call:
+                # those are carried over after the compacted block like the ones found before.
+                arrived[0] = self.arrived_meanwhile(arrived[0])
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input \
                     and self.written_ahead is None:
                 # Write-ahead: the host archives the old rows and writes the compacted ones
@@ -430,7 +436,8 @@ class _Operation:
             _active.session_id = previous
 
         try:
-            return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0], foreign)
+            return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
+                               arrived[0])
         except Exception as exc:
             return self.guard_failed_after_host(exc, compressed, system_prompt)
 
@@ -474,6 +481,8 @@ class _Operation:
             marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
+        if strategy == DETACH_DB:
+            foreign = self.arrived_meanwhile(foreign)
         try:
             if self.written_ahead is None:  # 0.14, a deferred write-ahead, or an engine the shim did not reach
                 self.write_snapshot(snapshot_id, created_at)
@@ -531,6 +540,23 @@ class _Operation:
                     carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
         self.done = (snapshot_id, final)
         return final, system_prompt
+
+    def arrived_meanwhile(self, foreign: list[Any]) -> list[Any]:
+        """Other writers of the session may store messages while the summary runs
+        (another agent finishing a turn, another process storing a platform message).
+        The live transcript is read again right before the compacted one replaces it
+        (detached hosts, 0.13-0.17: before the guard persists; in place, 0.18.2+: when
+        the engine returns, before Hermes archives), so whatever arrived during the
+        summary call stays live after the compacted block, in order. On a failed read
+        the messages found before the summary call are kept as they were."""
+        if host.session_db(self.agent) is None:
+            return foreign
+        try:
+            return foreign_messages(Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid)))
+        except Exception as exc:
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
+                               stage="before persisting the compaction")
+            return foreign
 
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""

@@ -96,10 +96,59 @@ def available() -> bool:
     return runtime is not None and runtime.config.recall.enabled
 
 
-def lineage(db_path: Path, session_id: str) -> list[str]:
-    """The conversation: this session and the sessions it continues after a host
-    compression that rotated the id (never siblings, branches or children)."""
-    return [session_id, *host.compression_ancestors(db_path, session_id)]
+MAX_LINEAGE = 64
+
+
+def handoff_parent(store: Any, session_id: str) -> str | None:
+    """The session a ``fresh_session`` hand-off forked ``session_id`` from, as the
+    guard's own hand-off record names it (the lineage its packet names); None otherwise."""
+    for record in store.handoffs(session_id=session_id):
+        if record.child_session_id == session_id and record.status == "done" and record.parent_session_id:
+            return str(record.parent_session_id)
+    return None
+
+
+def lineage(db_path: Path, session_id: str, store: Any = None) -> list[str]:
+    """The conversation: this session, the sessions it continues after a host
+    compression that rotated the id, and (given the guard's store) the sessions a
+    ``fresh_session`` hand-off forked it from, with theirs in turn. Only upwards:
+    never siblings, branches, children or any session no record links it to."""
+    members = [session_id, *host.compression_ancestors(db_path, session_id)]
+    if store is None:
+        return members
+    i = 0
+    while i < len(members) and len(members) < MAX_LINEAGE:
+        try:
+            parent = handoff_parent(store, members[i])
+        except Exception as exc:  # the conversation's own history still answers
+            log.warning("session guard: reading hand-off records for recall failed: %s", exc)
+            return members
+        if parent is not None and parent not in members:
+            members += [parent, *(a for a in host.compression_ancestors(db_path, parent) if a not in members)]
+        i += 1
+    return members[:MAX_LINEAGE]
+
+
+def has_compacted_history(runtime: Any, session_id: str, db_path: Path) -> bool:
+    """This session has snapshots, or a session of its lineage has (a hand-off child
+    reaches its parent's). A positive answer is cached like a snapshot of its own."""
+    if runtime.has_snapshots(session_id, db_path):
+        return True
+    path = Path(db_path)
+    if not session_id or not path.exists():
+        return False
+    try:
+        store = runtime.store_for(path)
+        if handoff_parent(store, session_id) is None:
+            return False
+        members = lineage(path, session_id, store)
+    except Exception as exc:
+        log.warning("session guard: reading the hand-off lineage of %s failed: %s", session_id, exc)
+        return False
+    if any(runtime.has_snapshots(member, path) for member in members[1:]):
+        runtime.note_snapshot(session_id, path)
+        return True
+    return False
 
 
 def refresh_archived(store: Any, db_path: Path, session_id: str, members: list[str]) -> None:
@@ -123,7 +172,7 @@ def recall(args: Any, session_id: str) -> str:
     if not db_path.exists():
         return json.dumps({"error": "this conversation has no stored history"})
     store = runtime.store_for(db_path)
-    members = lineage(db_path, session_id)
+    members = lineage(db_path, session_id, store)
     try:
         # Compressions leave their snapshots unindexed (indexing is the costly part of a
         # snapshot write); every snapshot of the file enters here, so the index statistics
@@ -179,5 +228,5 @@ def offered(runtime: Any, agent: Any) -> bool:
     return (
         RECALL_TOOL in host.tool_names(agent)
         and runtime.config.recall.enabled
-        and runtime.has_snapshots(sid, host.db_path(agent))
+        and has_compacted_history(runtime, sid, host.db_path(agent))
     )

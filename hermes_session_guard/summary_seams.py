@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import host_adapter as host
-from .recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, offered
+from .recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, has_compacted_history, offered
 from .runtime import Runtime
 from .store import message_text, text_hash
 from .summaries import header_snapshot_ids, is_summary_text, strip_recall_header, tag
@@ -150,7 +150,7 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             if (
                 isinstance(prompt, str) and SYSTEM_RULE not in prompt
                 and RECALL_TOOL in host.tool_names(instance) and runtime.config.recall.enabled
-                and (compressing_session() == sid or runtime.has_snapshots(sid, host.db_path(instance)))
+                and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(instance)))
             ):
                 return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
         except Exception as exc:

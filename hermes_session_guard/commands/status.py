@@ -1,61 +1,91 @@
-"""``status``: live locks, buffered messages, compressions and snapshots per session (read-only)."""
+"""``status``: per session, how close it is to compressing and how its compressions
+went (pressure against the agent and hygiene thresholds, done/failed/skipped with
+causes, last and p95 duration, snapshots and their size, buffered messages, lock
+holder alive or dead), most pressed first; plus the compression locks (read-only)."""
 
 from __future__ import annotations
 
 import argparse
-from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
-from .. import audit
+from ..session_pressure import build_sessions
 from ..state_inspection import HomeError, HomeState, load_home_state
 from .output import emit_json, fail
 
-HELP = "Show live compression locks, buffered messages, compressions and snapshots per session"
-OUTCOMES = ("done", "skipped", "failed")
+HELP = "Per session: pressure against the compression thresholds, compressions, durations, snapshots, locks"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--session", metavar="ID", help="only this session")
 
 
-def compressions_per_session(state: HomeState) -> dict[str, Counter[str]]:
-    """Outcomes of the guard's compressions, from its audit log."""
-    path = Path(state.config.audit.path)
-    path = path if path.is_absolute() else state.home / path
-    out: dict[str, Counter[str]] = defaultdict(Counter)
-    for event in audit.read_events(path):
-        name = str(event.get("event", ""))
-        if name.startswith("compression.") and name.split(".", 1)[1] in OUTCOMES and event.get("session_id"):
-            out[str(event["session_id"])][name.split(".", 1)[1]] += 1
-    return out
-
-
-def build_status(state: HomeState) -> dict[str, Any]:
+def build_status(state: HomeState, session_id: str | None = None) -> dict[str, Any]:
     locks = [{
         "kind": lk.kind, "table": lk.table, "session_id": lk.session_id, "holder": lk.holder,
         "age_seconds": round(state.now - lk.acquired_at, 1) if lk.acquired_at else None,
         "expires_in_seconds": round(lk.expires_at - state.now, 1) if lk.expires_at else None,
         "expired": lk.expired(state.now),
-    } for lk in state.locks]
-    comp = compressions_per_session(state)
-    ids = sorted(set(comp) | set(state.snapshots) | set(state.buffered) | {lk.session_id for lk in state.locks})
-    sessions = []
-    for sid in ids:
-        info = state.sessions.get(sid)
-        sessions.append({
-            "session_id": sid,
-            "exists": info is not None,
-            "ended": bool(info and info.ended),
-            "end_reason": info.end_reason if info else None,
-            "live_messages": info.live_rows if info else 0,
-            "compressions": {k: comp.get(sid, Counter()).get(k, 0) for k in OUTCOMES},
-            "snapshots": state.snapshots.get(sid, 0),
-            "buffered": state.buffered.get(sid, 0),
-        })
+    } for lk in state.locks if session_id is None or lk.session_id == session_id]
+    thresholds, sessions = build_sessions(state, None if session_id is None else [session_id])
     return {"ok": True, "home": str(state.home), "state_db": str(state.db_path), "state_db_exists": state.has_db,
             "lock_tables": state.lock_tables,
-            "buffer_tables": state.buffer_tables, "locks": locks, "sessions": sessions}
+            "buffer_tables": state.buffer_tables, "thresholds": thresholds.as_dict(), "locks": locks,
+            "sessions": sessions}
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.1f}s" if value >= 1000 else f"{value:.0f}ms"
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n}B"
+    size = n / 1024
+    for unit in ("KB", "MB"):
+        if size < 1024:
+            return f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.1f}GB"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def print_thresholds(t: dict[str, Any]) -> None:
+    if t.get("agent_tokens"):
+        print(f"Thresholds (Hermes {t['hermes_version']}, {t['model']}, window {t['context_length']:,} tokens from "
+              f"{t['context_source']}): agent {t['agent_tokens']:,} tokens ({t['agent_percent']:.0%}), gateway "
+              f"hygiene {t['hygiene_tokens']:,} ({t['hygiene_percent']:.0%})")
+    else:
+        print(f"Thresholds: main model window unknown ({t.get('context_source')}); set model.context_length "
+              "to see pressure in percent")
+
+
+def print_session(s: dict[str, Any]) -> None:
+    c, h = s["compressions"], s["compression_history"]
+    where = "" if s["exists"] else "  (no session row)"
+    ended = f"  ended: {s['end_reason']}" if s["ended"] else ""
+    print(f"  {s['session_id']}  compressions={c['done']}/{c['skipped']}/{c['failed']}  "
+          f"snapshots={s['snapshots']}  buffered={s['buffered']}  live_messages={s['live_messages']}"
+          f"{ended}{where}")
+    print(f"      pressure: ~{s['estimated_tokens']:,} tokens = {_pct(s['agent_threshold_percent'])} of the agent "
+          f"threshold, {_pct(s['hygiene_threshold_percent'])} of hygiene")
+    adopted = f", {h['adopted']} adopted" if h.get("adopted") else ""
+    print(f"      compressions: {c['done']} done, {c['failed']} failed, {c['skipped']} skipped{adopted}; "
+          f"duration last {_ms(h['last_duration_ms'])}, p95 {_ms(h['p95_duration_ms'])}")
+    for outcome, causes in h["causes"].items():
+        for cause, n in causes.items():
+            print(f"      {outcome} x{n}: {cause}")
+    if s["snapshots"]:
+        print(f"      snapshots: {s['snapshots']} holding {s['snapshot_messages']} messages, "
+              f"{_size(s['snapshot_bytes'])}")
+    for lk in s["lock_holders"]:
+        state = "EXPIRED" if lk["expired"] else f"expires in {lk['expires_in_seconds']:.0f}s"
+        print(f"      lock ({lk['kind']}): holder {lk['holder']} {lk['liveness'].upper()}, {state}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +93,11 @@ def run(args: argparse.Namespace) -> int:
         state = load_home_state()
     except HomeError as exc:
         return fail(str(exc), args.json)
-    report = build_status(state)
+    session_id = getattr(args, "session", None)
+    if session_id and session_id not in state.sessions and session_id not in state.snapshots \
+            and session_id not in state.buffered and not any(lk.session_id == session_id for lk in state.locks):
+        return fail(f"no session {session_id} in {state.db_path}", args.json)
+    report = build_status(state, session_id)
     if args.json:
         emit_json(report)
         return 0
@@ -72,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"state.db {state.db_path}: no Hermes sessions yet (Hermes has not stored one in this home)")
         print("status: nothing yet: no locks, no buffered messages, no compressions, no snapshots")
         return 0
+    print_thresholds(report["thresholds"])
     print(f"Compression locks ({', '.join(state.lock_tables) or 'no lock table in this state.db'}):")
     if not report["locks"]:
         print("  none held")
@@ -80,14 +115,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {lk['session_id']}  {lk['kind']}  holder={lk['holder']}  age={lk['age_seconds']}s  {state_text}")
     if not state.buffer_tables:
         print("Buffered messages: no buffer table in this state.db")
-    print("Sessions (compressions done/skipped/failed from the audit log, snapshots, buffered):")
+    print("Sessions, most pressed first (compressions done/skipped/failed from the audit log, snapshots, buffered):")
     if not report["sessions"]:
         print("  none yet")
     for s in report["sessions"]:
-        c = s["compressions"]
-        where = "" if s["exists"] else "  (no session row)"
-        ended = f"  ended: {s['end_reason']}" if s["ended"] else ""
-        print(f"  {s['session_id']}  compressions={c['done']}/{c['skipped']}/{c['failed']}  "
-              f"snapshots={s['snapshots']}  buffered={s['buffered']}  live_messages={s['live_messages']}"
-              f"{ended}{where}")
+        print_session(s)
     return 0
