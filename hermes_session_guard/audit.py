@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import sys
 import threading
 import uuid
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from .file_modes import PRIVATE_FILE, chmod_quietly, open_private_append
 
 
 def _import_structlog() -> Any:
@@ -52,12 +55,14 @@ class JsonlSink:
 
     Each write opens the file in append mode, so several processes sharing a
     ``HERMES_HOME`` interleave whole lines rather than clobbering each other.
+    The file is created ``0600`` (a ``logs/`` directory the guard creates ``0700``).
     """
 
     def __init__(self, path: Path | Callable[[], Path]) -> None:
         self._path = path
         self._lock = threading.Lock()
         self._lost = 0  # events not written since the last write that worked
+        self._tightened: set[Path] = set()
 
     @property
     def path(self) -> Path:
@@ -68,13 +73,12 @@ class JsonlSink:
         with self._lock:
             path = self.path
             try:
-                try:
-                    fh = open(path, "a", encoding="utf-8")
-                except FileNotFoundError:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    fh = open(path, "a", encoding="utf-8")
-                with fh:
-                    fh.write(line)
+                fd = open_private_append(path)
+                with os.fdopen(fd, "ab") as fh:
+                    fh.write(line.encode("utf-8"))
+                if path not in self._tightened:  # a log written by an older version may be 0644
+                    self._tightened.add(path)
+                    chmod_quietly(path, PRIVATE_FILE)
             except OSError as exc:  # a full disk must not take the host down
                 # Said once per outage (the events still reach the stdlib logger), not once per event.
                 if not self._lost:

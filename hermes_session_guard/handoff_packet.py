@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import relative_path_problem
+from .file_modes import make_private_dirs
 from .redaction import redact
 from .store import message_text
 from .summaries import is_summary_text, summary_body, text_without_summary
@@ -289,32 +290,49 @@ def _inside(path: Path, base: Path) -> bool:
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
-def packet_filename(session_id: str, created_at: float) -> str:
-    stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%SZ")
+def packet_filename(session_id: str, created_at: float, n: int = 1) -> str:
+    """``<session>.handoff.<UTC timestamp to the microsecond>.md``; like snapshot ids,
+    a numeric suffix (``-2``, ``-3`` ...) keeps names unique when runs share a timestamp."""
+    stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     safe = _UNSAFE.sub("_", session_id).strip("._") or "session"
-    return f"{safe[:80]}.handoff.{stamp}.md"
+    return f"{safe[:80]}.handoff.{stamp}{'' if n <= 1 else f'-{n}'}.md"
+
+
+MAX_NAME_ATTEMPTS = 10_000
+_EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
+    """Create the first free packet name exclusively (``O_CREAT | O_EXCL``, mode 0600)
+    and return it. Anything already at a name (a packet of a concurrent run, a file,
+    a dangling symlink) makes it try the next suffix; a symlink is never followed."""
+    for n in range(1, MAX_NAME_ATTEMPTS + 1):
+        candidate = directory / packet_filename(session_id, created_at, n)
+        try:
+            fd = os.open(candidate, _EXCL_FLAGS, 0o600)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return candidate
+    raise FileExistsError(f"no free hand-off packet name for {session_id} in {directory}")
 
 
 def write_packet(home: Path, configured_dir: str, session_id: str, text: str, created_at: float) -> Path:
-    """Write ``text`` atomically (sibling temp file, fsync, ``os.replace``) with mode
-    0600 and return the final path. On Windows ``chmod`` only toggles read-only;
-    the file then inherits the directory's ACL (``HERMES_HOME`` is the user's)."""
+    """Claim a unique name (:func:`_claim_name`), then write ``text`` atomically
+    over it (sibling temp file, fsync, ``os.replace``) with mode 0600 and return
+    the final path; concurrent runs never overwrite each other's packet. Directories
+    created on the way are 0700. On Windows ``chmod`` only toggles read-only; the
+    file then inherits the directory's ACL (``HERMES_HOME`` is the user's)."""
     base = Path(home).resolve()
     directory = artifact_dir(base, configured_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    _best_effort_chmod(directory, 0o700)
+    make_private_dirs(directory)
     directory = directory.resolve()
     if not _inside(directory, base):
         raise PathEscapeError(f"{directory} is outside {base}")
-    final = directory / packet_filename(session_id, created_at)
-    if final.exists():
-        final = directory / (final.stem + f"-{secrets.token_hex(3)}" + final.suffix)
-    if final.is_symlink() or not _inside(final.parent.resolve(), base):
-        raise PathEscapeError(f"{final} would leave {base}")
+    final = _claim_name(directory, session_id, created_at)
     tmp = directory / f".{final.name}.{secrets.token_hex(4)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, 0o600)
     try:
+        fd = os.open(tmp, _EXCL_FLAGS, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(text.encode("utf-8"))
             fh.flush()
@@ -322,10 +340,11 @@ def write_packet(home: Path, configured_dir: str, session_id: str, text: str, cr
         _best_effort_chmod(tmp, 0o600)
         os.replace(tmp, final)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for leftover in (tmp, final):  # the claimed name is released again
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
         raise
     _best_effort_chmod(final, 0o600)
     return final
