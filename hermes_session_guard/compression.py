@@ -85,7 +85,14 @@ from .hooks import get_plugin_manager
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from .store import message_text, text_hash
-from .summaries import compacted_range, decorate_summaries, is_summary_text, summary_indices, tag
+from .summaries import (
+    compacted_range,
+    decorate_summaries,
+    is_summary_text,
+    remember_summary,
+    summary_indices,
+    tag,
+)
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -458,9 +465,12 @@ class _Operation:
             self.audit.warning("lock.lost", reason=reason)
 
         # The host may have copied the dicts after the engine returned them.
+        # The summaries are what the compressor wrote (or what was tagged already), not
+        # a kept message that merely quotes the prefix.
         marks = []
-        for i in summary_indices(compressed):
+        for i in summary_indices(compressed, self.before):
             tag(compressed[i], native_key)
+            remember_summary(message_text(compressed[i]))
             marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed

@@ -20,7 +20,7 @@ from .config import relative_path_problem
 from .file_modes import make_private_dirs
 from .redaction import redact
 from .store import message_text
-from .summaries import is_summary_text, summary_body, text_without_summary
+from .summaries import is_summary_message, summary_body, text_without_summary
 
 PACKET_HEADING = "# Session hand-off packet"
 # The first line of the message that seeds a child session (recognised when a
@@ -80,7 +80,7 @@ def _is_seed_text(text: str) -> bool:
 def latest_summary(messages: list[Any]) -> str | None:
     for m in reversed(messages):
         text = message_text(m) if isinstance(m, dict) else None
-        if text and is_summary_text(text):
+        if text and is_summary_message(m):
             return summary_body(text) or None
         if text and _is_seed_text(text):
             # a child seeded by an earlier packet: its summary section is the latest summary
@@ -99,6 +99,8 @@ def user_request_text(message: Any) -> str | None:
     text = message_text(message) or ""
     if _is_todo_text(text) or _is_seed_text(text):
         return None
+    if not is_summary_message(message):
+        return text.strip() or None  # the person's words, even when they quote the summary prefix
     return text_without_summary(text).strip() or None
 
 
@@ -157,7 +159,7 @@ def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "assistant" and (message_text(m) or "").strip():
             text = message_text(m) or ""
-            if is_summary_text(text):
+            if is_summary_message(m):
                 break
             for sentence in re.findall(r"[^.!?\n]*\?", text):
                 sentence = sentence.strip()
