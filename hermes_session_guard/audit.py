@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .file_modes import PRIVATE_FILE, chmod_quietly, open_private_append
+from .redaction import redact_guard_patterns
 
 
 def _import_structlog() -> Any:
@@ -107,6 +108,7 @@ class _SinkLogger:
 
     def msg(self, event_dict: dict[str, Any]) -> None:  # called for every level
         level = event_dict.pop("_level", "info")
+        event_dict = scrubbed(event_dict)
         if self._sink is not None:
             self._sink.write(event_dict)
         event = str(event_dict.get("event", ""))
@@ -121,6 +123,26 @@ class _SinkLogger:
             stdlib_logger.log(pylevel, "session guard %s: %s", event, extras)
 
     info = warning = error = debug = critical = msg
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_guard_patterns(value)
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Events carry ids, counts, lengths, hashes and reasons, never user text; as a
+    last net every string value (an exception message quoting a value, a path) goes
+    through the guard's secret rules before it is written or logged."""
+    try:
+        return {k: v if k in ("event", "ts") else _scrub(v) for k, v in event_dict.items()}
+    except Exception:  # never lose the event over the net
+        return event_dict
 
 
 def _level_to_key(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:

@@ -11,14 +11,14 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .config import relative_path_problem
 from .file_modes import make_private_dirs
-from .redaction import redact
+from .redaction import redact, redact_guard_patterns
 from .store import message_text
 from .summaries import is_summary_message, summary_body, text_without_summary
 
@@ -164,8 +164,7 @@ def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
             for sentence in re.findall(r"[^.!?\n]*\?", text):
                 sentence = sentence.strip()
                 if len(sentence) > 3:
-                    found.append(sentence if len(sentence) <= MAX_QUESTION_CHARS
-                                 else "…" + sentence[-MAX_QUESTION_CHARS:].lstrip())
+                    found.append(sentence)  # clipped when rendered, after redaction
             break
     out: list[str] = []
     for item in found:
@@ -180,6 +179,12 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _clip_head(text: str, limit: int) -> str:
+    """The end of ``text`` (a question's end is its point)."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:].lstrip()
+
+
 def _quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
 
@@ -189,7 +194,24 @@ def _ts(ts: float) -> str:
 
 
 def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | None = None) -> str:
-    """The packet as Markdown, redacted (guard patterns, then the host's redaction)."""
+    """The packet as Markdown, redacted: every piece of conversation text (title, note,
+    request, todos, summary, questions) goes through :func:`redaction.redact` before it
+    is clipped, so a secret cut in half by a length limit is never left half-visible;
+    the whole packet then gets the guard's rules and the host's redaction once more."""
+
+    def clean(text: str) -> str:
+        return redact(text, host_redactor)
+
+    inputs = replace(
+        inputs,
+        title=clean(inputs.title) if inputs.title else inputs.title,
+        working_dir=clean(inputs.working_dir) if inputs.working_dir else inputs.working_dir,
+        note=clean(inputs.note) if inputs.note else inputs.note,
+        last_user_request=clean(inputs.last_user_request) if inputs.last_user_request else inputs.last_user_request,
+        summary=clean(inputs.summary) if inputs.summary else inputs.summary,
+        open_questions=[_clip_head(clean(q), MAX_QUESTION_CHARS) for q in inputs.open_questions],
+        todos=[{**item, "content": clean(str(item.get("content", "")))} for item in inputs.todos],
+    )
     sid = inputs.session_id
     lines = [PACKET_HEADING, ""]
     lines.append(f"- Session: `{sid}`")
@@ -242,7 +264,13 @@ def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | No
     if len(lineage) > 1:
         lines.append("Earlier sessions of this line: " + ", ".join(f"`{s}`" for s in lineage[:-1])
                      + " (`hermes-session-guard snapshots SESSION_ID`).")
-    return redact("\n".join(lines).rstrip() + "\n", host_redactor)
+    text = redact_guard_patterns("\n".join(lines).rstrip() + "\n")
+    if host_redactor is not None:
+        try:
+            text = host_redactor(text)
+        except Exception:
+            pass
+    return text
 
 
 _HEADING = re.compile(r"^(#{1,6})\s", re.M)
