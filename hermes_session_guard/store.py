@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .file_modes import make_private_dirs
+from .file_modes import create_private, make_private_dirs
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -389,6 +389,11 @@ class GuardStore:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
             make_private_dirs(self.db_path.parent)
+            if not self.db_path.exists():  # a state.db the guard creates is 0600 (its -wal/-shm follow)
+                try:
+                    create_private(self.db_path)
+                except OSError:
+                    pass  # created meanwhile, or not creatable: SQLite says which below
             conn = sqlite3.connect(
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )
