@@ -237,6 +237,12 @@ def _structured_block(text: str) -> bool:
     return _structured_start(text, host.merged_summary_markers()[1]) is not None
 
 
+def has_summary_block(text: str | None) -> bool:
+    """``text`` carries the prefix where the host puts a summary (its start, or right
+    after the 0.19 merge delimiter), not only quoted somewhere inside."""
+    return bool(text) and is_summary_text(text) and _structured_block(text or "")
+
+
 def original_part(text: str | None) -> str:
     """The conversation text of a message known to be a summary, with the summary
     block removed (empty for a standalone summary; the real user text of a merged

@@ -175,3 +175,12 @@ def test_the_recall_line_goes_after_the_hosts_prefix_not_after_a_quote() -> None
     line = s.recall_header("S1", 4, 17, "S1.snapshot.X")
     text = s.with_recall_header(merged_019(f"quoting `{PREFIX}` here"), line)
     assert text.split(DELIM, 1)[1].lstrip().splitlines()[1] == line
+
+
+def test_recall_indexes_a_quoting_message_whole() -> None:
+    from hermes_session_guard.recall import recall_text
+
+    for text in QUOTING[:1] + QUOTING[2:3]:
+        assert recall_text({"role": "user", "content": text}) == text
+    assert recall_text({"role": "user", "content": merged_014("what next?")}) == "what next?"
+    assert recall_text({"role": "assistant", "content": standalone()}) is None
