@@ -88,7 +88,7 @@ from .store import message_text, text_hash
 from .summaries import (
     compacted_range,
     decorate_summaries,
-    is_summary_text,
+    has_summary_block,
     remember_summary,
     summary_indices,
     tag,
@@ -503,7 +503,7 @@ class _Operation:
         # Turns that other agents of the session persisted meanwhile stay after the
         # compacted block in state.db (in arrival order), but in the list this agent
         # continues with they go before its own turn in progress, which it is answering.
-        ongoing = turn_in_progress(block, is_summary_text) if len(final) > len(block) else 0
+        ongoing = turn_in_progress(block, has_summary_block) if len(final) > len(block) else 0
         if ongoing:
             final = [*block[:-ongoing], *final[len(block):], *block[-ongoing:]]
             host.rebase_flush(agent, sid, final, self.flush_cursor)
@@ -580,7 +580,7 @@ class _Operation:
             return [], None
         try:
             mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
-            standing = assess(mine, live, self.store.generation(self.sid), is_summary_text)
+            standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
         except Exception as exc:
             # Compress as before, under the lock, without the generation check.
@@ -608,7 +608,7 @@ class _Operation:
                 "warning", generation=standing.generation, basis=standing.basis,
             )
         adopted = [*live.messages, *new]
-        ongoing = turn_in_progress(mine.messages, is_summary_text)
+        ongoing = turn_in_progress(mine.messages, has_summary_block)
         if ongoing:  # its own turn in progress ends the list, after what others persisted meanwhile
             adopted = turn_last(adopted, [*live.keys, *keys_of(new)], mine.keys[-ongoing:])
         try:

@@ -184,3 +184,12 @@ def test_recall_indexes_a_quoting_message_whole() -> None:
         assert recall_text({"role": "user", "content": text}) == text
     assert recall_text({"role": "user", "content": merged_014("what next?")}) == "what next?"
     assert recall_text({"role": "assistant", "content": standalone()}) is None
+
+
+def test_a_turn_in_progress_that_quotes_the_prefix_is_still_the_turn() -> None:
+    from hermes_session_guard.generations import turn_in_progress
+
+    quoting = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": QUOTING[0]}]
+    assert turn_in_progress(quoting, s.has_summary_block) == 1
+    merged = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": merged_014("what next?")}]
+    assert turn_in_progress(merged, s.has_summary_block) == 0
