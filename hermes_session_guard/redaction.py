@@ -196,9 +196,9 @@ _scanner_state: dict[str, Any] = {}
 _scanner_lock = threading.Lock()
 
 
-def _scanner() -> Callable[[str], list[str]] | None:
-    """A function returning the secret values detect-secrets finds in one line, or
-    ``None`` when it is not installed or fails to start (said once)."""
+def _scanner() -> Callable[[list[str]], list[list[str]]] | None:
+    """A function returning the secret values detect-secrets finds in each of some
+    lines, or ``None`` when it is not installed or fails to start (said once)."""
     with _scanner_lock:
         if "scan" in _scanner_state:
             return _scanner_state["scan"]  # type: ignore[no-any-return]
@@ -213,11 +213,12 @@ def _scanner() -> Callable[[str], list[str]] | None:
             )
             settings = {"plugins_used": [{"name": n} for n in names]}
 
-            def scan(line: str) -> list[str]:
-                with transient_settings(settings):
-                    return [s.secret_value for s in scan_line(line) if s.secret_value]
+            def scan(lines: list[str]) -> list[list[str]]:
+                with transient_settings(settings):  # once per text: setting the plugins up is the costly part
+                    return [[s.secret_value for s in scan_line(line) if s.secret_value] if line.strip() else []
+                            for line in lines]
 
-            scan("warm-up")
+            scan(["warm-up"])
         except Exception as exc:
             log.warning("session guard: detect-secrets is unavailable (%s: %s); hand-off packets are redacted by "
                         "the guard's rules and Hermes's redactor only. `pip install detect-secrets`.",
@@ -237,12 +238,10 @@ def redact_with_scanner(text: str) -> str:
     scan = _scanner()
     if scan is None or not text:
         return text
+    lines = text.split("\n")
+    found_per_line = scan(lines)
     out = []
-    for line in text.split("\n"):
-        try:
-            found = scan(line) if line.strip() else []
-        except Exception:
-            found = []
+    for line, found in zip(lines, found_per_line, strict=True):
         for value in sorted(set(found), key=len, reverse=True):
             if len(value) >= _MIN_SCANNED_SECRET and "[REDACTED]" not in value:
                 line = line.replace(value, MASK)
