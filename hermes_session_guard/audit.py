@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import sys
 import threading
 import uuid
@@ -22,6 +23,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from .file_modes import PRIVATE_FILE, chmod_quietly, open_private_append
+from .redaction import redact_guard_patterns
 
 
 def _import_structlog() -> Any:
@@ -52,12 +56,14 @@ class JsonlSink:
 
     Each write opens the file in append mode, so several processes sharing a
     ``HERMES_HOME`` interleave whole lines rather than clobbering each other.
+    The file is created ``0600`` (a ``logs/`` directory the guard creates ``0700``).
     """
 
     def __init__(self, path: Path | Callable[[], Path]) -> None:
         self._path = path
         self._lock = threading.Lock()
         self._lost = 0  # events not written since the last write that worked
+        self._tightened: set[Path] = set()
 
     @property
     def path(self) -> Path:
@@ -68,13 +74,12 @@ class JsonlSink:
         with self._lock:
             path = self.path
             try:
-                try:
-                    fh = open(path, "a", encoding="utf-8")
-                except FileNotFoundError:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    fh = open(path, "a", encoding="utf-8")
-                with fh:
-                    fh.write(line)
+                fd = open_private_append(path)
+                with os.fdopen(fd, "ab") as fh:
+                    fh.write(line.encode("utf-8"))
+                if path not in self._tightened:  # a log written by an older version may be 0644
+                    self._tightened.add(path)
+                    chmod_quietly(path, PRIVATE_FILE)
             except OSError as exc:  # a full disk must not take the host down
                 # Said once per outage (the events still reach the stdlib logger), not once per event.
                 if not self._lost:
@@ -103,6 +108,7 @@ class _SinkLogger:
 
     def msg(self, event_dict: dict[str, Any]) -> None:  # called for every level
         level = event_dict.pop("_level", "info")
+        event_dict = scrubbed(event_dict)
         if self._sink is not None:
             self._sink.write(event_dict)
         event = str(event_dict.get("event", ""))
@@ -117,6 +123,26 @@ class _SinkLogger:
             stdlib_logger.log(pylevel, "session guard %s: %s", event, extras)
 
     info = warning = error = debug = critical = msg
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_guard_patterns(value)
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Events carry ids, counts, lengths, hashes and reasons, never user text; as a
+    last net every string value (an exception message quoting a value, a path) goes
+    through the guard's secret rules before it is written or logged."""
+    try:
+        return {k: v if k in ("event", "ts") else _scrub(v) for k, v in event_dict.items()}
+    except Exception:  # never lose the event over the net
+        return event_dict
 
 
 def _level_to_key(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:

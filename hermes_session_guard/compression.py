@@ -86,7 +86,14 @@ from .hooks import get_plugin_manager
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from .store import message_text, text_hash
-from .summaries import compacted_range, decorate_summaries, is_summary_text, summary_indices, tag
+from .summaries import (
+    compacted_range,
+    decorate_summaries,
+    has_summary_block,
+    remember_summary,
+    summary_indices,
+    tag,
+)
 
 DETACH_DB = "detach_db"
 HOST_IN_PLACE = "host_in_place"
@@ -473,11 +480,14 @@ class _Operation:
             self.audit.warning("lock.lost", reason=reason)
 
         # The host may have copied the dicts after the engine returned them.
+        # The summaries are what the compressor wrote (or what was tagged already), not
+        # a kept message that merely quotes the prefix.
         marks = []
         produced = [i for i, m in enumerate(compressed)
                     if self.produced and isinstance(m, dict) and text_hash(message_text(m)) in self.produced]
-        for i in sorted({*summary_indices(compressed), *produced}):
+        for i in sorted({*summary_indices(compressed, self.before), *produced}):
             tag(compressed[i], native_key)
+            remember_summary(message_text(compressed[i]))
             marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
@@ -512,7 +522,7 @@ class _Operation:
         # Turns that other agents of the session persisted meanwhile stay after the
         # compacted block in state.db (in arrival order), but in the list this agent
         # continues with they go before its own turn in progress, which it is answering.
-        ongoing = turn_in_progress(block, is_summary_text) if len(final) > len(block) else 0
+        ongoing = turn_in_progress(block, has_summary_block) if len(final) > len(block) else 0
         if ongoing:
             final = [*block[:-ongoing], *final[len(block):], *block[-ongoing:]]
             host.rebase_flush(agent, sid, final, self.flush_cursor)
@@ -606,7 +616,7 @@ class _Operation:
             return [], None
         try:
             mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
-            standing = assess(mine, live, self.store.generation(self.sid), is_summary_text)
+            standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
         except Exception as exc:
             # Compress as before, under the lock, without the generation check.
@@ -634,7 +644,7 @@ class _Operation:
                 "warning", generation=standing.generation, basis=standing.basis,
             )
         adopted = [*live.messages, *new]
-        ongoing = turn_in_progress(mine.messages, is_summary_text)
+        ongoing = turn_in_progress(mine.messages, has_summary_block)
         if ongoing:  # its own turn in progress ends the list, after what others persisted meanwhile
             adopted = turn_last(adopted, [*live.keys, *keys_of(new)], mine.keys[-ongoing:])
         try:

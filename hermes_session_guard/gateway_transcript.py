@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .file_modes import PRIVATE_FILE, chmod_quietly, file_mode, write_private_text
+
 
 @dataclass(frozen=True)
 class Compaction:
@@ -84,9 +86,9 @@ class CompactionLog:
 def rewrite_jsonl(path: Path, messages: tuple[dict[str, Any], ...]) -> None:
     """Atomically replace a JSONL transcript (write a sibling, then ``os.replace``)."""
     tmp = path.with_name(path.name + ".session-guard.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for msg in messages:
-            fh.write(json.dumps(msg, ensure_ascii=False, default=str) + "\n")
+    mode = file_mode(path)  # the replacement keeps the transcript's own mode (0600 for a new one)
+    write_private_text(tmp, "".join(json.dumps(msg, ensure_ascii=False, default=str) + "\n" for msg in messages))
+    chmod_quietly(tmp, PRIVATE_FILE if mode is None else mode)
     os.replace(tmp, path)
 
 

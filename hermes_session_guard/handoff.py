@@ -50,6 +50,7 @@ from .handoff_packet import (
 )
 from .runtime import Runtime
 from .store import GuardStore
+from .summaries import tag_recorded
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -97,6 +98,10 @@ def collect_inputs(
     compressions: int | None = None,
 ) -> PacketInputs:
     row = host.session_row(db, session_id) if db is not None else None
+    # Which messages are summaries: the tags, and the marks the guard stored (a
+    # transcript read straight from state.db carries no tags).
+    hashes, snapshot_ids = store.summary_marks([session_id])
+    tag_recorded(messages, hashes, snapshot_ids, None)
     cwd = host.working_dir(row)
     branch, commit = host.git_state(cwd)
     todos = host.todo_items(agent) if agent is not None else None

@@ -11,15 +11,16 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .config import relative_path_problem
-from .redaction import redact
+from .file_modes import make_private_dirs
+from .redaction import redact, redact_guard_patterns
 from .store import message_text
-from .summaries import is_summary_text, summary_body, text_without_summary
+from .summaries import is_summary_message, summary_body, text_without_summary
 
 PACKET_HEADING = "# Session hand-off packet"
 # The first line of the message that seeds a child session (recognised when a
@@ -79,7 +80,7 @@ def _is_seed_text(text: str) -> bool:
 def latest_summary(messages: list[Any]) -> str | None:
     for m in reversed(messages):
         text = message_text(m) if isinstance(m, dict) else None
-        if text and is_summary_text(text):
+        if text and is_summary_message(m):
             return summary_body(text) or None
         if text and _is_seed_text(text):
             # a child seeded by an earlier packet: its summary section is the latest summary
@@ -98,6 +99,8 @@ def user_request_text(message: Any) -> str | None:
     text = message_text(message) or ""
     if _is_todo_text(text) or _is_seed_text(text):
         return None
+    if not is_summary_message(message):
+        return text.strip() or None  # the person's words, even when they quote the summary prefix
     return text_without_summary(text).strip() or None
 
 
@@ -156,13 +159,12 @@ def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "assistant" and (message_text(m) or "").strip():
             text = message_text(m) or ""
-            if is_summary_text(text):
+            if is_summary_message(m):
                 break
             for sentence in re.findall(r"[^.!?\n]*\?", text):
                 sentence = sentence.strip()
                 if len(sentence) > 3:
-                    found.append(sentence if len(sentence) <= MAX_QUESTION_CHARS
-                                 else "…" + sentence[-MAX_QUESTION_CHARS:].lstrip())
+                    found.append(sentence)  # clipped when rendered, after redaction
             break
     out: list[str] = []
     for item in found:
@@ -177,6 +179,12 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _clip_head(text: str, limit: int) -> str:
+    """The end of ``text`` (a question's end is its point)."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:].lstrip()
+
+
 def _quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
 
@@ -186,7 +194,24 @@ def _ts(ts: float) -> str:
 
 
 def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | None = None) -> str:
-    """The packet as Markdown, redacted (guard patterns, then the host's redaction)."""
+    """The packet as Markdown, redacted: every piece of conversation text (title, note,
+    request, todos, summary, questions) goes through :func:`redaction.redact` before it
+    is clipped, so a secret cut in half by a length limit is never left half-visible;
+    the whole packet then gets the guard's rules and the host's redaction once more."""
+
+    def clean(text: str) -> str:
+        return redact(text, host_redactor)
+
+    inputs = replace(
+        inputs,
+        title=clean(inputs.title) if inputs.title else inputs.title,
+        working_dir=clean(inputs.working_dir) if inputs.working_dir else inputs.working_dir,
+        note=clean(inputs.note) if inputs.note else inputs.note,
+        last_user_request=clean(inputs.last_user_request) if inputs.last_user_request else inputs.last_user_request,
+        summary=clean(inputs.summary) if inputs.summary else inputs.summary,
+        open_questions=[_clip_head(clean(q), MAX_QUESTION_CHARS) for q in inputs.open_questions],
+        todos=[{**item, "content": clean(str(item.get("content", "")))} for item in inputs.todos],
+    )
     sid = inputs.session_id
     lines = [PACKET_HEADING, ""]
     lines.append(f"- Session: `{sid}`")
@@ -239,7 +264,13 @@ def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | No
     if len(lineage) > 1:
         lines.append("Earlier sessions of this line: " + ", ".join(f"`{s}`" for s in lineage[:-1])
                      + " (`hermes-session-guard snapshots SESSION_ID`).")
-    return redact("\n".join(lines).rstrip() + "\n", host_redactor)
+    text = redact_guard_patterns("\n".join(lines).rstrip() + "\n")
+    if host_redactor is not None:
+        try:
+            text = host_redactor(text)
+        except Exception:
+            pass
+    return text
 
 
 _HEADING = re.compile(r"^(#{1,6})\s", re.M)
@@ -289,32 +320,49 @@ def _inside(path: Path, base: Path) -> bool:
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
-def packet_filename(session_id: str, created_at: float) -> str:
-    stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%SZ")
+def packet_filename(session_id: str, created_at: float, n: int = 1) -> str:
+    """``<session>.handoff.<UTC timestamp to the microsecond>.md``; like snapshot ids,
+    a numeric suffix (``-2``, ``-3`` ...) keeps names unique when runs share a timestamp."""
+    stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     safe = _UNSAFE.sub("_", session_id).strip("._") or "session"
-    return f"{safe[:80]}.handoff.{stamp}.md"
+    return f"{safe[:80]}.handoff.{stamp}{'' if n <= 1 else f'-{n}'}.md"
+
+
+MAX_NAME_ATTEMPTS = 10_000
+_EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
+    """Create the first free packet name exclusively (``O_CREAT | O_EXCL``, mode 0600)
+    and return it. Anything already at a name (a packet of a concurrent run, a file,
+    a dangling symlink) makes it try the next suffix; a symlink is never followed."""
+    for n in range(1, MAX_NAME_ATTEMPTS + 1):
+        candidate = directory / packet_filename(session_id, created_at, n)
+        try:
+            fd = os.open(candidate, _EXCL_FLAGS, 0o600)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return candidate
+    raise FileExistsError(f"no free hand-off packet name for {session_id} in {directory}")
 
 
 def write_packet(home: Path, configured_dir: str, session_id: str, text: str, created_at: float) -> Path:
-    """Write ``text`` atomically (sibling temp file, fsync, ``os.replace``) with mode
-    0600 and return the final path. On Windows ``chmod`` only toggles read-only;
-    the file then inherits the directory's ACL (``HERMES_HOME`` is the user's)."""
+    """Claim a unique name (:func:`_claim_name`), then write ``text`` atomically
+    over it (sibling temp file, fsync, ``os.replace``) with mode 0600 and return
+    the final path; concurrent runs never overwrite each other's packet. Directories
+    created on the way are 0700. On Windows ``chmod`` only toggles read-only; the
+    file then inherits the directory's ACL (``HERMES_HOME`` is the user's)."""
     base = Path(home).resolve()
     directory = artifact_dir(base, configured_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    _best_effort_chmod(directory, 0o700)
+    make_private_dirs(directory)
     directory = directory.resolve()
     if not _inside(directory, base):
         raise PathEscapeError(f"{directory} is outside {base}")
-    final = directory / packet_filename(session_id, created_at)
-    if final.exists():
-        final = directory / (final.stem + f"-{secrets.token_hex(3)}" + final.suffix)
-    if final.is_symlink() or not _inside(final.parent.resolve(), base):
-        raise PathEscapeError(f"{final} would leave {base}")
+    final = _claim_name(directory, session_id, created_at)
     tmp = directory / f".{final.name}.{secrets.token_hex(4)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, 0o600)
     try:
+        fd = os.open(tmp, _EXCL_FLAGS, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(text.encode("utf-8"))
             fh.flush()
@@ -322,10 +370,11 @@ def write_packet(home: Path, configured_dir: str, session_id: str, text: str, cr
         _best_effort_chmod(tmp, 0o600)
         os.replace(tmp, final)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for leftover in (tmp, final):  # the claimed name is released again
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
         raise
     _best_effort_chmod(final, 0o600)
     return final

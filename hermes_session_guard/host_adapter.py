@@ -295,10 +295,11 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
         return str(err)
     from .summaries import summary_body_size, summary_is_empty
 
-    if isinstance(out, list) and summary_is_empty(out):
+    given = messages if isinstance(messages, list) else None  # kept messages quoting the prefix are not summaries
+    if isinstance(out, list) and summary_is_empty(out, given):
         return "the summary model returned an empty summary"
     if isinstance(out, list) and isinstance(messages, list):
-        body = summary_body_size(out)
+        body = summary_body_size(out, given)
         if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(messages):
             return (f"the summary ({body:,} characters) is larger than the whole conversation it replaces "
                     "(garbage or runaway summary)")

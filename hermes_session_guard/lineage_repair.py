@@ -38,6 +38,7 @@ from typing import Any
 from . import host_adapter as host
 from .compression import snapshot_id_for
 from .corruption import Finding
+from .file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode
 from .lineage import Lineage, first_child_row, late_rows, member_index, merge_target
 from .state_inspection import (
     MERGED_END_REASON,
@@ -272,14 +273,28 @@ def backup_path_for(db_path: Path, now: float | None = None) -> Path:
 
 
 def backup_state_db(db_path: Path, target: Path) -> Path:
-    """A consistent copy through SQLite's online backup API (safe while others read)."""
-    src = sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
-    dst = sqlite3.connect(str(target))
+    """A consistent copy through SQLite's online backup API (safe while others read).
+    The copy is created exclusively with mode 0600 before SQLite writes to it, then
+    given state.db's own mode (never wider than state.db; never a symlink followed)."""
+    create_private(target)
     try:
-        src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
+        src = sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
+        try:
+            dst = sqlite3.connect(str(target))
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
+        finally:
+            src.close()
+    except BaseException:
+        try:
+            target.unlink()
+        except OSError:
+            pass
+        raise
+    mode = file_mode(db_path)
+    chmod_quietly(target, PRIVATE_FILE if mode is None else mode)
     return target
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .file_modes import make_private_dirs, write_private_text
+
 MESSAGE_CHARS = 14_000
 SEED_MESSAGES = 48
 
@@ -36,7 +38,7 @@ def write_config(
     """A config.yaml pointing Hermes at the fake LLM (and enabling the guard)."""
     import yaml
 
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(home)
     cfg: dict[str, Any] = {
         "model": {
             "default": "fake-model",
@@ -54,7 +56,7 @@ def write_config(
     if extra:
         cfg.update(extra)
     path = home / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    write_private_text(path, yaml.safe_dump(cfg, sort_keys=False))
     return path
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .store import GuardStore, RecallDoc, message_text, porter_stems, text_hash
-from .summaries import original_part
+from .summaries import has_summary_block, is_summary_message, original_part
 
 #: First line of every recall answer; answers stored in later snapshots are not re-indexed.
 OUTPUT_MARKER = "[session_guard_recall]"
@@ -53,6 +53,8 @@ def recall_text(message: dict[str, Any]) -> str | None:
     text = message_text(message) if isinstance(message, dict) else None
     if not text or text.lstrip().startswith(OUTPUT_MARKER):
         return None
+    if not (is_summary_message(message) or has_summary_block(text)):
+        return text  # the prefix quoted inside somebody's words is their text
     return original_part(text) or None
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import host_adapter as host
 from .recall import Recall, recall_content, recall_text
+from .store import text_hash
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -191,11 +192,26 @@ def recall(args: Any, session_id: str) -> str:
         except ValueError:
             args = {}
     answer = engine.run(args)
+    query = str(args.get("query") or "")
+    # The query is the user's words (it may quote a secret): the audit log gets its
+    # length and a hash (equal queries share it), never the text.
     runtime.audit.operation(session_id).info(
-        "recall.answered", query=str(args.get("query") or "")[:200], chars=len(answer),
-        turn_start=args.get("turn_start"), turn_end=args.get("turn_end"),
+        "recall.answered", query_chars=len(query), query_hash=text_hash(query) if query else None,
+        chars=len(answer), turn_start=_turn(args.get("turn_start")), turn_end=_turn(args.get("turn_end")),
     )
     return answer
+
+
+def _turn(value: Any) -> int | None:
+    """A turn number as given, or ``None`` (a non-number is the model's text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
 
 
 def handler(args: Any, **kwargs: Any) -> str:

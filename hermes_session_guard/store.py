@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .file_modes import create_private, make_private_dirs
+
 log = logging.getLogger("hermes_session_guard")
 
 # 1: snapshots, compressions, repairs, hand-offs (a snapshot message's string
@@ -386,7 +388,12 @@ class GuardStore:
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.db_path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.db_path.parent)
+            if not self.db_path.exists():  # a state.db the guard creates is 0600 (its -wal/-shm follow)
+                try:
+                    create_private(self.db_path)
+                except OSError:
+                    pass  # created meanwhile, or not creatable: SQLite says which below
             conn = sqlite3.connect(
                 str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
             )

@@ -1,16 +1,26 @@
 """Recognising, tagging and annotating the host's compaction summaries.
 
-A summary is a message whose text carries the host's summary prefix, either as
-the whole message or merged into the first tail message (0.14: summary first,
-then the end marker, then the original text; 0.19: "[PRIOR CONTEXT ...]" header,
-the original text, a delimiter, then the summary). Nothing here imports Hermes;
-the markers come from :mod:`host_adapter`.
+A summary is a message the compressor produced carrying the host's summary
+prefix, either as the whole message or merged into the first tail message (0.14:
+summary first, then the end marker, then the original text; 0.19: "[PRIOR
+CONTEXT ...]" header, the original text, a delimiter, then the summary). Nothing
+here imports Hermes; the markers come from :mod:`host_adapter`.
+
+Whether a message *is* a summary is decided by what was recorded, never by the
+prefix appearing in its text (people paste Hermes logs, models quote them): the
+guard's tag, Hermes's own flag (0.17+), the content hash the guard stored for the
+session's summaries, or, at compression time, being a new message the compressor
+wrote (not one it kept from the conversation). :func:`is_summary_text` is only a
+cheap "may carry a summary" filter and the way to take apart a message already
+known to be one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection
 from typing import Any
 
 from . import host_adapter as host
@@ -32,17 +42,93 @@ def is_summary_text(text: str | None) -> bool:
     return bool(text) and any(p in text for p in host.summary_prefixes())
 
 
-def is_summary_message(message: Any) -> bool:
-    """A summary by the guard's tag, the host's own flag, or the host's prefix."""
+def is_tagged(message: Any) -> bool:
+    return isinstance(message, dict) and bool(message.get(SUMMARY_TAG) or message.get(host.NATIVE_SUMMARY_KEY))
+
+
+def is_summary_message(message: Any, known_hashes: Collection[str] = ()) -> bool:
+    """A summary by the guard's tag, the host's own flag, or a content hash the
+    guard recorded for a summary (``known_hashes`` plus this process's
+    :func:`remember_summary` record). Text that merely contains the prefix is not."""
     if not isinstance(message, dict):
         return False
-    if message.get(SUMMARY_TAG) or message.get(host.NATIVE_SUMMARY_KEY):
+    if is_tagged(message):
         return True
-    return is_summary_text(message_text(message))
+    text = message_text(message)
+    if not text or not is_summary_text(text):
+        return False
+    digest = text_hash(text)
+    return digest in known_hashes or digest in _recorded
 
 
-def summary_indices(messages: list[Any]) -> list[int]:
-    return [i for i, m in enumerate(messages) if isinstance(m, dict) and is_summary_text(message_text(m))]
+def summary_indices(messages: list[Any], before: list[Any] | None = None) -> list[int]:
+    """Indices of the summaries in a compressor's output ``messages``: tagged ones, and
+    messages carrying the prefix that the compressor wrote itself (absent from its
+    input ``before``: the standalone summary or the tail message it merged one into).
+    A kept message that quotes the prefix is not one. Without ``before`` every
+    message carrying the prefix counts (a bare compressor output, nothing kept)."""
+    kept = {message_text(m) for m in before if isinstance(m, dict)} if before is not None else set()
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        if is_tagged(m):
+            out.append(i)
+            continue
+        text = message_text(m)
+        if is_summary_text(text) and text not in kept:
+            out.append(i)
+    return out
+
+
+# -- what this process recorded ----------------------------------------------------------
+_RECORD_LIMIT = 512
+_recorded: OrderedDict[str, str] = OrderedDict()  # content hash -> text, newest last
+_record_lock = threading.Lock()
+
+
+def remember_summary(text: str | None) -> None:
+    """Record a summary the guard tagged (made by a compression here, or loaded with a
+    stored mark), so copies that lost their keys are still known, and a model repeating
+    it verbatim can be recognised on delivery."""
+    if not text or not text.strip():
+        return
+    digest = text_hash(text)
+    with _record_lock:
+        _recorded[digest] = text
+        _recorded.move_to_end(digest)
+        while len(_recorded) > _RECORD_LIMIT:
+            _recorded.popitem(last=False)
+
+
+def recorded_summaries() -> list[str]:
+    """The summary texts this process recorded, newest first."""
+    with _record_lock:
+        return list(reversed(_recorded.values()))
+
+
+def forget_recorded_summaries() -> None:
+    with _record_lock:
+        _recorded.clear()
+
+
+def tag_recorded(messages: list[Any], hashes: Collection[str], snapshot_ids: Collection[str],
+                 native_key: str | None) -> list[Any]:
+    """Tag the messages of a loaded transcript whose content hash the guard stored for a
+    summary, or that carry the guard's recall line naming one of the session's
+    snapshots; returns the tagged messages."""
+    found = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        text = message_text(message)
+        if not is_summary_text(text):
+            continue
+        if text_hash(text) in hashes or any(s in snapshot_ids for s in header_snapshot_ids(text)):
+            tag(message, native_key)
+            remember_summary(text)
+            found.append(message)
+    return found
 
 
 content_hash = text_hash
@@ -74,6 +160,9 @@ def with_recall_header(text: str, header: str) -> str:
     if not found:
         return text
     start, _prefix = min(found)
+    located = _structured_start(text, host.merged_summary_markers()[1])
+    if located is not None:
+        start = located[1]
     end_of_line = text.find("\n", start)
     if end_of_line < 0:
         return f"{text}\n{header}"
@@ -105,7 +194,10 @@ def split_summary(text: str) -> tuple[str, str, str]:
         return text, "", ""
     start = prefix_at = min(found)
     prior_header, delimiter = host.merged_summary_markers()
-    if delimiter:
+    located = _structured_start(text, delimiter)
+    if located is not None:
+        start, prefix_at = located
+    elif delimiter:
         d = text.rfind(delimiter, 0, prefix_at)
         if d >= 0:
             start = d
@@ -121,11 +213,46 @@ def split_summary(text: str) -> tuple[str, str, str]:
     return before, block, after
 
 
+def _structured_start(text: str, delimiter: str) -> tuple[int, int] | None:
+    """``(block_start, prefix_at)`` where the host put a summary: the prefix right after
+    the 0.19 merge delimiter, or at the very start of the message (standalone, 0.14
+    merge). ``None`` when the prefix only appears somewhere inside other text."""
+    prefixes = host.summary_prefixes()
+    if delimiter:
+        at = text.find(delimiter)
+        while at >= 0:
+            rest = text[at + len(delimiter):]
+            stripped = rest.lstrip()
+            if any(stripped.startswith(p) for p in prefixes):
+                return at, at + len(delimiter) + (len(rest) - len(stripped))
+            at = text.find(delimiter, at + 1)
+    stripped = text.lstrip()
+    if any(stripped.startswith(p) for p in prefixes):
+        return 0, len(text) - len(stripped)
+    return None
+
+
+def _structured_block(text: str) -> bool:
+    """The message has a summary block where the host puts one (see :func:`_structured_start`)."""
+    return _structured_start(text, host.merged_summary_markers()[1]) is not None
+
+
+def has_summary_block(text: str | None) -> bool:
+    """``text`` carries the prefix where the host puts a summary (its start, or right
+    after the 0.19 merge delimiter), not only quoted somewhere inside."""
+    return bool(text) and is_summary_text(text) and _structured_block(text or "")
+
+
 def original_part(text: str | None) -> str:
-    """The conversation text of a message with every summary block removed
-    (empty for a standalone summary; the real user text of a merged one)."""
+    """The conversation text of a message known to be a summary, with the summary
+    block removed (empty for a standalone summary; the real user text of a merged
+    one). Further blocks are removed only where the host puts them (a summary merged
+    into a message that already carried one); the prefix quoted inside the person's
+    own words is their text and stays."""
     text = text or ""
-    for _ in range(8):  # a message never carries more than a couple of blocks
+    for n in range(8):  # a message never carries more than a couple of blocks
+        if n and not _structured_block(text):
+            break
         before, block, after = split_summary(text)
         if not block:
             break
@@ -136,6 +263,8 @@ def original_part(text: str | None) -> str:
 def summary_body(text: str) -> str:
     """What follows the prefix, up to a merged message's end marker: the summary
     the model wrote."""
+    block = split_summary(text)[1]
+    text = block or text
     for prefix in host.summary_prefixes():
         if prefix in text:
             text = text.split(prefix, 1)[1]
@@ -143,16 +272,16 @@ def summary_body(text: str) -> str:
     return strip_recall_header(text.split(SUMMARY_END_MARKER, 1)[0]).strip()
 
 
-def summary_is_empty(messages: list[Any]) -> bool:
+def summary_is_empty(messages: list[Any], before: list[Any] | None = None) -> bool:
     """The compressor inserted a summary marker with nothing behind it (an empty
     answer from the summary model that the host did not treat as a failure)."""
-    found = summary_indices(messages)
+    found = summary_indices(messages, before)
     return bool(found) and all(not summary_body(message_text(messages[i]) or "") for i in found)
 
 
-def summary_body_size(messages: list[Any]) -> int:
+def summary_body_size(messages: list[Any], before: list[Any] | None = None) -> int:
     """Characters of summary text (after the prefixes) in ``messages``."""
-    return sum(len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages))
+    return sum(len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages, before))
 
 
 # -- which turns were compacted -----------------------------------------------------
@@ -203,7 +332,7 @@ def new_summary_indices(before: list[Any], after: list[Any]) -> list[int]:
     """Summaries in ``after`` that were not already in ``before`` (an earlier
     summary kept in the protected head keeps its own header)."""
     old = {message_text(m) for m in before if isinstance(m, dict)}
-    return [i for i in summary_indices(after) if message_text(after[i]) not in old]
+    return [i for i in summary_indices(after, before) if message_text(after[i]) not in old]
 
 
 def decorate_summaries(
@@ -222,12 +351,15 @@ def decorate_summaries(
     no prefix line to put it after). Returns the indices of the new summaries."""
     fresh = new_summary_indices(before, after)
     span = compacted_range(before, after)
-    for i in sorted({*summary_indices(after), *(produced or ())}):
+    found = sorted({*summary_indices(after, before), *(produced or ())})
+    for i in found:
         tag(after[i], native_key)
     if header and span is not None:
         line = recall_header(session_id, span[0], span[1], snapshot_id)
         for i in fresh:
             map_summary_text(after[i], lambda text: with_recall_header(text, line))
+    for i in found:
+        remember_summary(message_text(after[i]))
     return fresh
 
 

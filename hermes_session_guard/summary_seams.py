@@ -19,7 +19,7 @@ from . import host_adapter as host
 from .recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, has_compacted_history, offered
 from .runtime import Runtime
 from .store import message_text, text_hash
-from .summaries import header_snapshot_ids, is_summary_text, strip_recall_header, tag
+from .summaries import is_summary_text, strip_recall_header, tag_recorded
 from .visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from .wire import carries_guard_keys, provider_messages
 
@@ -81,10 +81,7 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                     return result
                 found = [m for m in result if isinstance(m, dict)]
             hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
-            for message in found:
-                text = message_text(message)
-                if text_hash(text) in hashes or any(s in snapshots for s in header_snapshot_ids(text)):
-                    tag(message, native_key)
+            tag_recorded(found, hashes, snapshots, native_key)
         except Exception as exc:
             _failed_open(row, exc, "summaries load untagged")
         return result
@@ -218,7 +215,13 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             _failed_open(row, exc, "history is shown as the host renders it")
             return wrapped(*args, **kwargs)
         result = wrapped(*args, **kwargs)
-        return tag_rendered(result) if isinstance(result, list) else result
+        try:
+            history = _arg(args, kwargs, 0, "history")
+            return tag_rendered(result, history if isinstance(history, list) else None) \
+                if isinstance(result, list) else result
+        except Exception as exc:
+            _failed_open(row, exc, "history is shown as the host renders it")
+            return result
 
     return wrapper
 
@@ -236,13 +239,29 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             if not isinstance(data, list):
                 return response
             mode = runtime.config.summaries.visible
-            payload["data"] = display_messages(data, mode)
+            payload["data"] = display_messages(data, mode, _stored_summary_hashes(runtime, instance, args, data))
             return host.json_response_like(response, payload)
         except Exception as exc:
             _failed_open(row, exc, "session messages are returned as the host built them")
             return response
 
     return wrapper
+
+
+def _stored_summary_hashes(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> set[str]:
+    """Content hashes of the summaries the guard recorded for the session a
+    ``/api/sessions/{id}/messages`` request names (rows come straight from state.db,
+    untagged). Rows recalling one of its snapshots in the guard's line count too."""
+    if not any(isinstance(m, dict) and is_summary_text(message_text(m)) for m in rows):
+        return set()
+    request = args[0] if args else None
+    sid = getattr(request, "match_info", {}).get("session_id") if request is not None else None
+    path = getattr(getattr(adapter, "_session_db", None), "db_path", None)
+    if not sid or not path:
+        return set()
+    hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
+    copies = [dict(m) for m in rows if isinstance(m, dict) and is_summary_text(message_text(m))]
+    return set(hashes) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
 
 
 def delivery_wrapper(runtime: Runtime, row: Any) -> Wrapper:

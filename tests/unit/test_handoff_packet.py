@@ -36,7 +36,7 @@ TODO_TEXT = ("[Your active task list was preserved across context compression]\n
 def _transcript() -> list[dict]:
     return [
         {"role": "user", "content": "start"},
-        {"role": "assistant", "content": f"{PREFIX}\n\n{SUMMARY}"},
+        {"role": "assistant", "content": f"{PREFIX}\n\n{SUMMARY}", "is_compressed_summary": True},
         {"role": "user", "content": "deploy now please"},
         {"role": "assistant", "content": "Sure. Should I also tag the release? Done."},
         {"role": "user", "content": TODO_TEXT},
@@ -57,8 +57,11 @@ def test_transcript_readers() -> None:
 def test_a_summary_merged_into_the_users_message_is_not_the_request() -> None:
     merged = (f"{PREFIX}\n\n{SUMMARY}\n\n--- END OF CONTEXT SUMMARY — respond to the message below, not the "
               "summary above ---\n\nand what about staging?")
-    assert last_user_request([{"role": "user", "content": merged}]) == "and what about staging?"
-    assert last_user_request([{"role": "user", "content": f"{PREFIX}\n{SUMMARY}"}]) is None
+    assert last_user_request([{"role": "user", "content": merged, "is_compressed_summary": True}]) \
+        == "and what about staging?"
+    # untagged, it is somebody quoting the marker: kept whole
+    assert last_user_request([{"role": "user", "content": merged}]) == merged
+    assert last_user_request([{"role": "user", "content": f"{PREFIX}\n{SUMMARY}", "_compressed_summary": True}]) is None
 
 
 def test_a_seeded_child_yields_its_packets_summary() -> None:

@@ -82,7 +82,7 @@ def test_compacted_range_standalone_and_merged() -> None:
 
 def test_decorate_tags_every_summary_and_heads_only_new_ones() -> None:
     old_line = "[Original context: session S, turns 4–9, snapshot S.snapshot.1]"
-    old = {"role": "user", "content": s.with_recall_header(standalone(), old_line)}
+    old = {"role": "user", "content": s.with_recall_header(standalone(), old_line), "is_compressed_summary": True}
     before = [*_msgs(3), old, *_msgs(12)[3:]]
     after = [*copy.deepcopy(before[:4]), {"role": "assistant", "content": standalone()}, *copy.deepcopy(before[13:])]
     fresh = s.decorate_summaries(before, after, session_id="S", snapshot_id="S.snapshot.2", header=True,
@@ -98,7 +98,7 @@ def test_display_copy_hides_summaries_and_keeps_the_real_text() -> None:
     history = [
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": standalone(), "is_compressed_summary": True},
-        {"role": "user", "content": merged_019("the real question")},
+        {"role": "user", "content": merged_019("the real question"), "_compressed_summary": True},
         {"role": "assistant", "content": "answer"},
     ]
     frozen = copy.deepcopy(history)
@@ -110,12 +110,17 @@ def test_display_copy_hides_summaries_and_keeps_the_real_text() -> None:
     assert history == frozen
 
 
-def test_outgoing_text_drops_summary_blocks() -> None:
-    assert outgoing_text("plain reply", "false") == "plain reply"
-    assert outgoing_text(standalone(), "false") is None
-    assert outgoing_text(f"Here you go.\n\n{standalone()}\n\nAnything else?", "false") == \
+def test_outgoing_text_drops_recorded_summaries_a_model_repeats() -> None:
+    recorded = [standalone()]
+    assert outgoing_text("plain reply", "false", recorded) == "plain reply"
+    assert outgoing_text(standalone(), "false", recorded) is None
+    assert outgoing_text(f"Here you go.\n\n{standalone()}\n\nAnything else?", "false", recorded) == \
         "Here you go.\n\nAnything else?"
-    assert outgoing_text(standalone(), "tagged") == standalone()
+    # repeated with its line breaks reflowed
+    assert outgoing_text("Sure. " + " ".join(standalone().split()) + " Done.", "false", recorded) == "Sure. Done."
+    assert outgoing_text(standalone(), "tagged", recorded) == standalone()
+    # a summary nobody recorded is somebody's text: delivered whole
+    assert outgoing_text(standalone(), "false", []) == standalone()
 
 
 def test_provider_copy_never_carries_guard_keys_and_leaves_the_original() -> None:
@@ -125,3 +130,66 @@ def test_provider_copy_never_carries_guard_keys_and_leaves_the_original() -> Non
     assert sent == [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
     assert live[0]["is_compressed_summary"] is True
     assert sent[1] is live[1]
+
+
+# -- the marker in ordinary text ---------------------------------------------------------
+
+LEGACY = "[CONTEXT SUMMARY]:"
+QUOTING = [
+    f"Step 1: run make.\nStep 2: the line `{LEGACY}` in your log…\nStep 3: rotate the deploy key NOW",
+    f"{LEGACY} is what Hermes prints; ignore it.\nThe fix is in step 3.",
+    f"```\n2026-06-01 INFO {PREFIX} Earlier turns were compacted\n```\nwhy does my log say that?",
+    f"{PREFIX} — that is the header I keep seeing. What does it mean?",
+]
+
+
+def test_the_marker_in_ordinary_text_is_not_a_summary() -> None:
+    for text in QUOTING:
+        message = {"role": "user", "content": text}
+        assert not s.is_summary_message(message)
+        assert display_messages([message], "false") == [message]
+        assert display_messages([message], "tagged") == [message]
+        assert outgoing_text(text, "false", [standalone()]) == text
+        assert outgoing_text(text, "false") == text
+
+
+def test_a_recorded_hash_makes_a_summary_and_the_quote_in_a_merged_message_stays() -> None:
+    assert s.is_summary_message({"role": "user", "content": standalone()}, {s.content_hash(standalone())})
+    quoted = f"my log has `{LEGACY}` twice"
+    for merged in (merged_014(quoted), merged_019(quoted)):
+        shown = display_messages([{"role": "user", "content": merged, "is_compressed_summary": True}], "false")
+        assert [m["content"] for m in shown] == [quoted]
+
+
+def test_compression_tags_what_the_compressor_wrote_not_a_kept_quote() -> None:
+    before = _msgs(10)
+    before[8]["content"] = QUOTING[0]
+    after = [*copy.deepcopy(before[:3]), {"role": "assistant", "content": standalone()}, *copy.deepcopy(before[7:])]
+    s.decorate_summaries(before, after, session_id="S", snapshot_id="S.snapshot.1", header=True, native_key=None)
+    assert [i for i, m in enumerate(after) if m.get("is_compressed_summary")] == [3]
+    assert after[5]["content"] == QUOTING[0]
+    assert s.summary_indices(after, before) == [3]
+
+
+def test_the_recall_line_goes_after_the_hosts_prefix_not_after_a_quote() -> None:
+    line = s.recall_header("S1", 4, 17, "S1.snapshot.X")
+    text = s.with_recall_header(merged_019(f"quoting `{PREFIX}` here"), line)
+    assert text.split(DELIM, 1)[1].lstrip().splitlines()[1] == line
+
+
+def test_recall_indexes_a_quoting_message_whole() -> None:
+    from hermes_session_guard.recall import recall_text
+
+    for text in QUOTING[:1] + QUOTING[2:3]:
+        assert recall_text({"role": "user", "content": text}) == text
+    assert recall_text({"role": "user", "content": merged_014("what next?")}) == "what next?"
+    assert recall_text({"role": "assistant", "content": standalone()}) is None
+
+
+def test_a_turn_in_progress_that_quotes_the_prefix_is_still_the_turn() -> None:
+    from hermes_session_guard.generations import turn_in_progress
+
+    quoting = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": QUOTING[0]}]
+    assert turn_in_progress(quoting, s.has_summary_block) == 1
+    merged = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": merged_014("what next?")}]
+    assert turn_in_progress(merged, s.has_summary_block) == 0
