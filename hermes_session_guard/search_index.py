@@ -281,3 +281,47 @@ def snapshot_counts(store: GuardStore) -> dict[str, int]:
     with store.reading() as conn:
         rows = conn.execute("SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")
         return {str(sid): int(n) for sid, n in rows}
+
+
+def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: int) -> dict[str, Any] | None:
+    """``get_messages_around`` for a snapshot hit (``anchor_id`` is the negative id
+    :func:`search` gave it): up to ``window`` messages either side, in conversation
+    order, in Hermes's row shape. ``None`` when the anchor is no snapshot row of
+    ``session_id`` (Hermes then answers its own empty window)."""
+    doc_id = -int(anchor_id)
+    window = max(int(window), 0)
+    with store.reading() as conn:
+        anchor = conn.execute(
+            f"SELECT d.snapshot_id, d.position, sn.created_at FROM {DOCS} d"
+            " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.snapshot_id"
+            " WHERE d.doc_id = ? AND sn.session_id = ?", (doc_id, session_id),
+        ).fetchone()
+        if anchor is None:
+            return None
+        snapshot_id, position, created_at = anchor[0], int(anchor[1]), float(anchor[2])
+        ids = dict(conn.execute(
+            f"SELECT position, doc_id FROM {DOCS} WHERE doc_id BETWEEN ? AND ? AND snapshot_id = ?",
+            (doc_id - position, doc_id + window + 1, snapshot_id),
+        ).fetchall())
+        rows = conn.execute(
+            "SELECT position, role, content, message_json FROM session_guard_snapshot_messages"
+            " WHERE snapshot_id = ? AND position BETWEEN ? AND ? ORDER BY position",
+            (snapshot_id, position - window, position + window),
+        ).fetchall()
+    out = []
+    for pos, role, content, raw in rows:
+        message = json.loads(raw)
+        out.append({
+            "id": -int(ids.get(pos, doc_id - position + pos)),
+            "session_id": session_id,
+            "role": role,
+            "content": content if content is not None else message.get("content"),
+            "tool_call_id": message.get("tool_call_id"),
+            "tool_calls": message.get("tool_calls"),
+            "tool_name": message.get("tool_name"),
+            "timestamp": message.get("timestamp", created_at),
+            "snapshot_id": snapshot_id,
+            "snapshot_position": int(pos),
+        })
+    before = sum(1 for r in out if r["snapshot_position"] < position)
+    return {"window": out, "messages_before": before, "messages_after": len(out) - before - 1}

@@ -195,3 +195,25 @@ def search_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         return result
 
     return wrapper
+
+
+def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.get_messages_around(session_id, around_message_id, window)`` (0.15-0.17:
+    how ``session_search`` opens a hit, directly and through ``get_anchored_view``):
+    a snapshot hit's negative id opens the snapshot around it, verbatim, when the
+    snapshot belongs to ``session_id``. Hermes's own ids go to Hermes unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            call = _bind(wrapped, args, kwargs)
+            anchor = call.get("around_message_id")
+            if isinstance(anchor, int) and anchor < 0:
+                view = search_index.snapshot_window(runtime.store_for(instance.db_path), str(call["session_id"]),
+                                                    anchor, _as_int(call.get("window"), 5))
+                if view is not None:
+                    return view
+        except Exception as exc:
+            _failed_open(row, exc, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id")
+        return wrapped(*args, **kwargs)
+
+    return wrapper

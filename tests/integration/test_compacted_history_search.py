@@ -33,6 +33,7 @@ OTHER = "20260603_100000_5ea5c1"  # another conversation of the same profile
 STRANGER = "20260603_110000_5ea5c2"  # a conversation of another profile
 TOKEN = "zephyrquartz7781"
 AT = 9  # compacted away by the host's compression (head 3, tail by budget)
+OPENING = f"Deploy failed on node-7 with {TOKEN}. "  # the compacted turn starts so
 SUMMARY_WITH = "RECAP-HAS-THE-TURN"
 SUMMARY_WITHOUT = "RECAP-WITHOUT-THE-TURN"
 HAS_DASHBOARD = importlib.util.find_spec("fastapi") is not None and importlib.util.find_spec("httpx") is not None
@@ -81,15 +82,31 @@ def _use_home(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, m
 
 
 def _search_tool(db: Any, llm: FakeLLMServer, sid: str, mode: str, history: list | None = None) -> str:
+    """The model calls session_search; Hermes dispatches it to its own tool function. Returns
+    what that function answered (the model may get it cut short, 0.15+ windows are long)."""
+    import tools.session_search_tool as tool
     from tools.registry import invalidate_check_fn_cache
 
     invalidate_check_fn_cache()
     llm.reset()
     llm.configure(reply_fn=_reply, summary_fn=_recap)
-    agent = new_agent(db, llm, sid, mode, enabled_toolsets=["session_search"])
-    result = agent.run_conversation("what was the error on node-7?", conversation_history=history or [])
+    answers: list[str] = []
+    real = tool.session_search
+
+    def recorded(*args: Any, **kwargs: Any) -> str:
+        answers.append(real(*args, **kwargs))
+        return answers[-1]
+
+    tool.session_search = recorded  # the dispatcher imports it at call time
+    try:
+        agent = new_agent(db, llm, sid, mode, enabled_toolsets=["session_search"])
+        result = agent.run_conversation("what was the error on node-7?", conversation_history=history or [])
+    finally:
+        tool.session_search = real
     assert result.get("final_response") == "done", result
-    return _tool_answer(llm)
+    (answer,) = answers
+    assert _tool_answer(llm)[:60] == answer[:60]  # the model got this answer
+    return answer
 
 
 def _dashboard(query: str) -> list[dict] | None:
@@ -109,7 +126,7 @@ def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mo
     """Compact SID once, then look for the token every way Hermes offers."""
     db = _use_home(home, llm, monkeypatch, mode)
     messages = probe.seed_messages()
-    messages[AT]["content"] = f"Deploy failed on node-7 with {TOKEN}. " + messages[AT]["content"]
+    messages[AT]["content"] = OPENING + messages[AT]["content"]
     probe.seed_session(db, SID, messages)
     probe.seed_session(db, OTHER, probe.seed_messages(4, 200, tag="other"))
     agent = new_agent(db, llm, SID, mode)
@@ -133,7 +150,7 @@ def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mo
     from_other = _search_tool(db, llm, OTHER, mode)
     seen["tool_sessions"] = _result_sessions(from_other)
     # 0.13-0.14: the tool's summary call was given the turn; 0.15+: the hit's window shows it.
-    seen["tool_shows_turn"] = TOKEN in _results(from_other) or SUMMARY_WITH in from_other
+    seen["tool_shows_turn"] = SUMMARY_WITH in from_other or f'"content": "{OPENING}' in _results(from_other)
     own = _search_tool(db, llm, agent.session_id, mode, history=compressed)
     seen["own_lineage"] = _result_sessions(own)
     exported = db.export_session(SID)

@@ -455,6 +455,19 @@ def _search_tool(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
+@case("search_window", policy="open")
+def _search_window(ctx: Ctx) -> None:
+    from hermes_session_guard import search_index
+
+    _compacted_with_token(ctx)
+    (hit,) = ctx.db.search_messages(SEARCH_TOKEN)
+    assert any(SEARCH_TOKEN in str(m["content"]) for m in ctx.db.get_messages_around(SID, hit["id"])["window"])
+    ctx.inject(search_index, "snapshot_window")
+    assert ctx.db.get_messages_around(SID, hit["id"])["window"] == []  # Hermes's answer for an id it lacks
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
 @case("export_session", "export_all", policy="open")
 def _export(ctx: Ctx) -> None:
     from hermes_session_guard import search_index
