@@ -90,10 +90,23 @@ def ensure_index(store: GuardStore) -> None:
         _ready[id(store)] = store
 
 
+_unchanged_since: dict[int, tuple[GuardStore, int, int]] = {}
+
+
+def _write_mark(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Changes since the last look: other connections' commits (``data_version``) and
+    this connection's own (``total_changes``)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes
+
+
 def index_pending(store: GuardStore) -> int:
-    """Index every snapshot of this state.db that is not indexed yet; returns how many."""
+    """Index every snapshot of this state.db that is not indexed yet; returns how many.
+    Nothing was written to the file since the last call: nothing to look up."""
     ensure_index(store)
     with store.reading() as conn:
+        version, changes = _write_mark(conn)
+        if _unchanged_since.get(id(store)) == (store, version, changes):
+            return 0
         todo = [r[0] for r in conn.execute(
             f"SELECT snapshot_id FROM session_guard_snapshots WHERE snapshot_id NOT IN"
             f" (SELECT snapshot_id FROM {INDEXED}) ORDER BY created_at, snapshot_id")]
@@ -112,6 +125,9 @@ def index_pending(store: GuardStore) -> int:
             conn.execute(f"INSERT INTO {INDEXED}(snapshot_id, indexed_at) VALUES (?, ?)",
                          (snapshot_id, time.time()))
         done += 1
+    with store.reading() as conn:
+        # Another connection's commit since ``version`` was read changes it: looked at next time.
+        _unchanged_since[id(store)] = (store, version, conn.total_changes)
     return done
 
 
