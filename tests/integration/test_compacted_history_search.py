@@ -234,3 +234,72 @@ def test_export_marks_the_snapshot_rows(guard: Any, llm: FakeLLMServer, tmp_path
     assert "session_guard_snapshots" not in exported[OTHER]  # a session without snapshots is as Hermes exports it
     assert "session_guard_snapshots" not in db.export_session(OTHER)
     db.close()
+
+
+def _seed_with_token(db: Any) -> list[dict]:
+    messages = probe.seed_messages()
+    messages[AT]["content"] = OPENING + messages[AT]["content"]
+    probe.seed_session(db, SID, messages)
+    probe.seed_session(db, OTHER, probe.seed_messages(4, 200, tag="other"))
+    return messages
+
+
+def _found_from_other(db: Any, llm: FakeLLMServer, mode: str) -> tuple[list[str], bool]:
+    answer = _search_tool(db, llm, OTHER, mode)
+    return _result_sessions(answer), SUMMARY_WITH in answer or f'"content": "{OPENING}' in _results(answer)
+
+
+def test_a_lineage_repair_keeps_the_compacted_turn_findable(
+    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Hermes rotated on its own (before the guard was there); `repair --apply` brings the
+    lineage back under the original id: the turn is found as before, under that id."""
+    from hermes_session_guard import cli
+
+    mode = "rotate"
+    db = _use_home(tmp_path / "home", llm, monkeypatch, mode)
+    messages = _seed_with_token(db)
+    hermes_session_guard.uninstall()
+    try:
+        agent = new_agent(db, llm, SID, mode)
+        probe.mark_flushed(agent, messages)
+        compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+        agent._flush_messages_to_session_db(compressed, [])
+    finally:
+        hermes_session_guard.install()
+    assert agent.session_id != SID
+    before = _found_from_other(db, llm, mode)
+    db.close()
+    capsys.readouterr()
+    assert cli.main(["repair", "--apply"]) == 0, capsys.readouterr()
+    db = probe.open_db(tmp_path / "home" / "state.db")
+    after = _found_from_other(db, llm, mode)
+    assert before == after == ([SID], True)
+    assert SID in {h["session_id"] for h in db.search_messages(TOKEN)}
+    db.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_handed_off_parent_stays_findable_and_its_child_is_its_lineage(
+    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """After a hand-off the conversation continues in a child of SID: another conversation
+    still finds the compacted turn under SID; the child, whose lineage SID is, does not."""
+    from hermes_session_guard.config import GuardConfig, parse_config
+
+    hermes_session_guard.install(parse_config({"handoff": {"enabled": True, "mode": "fresh_session",
+                                                           "after_compressions": 1}}))
+    try:
+        db = _use_home(tmp_path / "home", llm, monkeypatch, mode)
+        messages = _seed_with_token(db)
+        agent = new_agent(db, llm, SID, mode)
+        probe.mark_flushed(agent, messages)
+        seeded, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+        child = agent.session_id
+        assert child != SID and TOKEN not in json.dumps(seeded)
+        assert _found_from_other(db, llm, mode) == ([SID], True)
+        assert SID not in _result_sessions(_search_tool(db, llm, child, mode, history=seeded))
+        db.close()
+    finally:
+        hermes_session_guard.install(GuardConfig())
