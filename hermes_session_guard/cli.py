@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import doctor, handoff, repair, selftest, snapshots, status
+from .commands import doctor, export, handoff, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
@@ -16,9 +16,10 @@ COMMANDS: dict[str, Any] = {
     "status": status,
     "snapshots": snapshots,
     "handoff": handoff,
+    "export": export,
 }
 
-HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff"
+HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff, export"
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:

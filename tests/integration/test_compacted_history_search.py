@@ -303,3 +303,32 @@ def test_a_handed_off_parent_stays_findable_and_its_child_is_its_lineage(
         db.close()
     finally:
         hermes_session_guard.install(GuardConfig())
+
+
+def test_the_guard_export_command_writes_hermes_export_with_the_snapshots(
+    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`hermes sessions export` starts without plugins on 0.13-0.17; `hermes-session-guard
+    export` gives the same JSON line with the compacted history."""
+    from hermes_session_guard import cli
+
+    db = _use_home(tmp_path / "home", llm, monkeypatch, MODES[0])
+    messages = _seed_with_token(db)
+    agent = new_agent(db, llm, SID, MODES[0])
+    probe.mark_flushed(agent, messages)
+    agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    hermes_session_guard.uninstall()  # as in a process where Hermes loaded no plugin
+    try:
+        plain = db.export_session(SID)
+        out = tmp_path / "export.jsonl"
+        assert cli.main(["export", SID, "-o", str(out)]) == 0, capsys.readouterr()
+    finally:
+        hermes_session_guard.install()
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert {k: v for k, v in data.items() if k != "session_guard_snapshots"} == json.loads(json.dumps(plain))
+    (snap,) = data["session_guard_snapshots"]
+    assert snap["kind"] == "session_guard_snapshot" and OPENING in snap["messages"][AT]["content"]
+    assert out.stat().st_mode & 0o777 == 0o600
+    assert cli.main(["export", "nosuchsession"]) == 1
+    db.close()
