@@ -122,6 +122,21 @@ def _dashboard(query: str) -> list[dict] | None:
     return response.json()["results"]
 
 
+def _dashboard_export(sid: str) -> str | None:
+    if not HAS_DASHBOARD:
+        return None
+    from fastapi.testclient import TestClient
+    from hermes_cli import web_server
+
+    if not any(getattr(r, "path", "") == "/api/sessions/{session_id}/export" for r in web_server.app.routes):
+        return None
+    client = TestClient(web_server.app, base_url="http://127.0.0.1")
+    response = client.get(f"/api/sessions/{sid}/export",
+                          headers={"Authorization": f"Bearer {web_server._SESSION_TOKEN}"})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> dict[str, Any]:
     """Compact SID once, then look for the token every way Hermes offers."""
     db = _use_home(home, llm, monkeypatch, mode)
@@ -155,6 +170,8 @@ def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mo
     seen["own_lineage"] = _result_sessions(own)
     exported = db.export_session(SID)
     seen["export_has_turn"] = TOKEN in json.dumps(exported)
+    dash_export = _dashboard_export(SID)  # 0.16+: the dashboard's export of the session
+    seen["dashboard_export_has_turn"] = None if dash_export is None else TOKEN in dash_export
     seen["sessions"] = sorted(s["id"] for s in db.list_sessions_rich(limit=50))
     db.close()
     return seen
@@ -193,6 +210,8 @@ def test_a_compacted_turn_is_found_guarded_exactly_as_unguarded(
         assert seen["own_lineage"] == [OTHER]  # its own lineage excluded; OTHER's stored tool call matches
     assert guarded["export_has_turn"]  # 0.19 in place: Hermes's own export leaves archived rows out
     assert unguarded["export_has_turn"] or HOST_HAS_IN_PLACE and mode == "in_place"
+    assert guarded["dashboard_export_has_turn"] in (None, True)
+    assert unguarded["dashboard_export_has_turn"] in (None, unguarded["export_has_turn"])
     assert guarded["live_id"] == SID  # the guard kept the id
     # Same hits, same ids, guarded and unguarded (only the rows' own session ids: the
     # unguarded rotation also leaves a child session, which holds no copy of the turn).
