@@ -155,6 +155,9 @@ def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mo
     seen["hits"] = sorted({(h["session_id"], h["role"], TOKEN in (h.get("snippet") or "")) for h in hits})
     seen["user_only"] = sorted({h["session_id"] for h in db.search_messages(TOKEN, role_filter=["user"])})
     seen["hidden_source"] = db.search_messages(TOKEN, exclude_sources=["cli"])
+    # limit / offset page through one ordered list (live rows and snapshot rows together)
+    page = [h["id"] for h in db.search_messages("deployment", limit=6, offset=4)]
+    seen["paging"] = page == [h["id"] for h in db.search_messages("deployment", limit=10)][4:10] and len(page) == 6
     dash = _dashboard(TOKEN[:9])  # the dashboard adds a prefix wildcard
     # (0.19's dashboard names a rotated conversation by its tip: either id is this conversation)
     lineage = {SID, agent.session_id}
@@ -207,6 +210,7 @@ def test_a_compacted_turn_is_found_guarded_exactly_as_unguarded(
         assert seen["tool_shows_turn"], seen
         assert (SID, "user", True) in seen["hits"] or (SID, "assistant", True) in seen["hits"], seen["hits"]
         assert seen["hidden_source"] == []  # Hermes's source filter holds for snapshot rows too
+        assert seen["paging"]
         assert seen["own_lineage"] == [OTHER]  # its own lineage excluded; OTHER's stored tool call matches
     assert guarded["export_has_turn"]  # 0.19 in place: Hermes's own export leaves archived rows out
     assert unguarded["export_has_turn"] or HOST_HAS_IN_PLACE and mode == "in_place"

@@ -101,3 +101,15 @@ def test_export_lists_each_sessions_snapshots_verbatim_and_marked(home: HermesLi
     assert all(s["kind"] == "session_guard_snapshot" for s in found["a"])
     assert [m["content"] for m in found["a"][1]["messages"]] == ["turn 0 two", "turn 1 three"]
     store.close()
+
+
+def test_merge_orders_by_rank_or_time_and_keeps_unranked_host_rows_first() -> None:
+    from hermes_session_guard.search_seams import merge
+
+    host = [{"id": 1, "timestamp": 10.0}, {"id": 2, "timestamp": 30.0}, {"id": 3, "timestamp": 5.0}]
+    guard = [{"id": -1, "_rank": -5.0, "timestamp": 20.0}, {"id": -2, "_rank": -1.0, "timestamp": 1.0}]
+    ranks = {1: -4.0, 2: -6.0}  # row 3's rank unknown
+    assert [r["id"] for r in merge(host, guard, ranks, None)] == [3, 2, -1, 1, -2]
+    assert [r["id"] for r in merge(host, guard, {}, None)] == [1, 2, 3, -1, -2]
+    assert [r["id"] for r in merge(host, guard, ranks, "newest")] == [2, -1, 1, 3, -2]
+    assert [r["id"] for r in merge(host, guard, ranks, "oldest")] == [-2, 3, 1, -1, 2]
