@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import demo, disable, doctor, enable, handoff, repair, selftest, snapshots, status
+from .commands import demo, disable, doctor, enable, export, handoff, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
@@ -19,9 +19,11 @@ COMMANDS: dict[str, Any] = {
     "enable": enable,
     "disable": disable,
     "demo": demo,
+    "export": export,
 }
 
-HELP = "Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff, enable, disable, demo"
+HELP = ("Session-stable compression guard: selftest, doctor, repair, status, snapshots, handoff, export, enable, "
+        "disable, demo")
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:

@@ -80,7 +80,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import buffering
+from . import buffering, search_seams
 from . import host_adapter as host
 from . import summary_seams as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
@@ -697,6 +697,86 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=buffer_handoff_wrapper,
         note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
         ranges=EVERY_RELEASE,
+    ),
+    # Compacted history stays where Hermes's own search and export look (0.13-0.17 keep it in
+    # the guard's snapshots; 0.18.2+ archives it in place, in Hermes's own messages table).
+    *seam(
+        "search_messages",
+        module="hermes_state",
+        attribute="SessionDB.search_messages",
+        params=("self", "query", "source_filter", "exclude_sources", "role_filter", "limit", "offset"),
+        wrapper=search_seams.search_wrapper,
+        requires=("hermes_state:SessionDB._sanitize_fts5_query", "hermes_state:SessionDB._contains_cjk"),
+        ranges={
+            "0.13.0-0.15.0": {"note": "session_search tool and dashboard search: snapshot rows join Hermes's hits "
+                                      "(same FTS5 query, filters, limit/offset)"},
+            "0.15.0-0.18.0": {"params": ("self", "query", "source_filter", "exclude_sources", "role_filter", "limit",
+                                         "offset", "sort"),
+                              "note": "as 0.13-0.14, and sort=newest/oldest orders the merged list by time"},
+            "0.18.2+": not_needed("compacted rows stay in messages (active=0, compacted=1) and search_messages "
+                                  "returns them"),
+        },
+    ),
+    *seam(
+        "search_window",
+        module="hermes_state",
+        attribute="SessionDB.get_messages_around",
+        params=("self", "session_id", "around_message_id", "window"),
+        wrapper=search_seams.around_wrapper,
+        ranges={
+            "0.13.0-0.15.0": not_needed("session_search reads a hit's whole conversation before 0.15 (see "
+                                        "search_conversation)"),
+            "0.15.0-0.18.0": {"note": "session_search opens a hit by id (directly and through get_anchored_view): "
+                                      "a snapshot hit's negative id opens the snapshot around it"},
+            "0.18.2+": not_needed("compacted rows stay in messages with their own ids"),
+        },
+    ),
+    *seam(
+        "export_session",
+        module="hermes_state",
+        attribute="SessionDB.export_session",
+        params=("self", "session_id"),
+        wrapper=search_seams.export_wrapper,
+        ranges={
+            "0.13.0-0.18.0": {"note": "hermes sessions export SESSION and the dashboard's export: the session's "
+                                      "snapshots under session_guard_snapshots"},
+            "0.18.2+": {"note": "the export holds active rows only (get_messages): the session's snapshots under "
+                                "session_guard_snapshots, as unguarded in_place: false kept them in the parent"},
+        },
+    ),
+    *seam(
+        "export_all",
+        module="hermes_state",
+        attribute="SessionDB.export_all",
+        params=("self", "source"),
+        wrapper=search_seams.export_wrapper,
+        note="hermes sessions export (every session): each session's snapshots under session_guard_snapshots",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "search_tool",
+        module="tools.session_search_tool",
+        attribute="session_search",
+        params=("query", "role_filter", "limit", "db", "current_session_id"),
+        wrapper=search_seams.search_tool_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": {"note": "the tool reads a hit's whole conversation: within the call, that read "
+                                      "includes the session's snapshots"},
+            "0.15.0+": not_needed("the tool opens a hit by message id (anchored view), not the whole conversation"),
+        },
+    ),
+    *seam(
+        "search_conversation",
+        module="hermes_state",
+        attribute="SessionDB.get_messages_as_conversation",
+        params=("self", "session_id"),
+        wrapper=search_seams.search_conversation_wrapper,
+        ranges={
+            "0.13.0-0.15.0": {"note": "inside a session_search call only: the session's snapshot messages, then "
+                                      "the live transcript"},
+            "0.15.0+": not_needed("session_search opens a hit by message id (anchored view) from 0.15"),
+        },
     ),
     *seam(
         "buffer_replay",

@@ -409,6 +409,77 @@ def _api(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
+# Hermes's own search and export over compacted history (search_seams).
+SEARCH_TOKEN = "faulttoken4242"
+
+
+def _compacted_with_token(ctx: Ctx) -> None:
+    from hermes_session_guard import search_seams
+
+    ctx.monkeypatch.setattr(search_seams, "_reported", set())  # each case sees its own first ERROR line
+    messages = probe.seed_messages()
+    messages[9]["content"] = f"{SEARCH_TOKEN} " + messages[9]["content"]
+    probe.seed_session(ctx.db, SID, messages)
+    agent = ctx.agent(SID)
+    probe.mark_flushed(agent, messages)
+    agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+
+
+@case("search_messages", policy="open")
+def _search_messages(ctx: Ctx) -> None:
+    from hermes_session_guard import search_index
+
+    _compacted_with_token(ctx)
+    assert [h["session_id"] for h in ctx.db.search_messages(SEARCH_TOKEN)] == [SID]
+    ctx.inject(search_index, "search")
+    assert ctx.db.search_messages(SEARCH_TOKEN) == []  # Hermes's own rows only: the live transcript
+    assert ctx.db.search_messages("turn") != []  # and the search itself still answers
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("search_tool", "search_conversation", policy="open")
+def _search_tool(ctx: Ctx) -> None:
+    from tools.session_search_tool import session_search
+
+    from hermes_session_guard import search_index, search_seams
+
+    _compacted_with_token(ctx)
+    if ctx.row.seam == "search_tool":
+        ctx.inject(search_seams, "_mark_whole_conversation")
+    else:
+        ctx.inject(search_index, "snapshots_for_export")
+    answer = session_search(query=SEARCH_TOKEN, db=ctx.db, current_session_id=OTHER)
+    assert SID in answer and '"success": true' in answer, answer  # found, and read from the live transcript
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("search_window", policy="open")
+def _search_window(ctx: Ctx) -> None:
+    from hermes_session_guard import search_index
+
+    _compacted_with_token(ctx)
+    (hit,) = ctx.db.search_messages(SEARCH_TOKEN)
+    assert any(SEARCH_TOKEN in str(m["content"]) for m in ctx.db.get_messages_around(SID, hit["id"])["window"])
+    ctx.inject(search_index, "snapshot_window")
+    assert ctx.db.get_messages_around(SID, hit["id"])["window"] == []  # Hermes's answer for an id it lacks
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
+@case("export_session", "export_all", policy="open")
+def _export(ctx: Ctx) -> None:
+    from hermes_session_guard import search_index
+
+    _compacted_with_token(ctx)
+    ctx.inject(search_index, "snapshots_for_export")
+    data = ctx.db.export_session(SID) if ctx.row.seam == "export_session" else ctx.db.export_all()[0]
+    assert data["id"] == SID and data["messages"] and "session_guard_snapshots" not in data  # as Hermes exports
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
 # -- the table-driven test ------------------------------------------------------------------
 
 

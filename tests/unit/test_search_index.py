@@ -1,0 +1,115 @@
+"""The snapshot search index without Hermes: Hermes's filters and row shape, the
+session a hit belongs to, snapshots written later (by this connection or
+another process) found by the next search, the window around a hit."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from hermes_session_guard import search_index
+from hermes_session_guard.store import GuardStore
+
+from .hermes_like_db import HermesLikeHome
+
+TOKEN = "quokkalantern"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> HermesLikeHome:
+    h = HermesLikeHome(tmp_path / "home")
+    h.session("a", 1.0, source="cli")
+    h.session("b", 2.0, source="tool")
+    yield h
+    h.close()
+
+
+def _snapshot(store: GuardStore, sid: str, snap: str, words: list[str]) -> None:
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} {w}"}
+                for i, w in enumerate(words)]
+    store.write_snapshot(snapshot_id=snap, session_id=sid, messages=messages)
+
+
+def test_hits_carry_the_session_id_filters_and_a_negative_id(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    _snapshot(store, "a", "a.snapshot.1", ["alpha", TOKEN, "gamma"])
+    _snapshot(store, "b", "b.snapshot.1", [TOKEN])
+    (hit, other) = sorted(search_index.search(store, TOKEN), key=lambda h: h["session_id"])
+    assert (hit["session_id"], hit["role"], hit["source"], hit["snapshot_position"]) == ("a", "assistant", "cli", 1)
+    assert hit["id"] < 0 and ">>>" + TOKEN + "<<<" in hit["snippet"]
+    assert [c["content"] for c in hit["context"]] == ["turn 0 alpha", f"turn 1 {TOKEN}", "turn 2 gamma"]
+    assert other["session_id"] == "b"
+    assert [h["session_id"] for h in search_index.search(store, TOKEN, exclude_sources=["tool"])] == ["a"]
+    assert [h["session_id"] for h in search_index.search(store, TOKEN, source_filter=["tool"])] == ["b"]
+    assert [h["session_id"] for h in search_index.search(store, TOKEN, role_filter=["user"])] == ["b"]
+    assert search_index.search(store, "nothinglikethis") == []
+    assert search_index.search(store, 'unbalanced "quote') == []  # an FTS5 syntax error answers nothing
+    store.close()
+
+
+def test_a_snapshot_written_after_a_search_is_found_by_the_next(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    assert search_index.search(store, TOKEN) == []
+    _snapshot(store, "a", "a.snapshot.1", [TOKEN])  # this process, same connection
+    assert [h["session_id"] for h in search_index.search(store, TOKEN)] == ["a"]
+    other = GuardStore(home.db_path)  # another process's connection
+    _snapshot(other, "b", "b.snapshot.1", [TOKEN])
+    other.close()
+    assert sorted(h["session_id"] for h in search_index.search(store, TOKEN)) == ["a", "b"]
+    assert search_index.index_pending(store) == 0
+    store.close()
+
+
+def test_the_index_holds_no_copy_of_the_text(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    _snapshot(store, "a", "a.snapshot.1", ["the quick brown fox jumps over the lazy dog"])
+    search_index.index_pending(store)
+    conn = sqlite3.connect(str(home.db_path))
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'session_guard_search%'")]
+    assert f"{search_index.FTS}_content" not in tables  # external content: the text stays in the snapshot
+    for table in tables:
+        if table.startswith(f"{search_index.FTS}_"):
+            dump = " ".join(str(row) for row in conn.execute(f"SELECT * FROM {table}"))
+            assert "quick brown" not in dump, table
+    conn.close()
+    assert [h["session_id"] for h in search_index.search(store, '"brown fox jumps"')] == ["a"]
+    store.close()
+
+
+def test_a_window_opens_only_in_the_session_the_snapshot_belongs_to(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    _snapshot(store, "a", "a.snapshot.1", ["w0", "w1", TOKEN, "w3", "w4"])
+    (hit,) = search_index.search(store, TOKEN)
+    view = search_index.snapshot_window(store, "a", hit["id"], 1)
+    assert view is not None
+    assert [m["content"] for m in view["window"]] == ["turn 1 w1", f"turn 2 {TOKEN}", "turn 3 w3"]
+    assert [m["id"] for m in view["window"]][1] == hit["id"]
+    assert (view["messages_before"], view["messages_after"]) == (1, 1)
+    assert search_index.snapshot_window(store, "b", hit["id"], 1) is None  # not b's
+    store.close()
+
+
+def test_export_lists_each_sessions_snapshots_verbatim_and_marked(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    _snapshot(store, "a", "a.snapshot.1", ["one"])
+    _snapshot(store, "a", "a.snapshot.2", ["two", "three"])
+    found = search_index.snapshots_for_export(store, ["a", "b"])
+    assert list(found) == ["a"]
+    assert [s["snapshot_id"] for s in found["a"]] == ["a.snapshot.1", "a.snapshot.2"]
+    assert all(s["kind"] == "session_guard_snapshot" for s in found["a"])
+    assert [m["content"] for m in found["a"][1]["messages"]] == ["turn 0 two", "turn 1 three"]
+    store.close()
+
+
+def test_merge_orders_by_rank_or_time_and_keeps_unranked_host_rows_first() -> None:
+    from hermes_session_guard.search_seams import merge
+
+    host = [{"id": 1, "timestamp": 10.0}, {"id": 2, "timestamp": 30.0}, {"id": 3, "timestamp": 5.0}]
+    guard = [{"id": -1, "_rank": -5.0, "timestamp": 20.0}, {"id": -2, "_rank": -1.0, "timestamp": 1.0}]
+    ranks = {1: -4.0, 2: -6.0}  # row 3's rank unknown
+    assert [r["id"] for r in merge(host, guard, ranks, None)] == [3, 2, -1, 1, -2]
+    assert [r["id"] for r in merge(host, guard, {}, None)] == [1, 2, 3, -1, -2]
+    assert [r["id"] for r in merge(host, guard, ranks, "newest")] == [2, -1, 1, 3, -2]
+    assert [r["id"] for r in merge(host, guard, ranks, "oldest")] == [-2, 3, 1, -1, 2]
