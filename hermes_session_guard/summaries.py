@@ -115,16 +115,17 @@ def forget_recorded_summaries() -> None:
 def tag_recorded(messages: list[Any], hashes: Collection[str], snapshot_ids: Collection[str],
                  native_key: str | None) -> list[Any]:
     """Tag the messages of a loaded transcript whose content hash the guard stored for a
-    summary, or that carry the guard's recall line naming one of the session's
-    snapshots; returns the tagged messages."""
+    summary, or Hermes summaries that carry the guard's recall line naming one of the
+    session's snapshots; returns the tagged messages."""
     found = []
     for message in messages:
         if not isinstance(message, dict):
             continue
         text = message_text(message)
-        if not is_summary_text(text):
-            continue
-        if text_hash(text) in hashes or any(s in snapshot_ids for s in header_snapshot_ids(text)):
+        # A stored hash is a record on its own (an engine's own format has no prefix);
+        # a recall line counts only inside a Hermes summary.
+        if text_hash(text) in hashes or (
+                is_summary_text(text) and any(s in snapshot_ids for s in header_snapshot_ids(text))):
             tag(message, native_key)
             remember_summary(text)
             found.append(message)
