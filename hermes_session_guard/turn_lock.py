@@ -131,6 +131,7 @@ class TurnTicket:
     claimed: bool = False
     refs: int = 0
     done: bool = False
+    wake: Callable[[], None] | None = None  # an event-loop waiter's wake-up (called when it reaches the head)
 
     @property
     def held(self) -> bool:
@@ -197,6 +198,8 @@ class TurnLocks:
                     pass
                 if not s.queue:
                     del self._sessions[ticket.session_id]
+                elif s.queue[0].wake is not None:
+                    s.queue[0].wake()
             self._cond.notify_all()
 
     def _lease(self, ticket: TurnTicket, remaining: float, lease_seconds: float, retry: int) -> None:
@@ -242,18 +245,28 @@ class TurnLocks:
                          retry: int) -> TurnTicket:
         """Wait on the event loop (no worker thread per waiter) until ``ticket`` holds the turn."""
         deadline = ticket.arrived + max(0.0, wait_seconds)
-        delay = 0.002
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(woken.set)
+
         try:
             while True:
                 with self._cond:
                     if self._at_head(ticket):
+                        ticket.wake = None
                         break
+                    ticket.wake = wake
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
                     self._leave(ticket)
                     raise TurnBusy(ticket.session_id, self._monotonic() - ticket.arrived, retry, "process")
-                await asyncio.sleep(min(delay, remaining))
-                delay = min(delay * 1.5, 0.02)
+                try:  # woken when the turn before it ends; polled now and then all the same
+                    await asyncio.wait_for(woken.wait(), timeout=min(remaining, 0.5))
+                except TimeoutError:
+                    pass
+                woken.clear()
             await asyncio.to_thread(self._lease, ticket, max(0.0, deadline - self._monotonic()), lease_seconds,
                                     retry)
         except asyncio.CancelledError:

@@ -67,6 +67,16 @@ def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicke
     return args, {**kwargs, "conversation_history": live}
 
 
+def is_conversation_agent(agent: Any) -> bool:
+    """An agent whose turns are the session's conversation: it writes them to a SessionDB.
+    Background forks that only share the id (the memory/skill review: no SessionDB on
+    0.13-0.18, ``_persist_disabled`` on 0.19) never take the session's turn; they run
+    while their parent's turn ends and would otherwise queue behind it."""
+    if host.session_db(agent) is None or host.persistence_disabled(agent):
+        return False
+    return getattr(agent, "_memory_write_origin", None) != "background_review"
+
+
 def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``AIAgent.run_conversation``: one turn per session at a time (see module doc).
     Policy ``open``: a guard error before the turn starts runs it unguarded (ERROR log);
@@ -76,7 +86,7 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         cfg = runtime.config.turns
         try:
             sid = host.session_id(instance)
-            if not cfg.enabled or not sid or host.persistence_disabled(instance):
+            if not cfg.enabled or not sid or not is_conversation_agent(instance):
                 return wrapped(*args, **kwargs)
             locks = _locks(runtime, host.db_path(instance))
             if locks.held_by_thread(sid) is not None:

@@ -111,3 +111,26 @@ def test_fresher_history_only_when_state_db_has_messages_the_caller_lacks() -> N
 
 def test_retry_after_is_bounded() -> None:
     assert retry_after(0) == 1 and retry_after(120) == 30 and retry_after(8) == 2
+
+
+def test_event_loop_waiters_are_woken_in_arrival_order(store: GuardStore) -> None:
+    locks = TurnLocks(TurnLeases(store))
+
+    async def main() -> list[int]:
+        first = await locks.wait_async(locks.enqueue("s"), 5, 30, 1)
+        order: list[int] = []
+
+        async def turn(i: int, ticket) -> None:
+            held = await locks.wait_async(ticket, 30, 30, 1)
+            order.append(i)
+            await asyncio.sleep(0)
+            locks.release(held)
+
+        tickets = [locks.enqueue("s") for _ in range(6)]
+        tasks = [asyncio.create_task(turn(i, t)) for i, t in reversed(list(enumerate(tickets)))]
+        await asyncio.sleep(0.01)
+        locks.release(first)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(main()) == list(range(6))
