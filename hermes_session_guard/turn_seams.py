@@ -60,6 +60,9 @@ def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicke
     live = host.live_transcript(agent, sid)
     if not fresher_history(live, history):
         return args, kwargs
+    # The agent's flush cursor must describe the list it now continues (0.13-0.16 slice
+    # at an index that may still count the longer pre-compression history).
+    host.rebase_flush(agent, sid, live, runtime.behaviour.get("compression", {}).get("flush_cursor"))
     runtime.audit.operation(sid).info("turn.live_history", caller_messages=len(history), live_messages=len(live),
                                       waited_ms=round(ticket.waited * 1000))
     if positional:

@@ -59,8 +59,7 @@ def _two_processes(home: Path, db: Any, llm: FakeLLMServer, tmp_path: Path) -> l
             proc.wait(180)
             data = json.loads(out.read_text())
             assert "error" not in data, data.get("error")
-            assert data["session_id_after"] == SID
-            replies[text] = Reply(data["final_response"] or "", 200, None, None)
+            replies[text] = Reply(data["final_response"] or "", 200, data["session_id_after"], None)
     finally:
         gate.set()
         for proc, *_ in procs:
