@@ -78,3 +78,41 @@ def test_without_the_guard_the_second_process_answers_from_stale_history(home: P
                                                                          tmp_path: Path) -> None:
     probe.write_config(home, llm.base_url, plugin_enabled=False)
     assert _two_processes(home, db, llm, tmp_path) != []
+
+
+def test_a_cli_process_and_the_api_server_take_turns_on_one_session(guard: Any, home: Path, db: Any,
+                                                                    llm: FakeLLMServer, tmp_path: Path) -> None:
+    """The CLI process's turn compresses (summary held); a request to the API server in
+    this process for the same session waits for it across processes, then answers from
+    the compacted transcript."""
+    from .api_turns import chat_completion, running_api_server, session_chat
+    from .test_turn_order_api import HAS_SESSION_CHAT
+
+    probe.seed_session(db, SID, probe.seed_messages())
+    gate = threading.Event()
+    llm.configure(summary_gate=gate, reply_fn=echo_last_user)
+    sent = [marker(0, "cli"), marker(1, "api")]
+    proc, ready, go, out = _launch(home, llm, sent[0], tmp_path)
+    try:
+        with running_api_server(home) as srv:
+            _wait_file(ready, proc)
+            go.touch()
+            assert llm.summary_started.wait(60), "the CLI process never reached the summary call"
+            send = session_chat if HAS_SESSION_CHAT else chat_completion
+            box: dict[str, Reply] = {}
+            api = threading.Thread(target=lambda: box.__setitem__("r", send(srv, SID, sent[1])))
+            api.start()
+            time.sleep(1.0)
+            assert api.is_alive(), "the API request did not wait for the CLI process's turn"
+            gate.set()
+            proc.wait(180)
+            api.join(180)
+        data = json.loads(out.read_text())
+        assert "error" not in data, data.get("error")
+        replies = {sent[0]: Reply(data["final_response"] or "", 200, data["session_id_after"], None),
+                   sent[1]: box["r"]}
+    finally:
+        gate.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert contract_violations(db, SID, sent, replies, llm, compressed=True, head_text="turn-0:") == []
