@@ -71,8 +71,9 @@ def _run(agent: Any, text: str, history: list[Any], out: dict[str, float], key: 
 def queued_behind_compression(db: Any, llm: FakeLLMServer, *, sequential: bool) -> tuple[float, int]:
     """A turn for a session whose turn is compressing. Returns (ms from the compressing
     turn's answer to the second turn's answer, summary calls made). ``sequential``: the
-    caller itself sends the second turn only once the first is answered, with the
-    transcript state.db then holds (the best any host can do: the baseline)."""
+    caller itself sends the second turn only once the first is answered, on the session
+    id and transcript it then has (the best any host can do: the baseline). Both
+    agents are built before the first turn starts, so no variant pays for building one."""
     sid = _sid()
     probe.seed_session(db, sid, probe.seed_messages())
     history = db.get_messages_as_conversation(sid)
@@ -81,7 +82,9 @@ def queued_behind_compression(db: Any, llm: FakeLLMServer, *, sequential: bool) 
     out: dict[str, float] = {}
     if sequential:
         _run(first, "first-q", list(history), out, "a")
-        live = db.get_messages_as_conversation(sid)
+        # a client that follows the id it was given back (hosts that rotate move the session)
+        second.session_id = first.session_id
+        live = db.get_messages_as_conversation(first.session_id)
         probe.mark_flushed(second, live)
         _run(second, "second-q", live, out, "b")
     else:
