@@ -26,6 +26,15 @@ class LockConfig:
 
 
 @dataclass(frozen=True)
+class TurnsConfig:
+    """Turns of one session run one at a time, in arrival order (see turn_lock)."""
+
+    enabled: bool = True
+    wait_seconds: float = 120.0  # how long a turn waits for the turns/compression before it
+    lease_seconds: float = 60.0  # cross-process turn lease (refreshed while the turn runs)
+
+
+@dataclass(frozen=True)
 class BufferConfig:
     enabled: bool = True
     max_messages: int = 0  # 0 = unbounded; above it a message is refused (told to the sender), never dropped
@@ -72,6 +81,7 @@ class GuardConfig:
     recall: RecallConfig = field(default_factory=RecallConfig)
     handoff: HandoffConfig = field(default_factory=HandoffConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    turns: TurnsConfig = field(default_factory=TurnsConfig)
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -84,6 +94,8 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
 _MINIMUMS: dict[str, float] = {
     "lock.wait_seconds": 0,
     "lock.lease_seconds": 1,
+    "turns.wait_seconds": 0,
+    "turns.lease_seconds": 5,
     "buffer.max_messages": 0,
     "recall.max_chars": 200,
     "handoff.after_compressions": 1,

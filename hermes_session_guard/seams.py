@@ -88,6 +88,7 @@ from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version, parse_version
 from .runtime import Runtime
 from .session_lock import LOCK_GUARD, LOCK_NATIVE
+from .turn_seams import api_turn_wrapper, run_conversation_wrapper
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -788,6 +789,58 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.13.0-0.18.0": {"note": "start() calls it once adapters are connected"},
             "0.18.2+": {"note": "start() calls it once adapters are connected (and on platform reconnect)"},
         },
+    ),
+    # One turn per session at a time, in arrival order, on every entry point (turn_lock).
+    *seam(
+        "turn_order",
+        module="run_agent",
+        attribute="AIAgent.run_conversation",
+        params=("self", "user_message", "system_message", "conversation_history"),
+        wrapper=run_conversation_wrapper,
+        behaviour={"lease_table": "session_guard_turn_locks"},
+        note="every entry point's turn (CLI, gateway, API server, TUI, ACP, cron) starts here; the turn then "
+             "runs on the live transcript when another turn or a compaction was written since its caller read it",
+        ranges={
+            "0.13.0-0.19.0": {},
+            "0.19.0+": {"note": "a forwarder to agent.conversation_loop.run_conversation; same parameters first"},
+        },
+    ),
+    *seam(
+        "api_session_chat_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_chat",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "path"},
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
+            "0.15.0+": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
+        },
+    ),
+    *seam(
+        "api_session_chat_stream_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_chat_stream",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "path"},
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
+            "0.15.0+": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
+        },
+    ),
+    *seam(
+        "api_chat_completions_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_chat_completions",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "header"},
+        lazy=True,
+        note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
+        ranges=EVERY_RELEASE,
     ),
 )
 

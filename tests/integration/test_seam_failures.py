@@ -480,6 +480,35 @@ def _export(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
+@case("turn_order", policy="open")
+def _turn_order(ctx: Ctx) -> None:
+    # The turn queue cannot be reached: the turn runs as Hermes started it, unordered.
+    from hermes_session_guard import turn_seams
+
+    ctx.inject(turn_seams, "turn_locks_for")
+    ctx.real_turn()
+    ctx.assert_said("open")
+
+
+@case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns", policy="open")
+def _api_turns(ctx: Ctx) -> None:
+    # The handler runs as without the guard and the turn is answered.
+    from hermes_session_guard import turn_seams
+
+    from .api_turns import chat_completion, running_api_server, session_chat
+
+    probe.seed_session(ctx.db, SID, probe.seed_messages(2, chars=40), source="api_server")
+    ctx.llm.configure(reply_fn=None, reply_text=REPLY)
+    ctx.inject(turn_seams, "_request_session")
+    with running_api_server(ctx.home) as srv:
+        if ctx.row.seam == "api_chat_completions_turns":
+            reply = chat_completion(srv, SID, "ping")
+        else:
+            reply = session_chat(srv, SID, "ping", stream=ctx.row.seam == "api_session_chat_stream_turns")
+    assert reply.status == 200 and reply.text == REPLY, reply
+    ctx.assert_said("open")
+
+
 # -- the table-driven test ------------------------------------------------------------------
 
 

@@ -1,0 +1,148 @@
+"""The per-session turn queue: arrival order, the wait bound, hand-over from an HTTP
+handler to its run_conversation, nested turns, and the cross-process lease."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from hermes_session_guard.store import GuardStore
+from hermes_session_guard.turn_lock import TurnBusy, TurnLeases, TurnLocks, retry_after
+from hermes_session_guard.turn_seams import fresher_history
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> GuardStore:
+    s = GuardStore(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def test_turns_of_one_session_run_in_arrival_order(store: GuardStore) -> None:
+    locks = TurnLocks(TurnLeases(store))
+    first = locks.wait(locks.enqueue("s"), 5, 30, 1)
+    order: list[int] = []
+    tickets = [locks.enqueue("s") for _ in range(8)]  # arrival order 0..7
+    threads = []
+    for i, t in reversed(list(enumerate(tickets))):  # threads start in the opposite order
+        def run(i: int = i, t=t) -> None:
+            held = locks.wait(t, 30, 30, 1)
+            order.append(i)
+            locks.release(held)
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+    locks.release(first)
+    for th in threads:
+        th.join(30)
+    assert order == list(range(8))
+    assert locks.queued("s") == 0
+
+
+def test_other_sessions_do_not_wait(store: GuardStore) -> None:
+    locks = TurnLocks(TurnLeases(store))
+    held = locks.wait(locks.enqueue("a"), 5, 30, 1)
+    other = locks.wait(locks.enqueue("b"), 0, 30, 1)  # no wait budget at all, still granted
+    assert other.held
+    locks.release(other)
+    locks.release(held)
+
+
+def test_over_the_bound_is_refused_and_leaves_the_queue(store: GuardStore) -> None:
+    locks = TurnLocks(TurnLeases(store))
+    held = locks.wait(locks.enqueue("s"), 5, 30, 1)
+    with pytest.raises(TurnBusy) as info:
+        locks.wait(locks.enqueue("s"), 0.05, 30, 7)
+    assert info.value.session_id == "s" and info.value.retry_after == 7 and "s is busy" in str(info.value)
+    assert locks.queued("s") == 1
+    locks.release(held)
+    assert locks.queued("s") == 0
+
+
+def test_another_process_holding_the_lease_makes_the_turn_wait(store: GuardStore, tmp_path: Path) -> None:
+    other_store = GuardStore(tmp_path / "state.db")  # a second connection, as another process has
+    other = TurnLocks(TurnLeases(other_store))
+    mine = TurnLocks(TurnLeases(store))
+    held = other.wait(other.enqueue("s"), 5, 30, 1)
+    with pytest.raises(TurnBusy) as info:
+        mine.wait(mine.enqueue("s"), 0.1, 30, 1)
+    assert info.value.scope == "turn"
+    other.release(held)
+    got = mine.wait(mine.enqueue("s"), 5, 30, 1)
+    assert got.held
+    mine.release(got)
+    other_store.close()
+
+
+def test_a_handler_reservation_is_claimed_by_its_run_and_released_by_the_last(store: GuardStore) -> None:
+    locks = TurnLocks(TurnLeases(store))
+
+    async def reserve():
+        return await locks.wait_async(locks.enqueue("s"), 5, 30, 1)
+
+    reserved = asyncio.run(reserve())
+    claimed = locks.claim_delegated("s")
+    assert claimed is reserved
+    assert locks.claim_delegated("s") is None  # one run per reservation
+    locks.release(reserved)  # the handler is done first (client went away) ...
+    assert locks.queued("s") == 1  # ... the run still holds the turn
+    locks.release(claimed)
+    assert locks.queued("s") == 0
+
+
+def test_a_nested_turn_on_the_same_thread_is_seen(store: GuardStore) -> None:
+    locks = TurnLocks(None)
+    held = locks.wait(locks.enqueue("s"), 5, 30, 1)
+    assert locks.held_by_thread("s") is held
+    locks.release(held)
+    assert locks.held_by_thread("s") is None
+
+
+def test_fresher_history_only_when_state_db_has_messages_the_caller_lacks() -> None:
+    a, b = {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}
+    c = {"role": "user", "content": "c"}
+    assert not fresher_history([a, b], [a, b])
+    assert not fresher_history([a, b], None)
+    assert not fresher_history([a], [a, b, c])  # the caller has more (not persisted yet)
+    assert fresher_history([a, b, c], [a, b])
+
+
+def test_retry_after_is_bounded() -> None:
+    assert retry_after(0) == 1 and retry_after(120) == 30 and retry_after(8) == 2
+
+
+def test_event_loop_waiters_are_woken_in_arrival_order(store: GuardStore) -> None:
+    locks = TurnLocks(TurnLeases(store))
+
+    async def main() -> list[int]:
+        first = await locks.wait_async(locks.enqueue("s"), 5, 30, 1)
+        order: list[int] = []
+
+        async def turn(i: int, ticket) -> None:
+            held = await locks.wait_async(ticket, 30, 30, 1)
+            order.append(i)
+            await asyncio.sleep(0)
+            locks.release(held)
+
+        tickets = [locks.enqueue("s") for _ in range(6)]
+        tasks = [asyncio.create_task(turn(i, t)) for i, t in reversed(list(enumerate(tickets)))]
+        await asyncio.sleep(0.01)
+        locks.release(first)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(main()) == list(range(6))
+
+
+def test_turn_options_are_validated_by_name() -> None:
+    from hermes_session_guard.config import ConfigError, parse_config
+
+    assert parse_config(None).turns.wait_seconds == 120.0
+    assert parse_config({"turns": {"wait_seconds": 30}}).turns.wait_seconds == 30.0
+    for bad, key in (({"wait_seconds": -1}, "turns.wait_seconds"), ({"lease_seconds": 1}, "turns.lease_seconds"),
+                     ({"wait_seconds": "long"}, "turns.wait_seconds"), ({"wait": 1}, "turns.wait")):
+        with pytest.raises(ConfigError) as info:
+            parse_config({"turns": bad})
+        assert info.value.key == f"session_guard.{key}"
