@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class LockConfig:
     wait_seconds: float = 2.0
-    lease_seconds: float = 300.0
+    lease_seconds: float = 30.0  # kept alive while held; a crashed holder on this machine is taken over at once
 
 
 @dataclass(frozen=True)
