@@ -24,6 +24,8 @@ SIGNATURES: dict[str, str] = {
     "orphan_messages": "messages belong to a session id that has no session row",
     "routing_not_at_tip": "gateway routing points at a session that is not the live end of its lineage",
     "expired_compression_lock": "a compression lock outlived its lease (its holder is gone)",
+    "dead_lock_holder": "a compression lock is held by a process that no longer runs (same machine, pid gone "
+                        "or reused); the next compression takes it over, repair clears it",
     "multiple_live_summaries": "a live session holds more than one compaction summary generation",
 }
 
@@ -128,6 +130,17 @@ def expired_locks(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding
                                             "expires_at": lock.expires_at})
 
 
+def dead_holders(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
+    for lock in state.locks:
+        if lock.dead(state.now):
+            left = (lock.expires_at or state.now) - state.now
+            yield Finding("dead_lock_holder", lock.session_id, [lock.session_id],
+                          f"{lock.kind} lock on {lock.session_id} held by {lock.holder}, whose process is gone "
+                          f"(lease would run {left:.0f}s more)",
+                          "cleared", extra={"kind": lock.kind, "table": lock.table, "holder": lock.holder,
+                                            "expires_at": lock.expires_at})
+
+
 def multiple_summaries(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
     for sid, rows in sorted(state.summaries.items()):
         session = state.sessions.get(sid)
@@ -145,6 +158,7 @@ CHECKS: list[Check] = [
     orphan_messages,
     routing_off_tip,
     expired_locks,
+    dead_holders,
     multiple_summaries,
 ]
 

@@ -55,7 +55,7 @@ HOUSEKEEPING_END_REASONS = frozenset({host.COMPRESSION_END_REASON, MERGED_END_RE
                                       "ws_orphan_reap"})
 REPAIRED_SIGNATURES = (
     "rotated_lineage", "forked_compression", "writes_after_compression_end", "empty_compression_child",
-    "orphan_messages", "routing_not_at_tip", "expired_compression_lock",
+    "orphan_messages", "routing_not_at_tip", "expired_compression_lock", "dead_lock_holder",
 )
 
 
@@ -157,8 +157,11 @@ class LockClear:
     holder: str | None
     expires_at: float | None
     owned_by_guard: bool
+    dead_holder: bool = False  # unexpired, but its holder's process is provably gone
 
     def describe(self, now: float) -> str:
+        if self.dead_holder:
+            return f"clear the {self.kind} lock on {self.session_id} held by the dead process {self.holder}"
         return (f"clear the expired {self.kind} lock on {self.session_id} (holder {self.holder}, expired "
                 f"{now - (self.expires_at or now):.0f}s ago)")
 
@@ -251,8 +254,9 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
         if target and target != sid:
             plan.routing.append(RoutingChange(entry.where, entry.session_key, sid, target, entry.scope,
                                               entry.entry_json))
-    plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard)
-                  for lk in state.locks if lk.expired(state.now)]
+    plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard,
+                            dead_holder=not lk.expired(state.now))
+                  for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]
     plan.orphans = dict(state.orphan_rows)
     plan.not_repaired = [f for f in findings if f.signature not in REPAIRED_SIGNATURES]
     return plan
@@ -298,6 +302,24 @@ def database_busy(db_path: Path, timeout: float = 0.5) -> str | None:
 
 def _snapshot_message(row: dict[str, Any]) -> dict[str, Any]:
     return host.as_message(row)
+
+
+def _clear_dead_holder(lock: LockClear, db: Any, store: GuardStore) -> bool:
+    """Drop a lock whose holder's process is gone, qualified by that holder (a live
+    process that took the lock over meanwhile keeps it): the guard's table directly,
+    Hermes's ``compression_locks`` through its own holder-qualified release."""
+    from .liveness import holder_dead
+
+    if not lock.holder or not holder_dead(lock.holder):
+        return False
+    if lock.owned_by_guard:
+        lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)
+        return bool(lt) and store.clear_lock_of(table=lock.table, session_column=lt.session_column,
+                                                holder_column=lt.holder_column, session_id=lock.session_id,
+                                                holder=lock.holder)
+    before = db.get_compression_lock_holder(lock.session_id)
+    db.release_compression_lock(lock.session_id, lock.holder)
+    return before == lock.holder and db.get_compression_lock_holder(lock.session_id) != lock.holder
 
 
 def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, host_version: str | None,
@@ -354,7 +376,9 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
         done["routing"] = len(plan.routing)
 
         for lock in plan.locks:
-            if lock.owned_by_guard:
+            if lock.dead_holder:
+                cleared = _clear_dead_holder(lock, db, store)
+            elif lock.owned_by_guard:
                 lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)
                 cleared = bool(lt) and store.clear_expired_lock(
                     table=lock.table, session_column=lt.session_column, expires_column=lt.expires_column,

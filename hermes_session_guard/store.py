@@ -945,6 +945,17 @@ class GuardStore:
             )
         return cur.rowcount > 0
 
+    def clear_lock_of(self, *, table: str, session_column: str, holder_column: str, session_id: str,
+                      holder: str) -> bool:
+        """Delete one row of one of the guard's own lock tables, only while ``holder`` holds it."""
+        if not table.startswith("session_guard_"):
+            raise ValueError(f"{table} is not a session guard table")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE {session_column} = ? AND {holder_column} = ?", (session_id, holder)
+            )
+        return cur.rowcount > 0
+
     def compression_count(self, session_id: str, since: float | None = None) -> int:
         """Compressions of ``session_id`` that stored a snapshot (after ``since``)."""
         with self.reading() as conn:
