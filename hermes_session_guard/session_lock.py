@@ -31,6 +31,7 @@ a successor has taken. Only sqlite, threading and the standard clock are used
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -50,6 +51,21 @@ LOCK_MODES = (LOCK_GUARD, LOCK_NATIVE)
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.1
 _KEEPER_LINGER = 30.0
+
+
+MAX_WAIT_SECONDS = 600.0
+MAX_LEASE_SECONDS = 3600.0
+
+
+def bounded(value: float, low: float, high: float) -> float:
+    """``value`` within ``[low, high]``; NaN counts as ``low``."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return low
+    if math.isnan(value):
+        return low
+    return min(max(value, low), high)
 
 
 class LockUnavailable(RuntimeError):
@@ -213,7 +229,11 @@ class SessionLocks:
         """Take ``session_id``'s lock, waiting up to ``wait_seconds`` in total.
         Raises :class:`LockUnavailable` if the lease table fails."""
         started = self._monotonic()
-        deadline = started + max(0.0, wait_seconds)
+        # Validated config is finite and bounded; a caller that built its own config is
+        # clamped too, so a wait of "infinity" can never overflow the timeout below.
+        wait_seconds = bounded(wait_seconds, 0.0, MAX_WAIT_SECONDS)
+        lease_seconds = bounded(lease_seconds, 1.0, MAX_LEASE_SECONDS)
+        deadline = started + wait_seconds
         holder = holder_id(op_id)
         stuck = self.retry_releases(session_id)
         if stuck is not None:
