@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import host_adapter as host
-from . import liveness
+from . import liveness, presence
 from .inbox import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from .runtime import Runtime
 from .session_lock import op_of_holder
@@ -76,6 +76,7 @@ def inbox_for(runtime: Runtime, runner: Any) -> Inbox:
     if state.inbox is None or state.runtime is not runtime:
         state.inbox = Inbox(runtime.store_for(host.runner_db_path(runner)))
         state.runtime = runtime
+        presence.announce_quietly(state.inbox.store, kind="gateway")  # operators' commands see a gateway
     return state.inbox
 
 
