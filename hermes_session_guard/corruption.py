@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .lineage import Lineage, build_lineages, first_child_row, late_rows, member_index, merge_target
+from .lineage import Lineage, build_lineages, first_child_row, late_rows
 from .state_inspection import HomeState
 
 # signature -> what it means (doctor --json carries the same text)
@@ -99,25 +99,23 @@ def orphan_messages(state: HomeState, lineages: list[Lineage]) -> Iterable[Findi
 
 
 def routing_off_tip(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
-    index = member_index(lineages)
-    for entry in state.routing:
-        sid = entry.session_id
-        if not sid:
-            continue
-        lin = index.get(sid)
-        if lin is not None:
-            tip = lin.tip(state.sessions)
-            if sid != tip:
-                yield Finding("routing_not_at_tip", sid, lin.members,
-                              f"{entry.label} -> {sid}, but the lineage of {lin.root} continues at {tip}",
-                              f"re-pointed to {lin.root}", extra={"routing_key": entry.session_key,
-                                                                  "where": entry.where, "tip": tip})
-        elif sid in state.sessions and state.sessions[sid].merged:
-            target = merge_target(sid, state.sessions)
-            yield Finding("routing_not_at_tip", sid, [sid, *([target] if target else [])],
-                          f"{entry.label} -> {sid}, which an earlier repair merged into {target}",
-                          f"re-pointed to {target}", extra={"routing_key": entry.session_key, "where": entry.where,
-                                                            "tip": target})
+    """Exactly the entries ``repair`` re-points (:func:`.routing_plan.plan_routing`)."""
+    from .routing_plan import plan_routing
+
+    for move in plan_routing(state, lineages):
+        entry, sid = move.entry, move.entry.session_id
+        if move.merged:
+            detail = f"{entry.label} -> {sid}, which an earlier repair merged into {move.target}"
+        elif move.rewrite:
+            detail = (f"{entry.label} -> {sid}, a continuation of {move.target} (the host continues at {move.tip}); "
+                      f"the repaired conversation lives on under {move.target}")
+        else:
+            detail = f"{entry.label} -> {sid}, but the lineage of {move.target} continues at {move.tip}"
+        fix = (f"re-pointed to {move.target}" if move.rewrite
+               else f"left on {move.target}, which the lineage repair makes live again")
+        yield Finding("routing_not_at_tip", sid, list(move.members), detail, fix,
+                      extra={"routing_key": entry.session_key, "where": entry.where, "tip": move.tip,
+                             "target": move.target})
 
 
 def expired_locks(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:

@@ -38,7 +38,8 @@ from typing import Any
 from . import host_adapter as host
 from .compression import snapshot_id_for
 from .corruption import Finding
-from .lineage import Lineage, first_child_row, late_rows, member_index, merge_target
+from .lineage import Lineage, first_child_row, late_rows
+from .routing_plan import plan_routing
 from .state_inspection import (
     MERGED_END_REASON,
     HomeState,
@@ -241,19 +242,9 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
     plan = RepairPlan(now=state.now)
     rows = read_rows(state.db_path, [sid for lin in lineages for sid in lin.members]) if lineages else {}
     plan.lineages = [plan_lineage(state, lin, rows) for lin in lineages]
-    index = member_index(lineages)
-    for entry in state.routing:
-        sid = entry.session_id
-        if not sid:
-            continue
-        target = None
-        if sid in index:
-            target = index[sid].root
-        elif sid in state.sessions and state.sessions[sid].merged:
-            target = merge_target(sid, state.sessions)
-        if target and target != sid:
-            plan.routing.append(RoutingChange(entry.where, entry.session_key, sid, target, entry.scope,
-                                              entry.entry_json))
+    # the same plan doctor reports (routing_not_at_tip)
+    plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.entry.session_id, m.target, m.entry.scope,
+                                  m.entry.entry_json) for m in plan_routing(state, lineages) if m.rewrite]
     plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard,
                             dead_holder=not lk.expired(state.now))
                   for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]
