@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .hostinfo import state_db_path
+from .safe_text import sendable_messages
 from .store import message_text
 
 log = logging.getLogger("hermes_session_guard")
@@ -300,8 +301,13 @@ def _make_engine_shim(cls: type) -> Any:
     original = cls.compress
 
     def compress(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
-        out = original(self, messages, *args, **kwargs)
         verdict: EngineVerdict | None = getattr(_engine_op, "verdict", None)
+        if verdict is not None and isinstance(messages, list):
+            # Text UTF-8 cannot carry (lone surrogates) would fail the summary request and
+            # the host's own write; the engine gets copies with it replaced, the snapshot
+            # keeps the originals verbatim (safe_text).
+            messages = sendable_messages(messages)
+        out = original(self, messages, *args, **kwargs)
         if verdict is None:
             return out
         failure = _engine_failure(self, messages, out)

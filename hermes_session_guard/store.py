@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .safe_text import encodable, json_text, searchable, utf8_bytes
+
 log = logging.getLogger("hermes_session_guard")
 
 # 1: snapshots, compressions, repairs, hand-offs (a snapshot message's string
@@ -253,7 +255,7 @@ def _text_or_none(value: Any) -> str | None:
 def text_hash(text: str | None) -> str:
     """Stable identity of a message text (surrounding whitespace ignored: the host
     strips some rows when it loads them)."""
-    return hashlib.sha256((text or "").strip().encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(utf8_bytes((text or "").strip())).hexdigest()[:32]
 
 
 def scope_token(session_id: str) -> str:
@@ -329,11 +331,16 @@ def _row_parts(message: Any) -> tuple[str | None, str | None, str]:
     if not isinstance(message, dict):
         message = {"role": getattr(message, "role", None), "content": getattr(message, "content", None)}
     content = message.get("content")
-    if isinstance(content, str):
+    role = _text_or_none(message.get("role"))
+    role = None if role is None else searchable(role)
+    if isinstance(content, str) and encodable(content):
         rest = {k: v for k, v in message.items() if k != "content"}
-        return _text_or_none(message.get("role")), content, json.dumps(rest, ensure_ascii=False, default=str)
-    return _text_or_none(message.get("role")), message_text(message), json.dumps(message, ensure_ascii=False,
-                                                                                  default=str)
+        return role, content, json_text(rest)
+    # Not a plain UTF-8 string (list-of-parts content, or text holding lone surrogates):
+    # the whole message goes into the JSON, verbatim (escaped where UTF-8 cannot carry
+    # it, see safe_text); the content column keeps a searchable copy.
+    text = message_text(message)
+    return role, None if text is None else searchable(text), json_text(message)
 
 
 def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
@@ -641,7 +648,7 @@ class GuardStore:
             if cur.rowcount and self.fts:
                 conn.execute(
                     "INSERT INTO session_guard_recall_fts(rowid, scope, body) VALUES (?,?,?)",
-                    (cur.lastrowid, scope, text),
+                    (cur.lastrowid, scope, searchable(text)),
                 )
             added += cur.rowcount or 0
         if added:
@@ -931,7 +938,7 @@ class GuardStore:
             conn.execute(
                 "INSERT OR REPLACE INTO session_guard_repairs(op_id, session_id, created_at, backup_path, record_json)"
                 " VALUES (?,?,?,?,?)",
-                (op_id, session_id, time.time(), backup_path, json.dumps(record, ensure_ascii=False, default=str)),
+                (op_id, session_id, time.time(), backup_path, json_text(record)),
             )
 
     def clear_expired_lock(self, *, table: str, session_column: str, expires_column: str, session_id: str,
