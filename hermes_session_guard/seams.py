@@ -172,7 +172,7 @@ def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
 
 def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
-    """A guard error before the host's compression ran (ADR D4, D12): this compression
+    """A guard error before the host's compression ran (ADR D4, D11): this compression
     is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
     can fork on every release). The caller's messages come back unchanged, with the
     prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
@@ -489,7 +489,7 @@ SEAMS: tuple[SeamRow, ...] = (
     *seam(
         "compression",
         module="agent.conversation_compression",
-        failure_policy="closed",  # a guard error before the host ran skips the compression (ADR D4, D12)
+        failure_policy="closed",  # a guard error before the host ran skips the compression (ADR D4, D11)
         attribute="compress_context",
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,
