@@ -125,3 +125,29 @@ def test_live_and_unknown_holders_are_not_dead(home: Path, db: Any, sleeper: psu
     assert states[("guard", SID)] == "alive" and states[("guard", OTHER)] == "unknown"
     if "native" in _tables(db):
         assert states[("native", SID)] == "unknown"
+
+
+def test_native_lease_is_kept_alive_on_every_release_with_a_native_lock(home: Path, db: Any) -> None:
+    """0.18.2+ through Hermes's refresh_compression_lock; 0.16-0.17, which have none,
+    through the guard's holder-qualified extension of its own row."""
+    from hermes_session_guard.host_adapter import NativeLeases
+
+    if "native" not in _tables(db):
+        pytest.skip("this Hermes has no compression_locks")
+    leases = NativeLeases(db)
+    holder = _holder(os.getpid(), liveness.this_process().start)
+    assert leases.try_acquire(SID, holder, 5.0)
+    import time
+
+    before = time.time()
+    assert leases.refresh(SID, holder, 120.0)
+    assert not leases.refresh(SID, "pid=1:tid=1:agent=someone-else", 120.0)
+    import sqlite3
+
+    conn = sqlite3.connect(str(home / "state.db"))
+    try:
+        (expires,) = conn.execute("SELECT expires_at FROM compression_locks WHERE session_id = ?", (SID,)).fetchone()
+    finally:
+        conn.close()
+    assert expires - before > 100.0
+    leases.release(SID, holder)
