@@ -76,7 +76,7 @@ def inbox_for(runtime: Runtime, runner: Any) -> Inbox:
     if state.inbox is None or state.runtime is not runtime:
         state.inbox = Inbox(runtime.store_for(host.runner_db_path(runner)))
         state.runtime = runtime
-        presence.announce_quietly(state.inbox.store, kind="gateway")  # operators' commands see a gateway
+        presence.announce_quietly(state.inbox.store.db_path, kind="gateway")  # operators' commands see a gateway
     return state.inbox
 
 

@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from . import liveness
 
@@ -36,7 +36,10 @@ DDL = (
 # A row from another machine counts as running while its heartbeat is younger than this.
 REMOTE_FRESH_SECONDS = 3600.0
 
-_announced: dict[str, Any] = {}  # db path -> store
+_BUSY_SECONDS = 0.5
+_RETRY_SECONDS = 60.0
+_announced: dict[tuple[str, str], Path] = {}  # (db path, kind) -> db path
+_retry_at: dict[tuple[str, str], float] = {}
 _lock = threading.Lock()
 _atexit_registered = False
 
@@ -62,47 +65,72 @@ def own_identity() -> str:
     return liveness.this_process().fields()
 
 
-def announce(store: Any, kind: str = "agent") -> None:
-    """Record this process as a guard-running process of ``store``'s state.db (idempotent;
-    a later call refreshes the heartbeat; ``gateway``, said by the gateway's seams, sticks)."""
+def _connect(db_path: Path) -> sqlite3.Connection:
+    # Its own short-lived connection with a short busy timeout: announcing must never
+    # hold up a compression behind another writer (it is retried later instead).
+    return sqlite3.connect(str(db_path), timeout=_BUSY_SECONDS, isolation_level=None)
+
+
+def announce(db_path: Path | str, kind: str = "agent") -> None:
+    """Record this process as a guard-running process of ``db_path`` (idempotent: a
+    later call refreshes the heartbeat; ``gateway``, said by the gateway's seams, sticks)."""
     global _atexit_registered
+    path = Path(db_path)
     ident = liveness.this_process()
-    now = time.time()
-    with store.transaction() as conn:
+    conn = _connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
         conn.execute(DDL)
         conn.execute(
             "INSERT INTO session_guard_processes(identity, pid, kind, started_at, heartbeat_at) VALUES (?,?,?,?,?)"
             " ON CONFLICT(identity) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
             " kind = CASE WHEN excluded.kind = 'gateway' THEN 'gateway' ELSE kind END",
-            (ident.fields(), ident.pid, kind, ident.start, now),
+            (ident.fields(), ident.pid, kind, ident.start, time.time()),
         )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
     with _lock:
-        _announced[str(store.db_path)] = store
+        _announced[(str(path), kind)] = path
         if not _atexit_registered:
             atexit.register(withdraw_all)
             _atexit_registered = True
 
 
-def announce_quietly(store: Any, kind: str = "agent") -> None:
+def announce_quietly(db_path: Path | str, kind: str = "agent") -> None:
+    """:func:`announce` once per database and kind; a failure (busy, read-only) is
+    retried at a later call, at most once a minute, and never raised."""
+    key = (str(db_path), kind)
+    now = time.monotonic()
+    with _lock:
+        if key in _announced or now < _retry_at.get(key, 0.0):
+            return
+    if not Path(db_path).exists():
+        return  # never create a state.db just to announce ourselves
+    with _lock:
+        _retry_at[key] = now + _RETRY_SECONDS
     try:
-        announce(store, kind)
+        announce(db_path, kind)
     except Exception as exc:  # presence is advisory for operators; never fail the host for it
         log.debug("session guard: could not record this process in %s: %s", TABLE, exc)
 
 
-def withdraw(store: Any) -> None:
-    with store.transaction() as conn:
+def withdraw(db_path: Path | str) -> None:
+    conn = _connect(Path(db_path))
+    try:
         conn.execute(DDL)
         conn.execute("DELETE FROM session_guard_processes WHERE identity = ?", (own_identity(),))
+    finally:
+        conn.close()
 
 
 def withdraw_all() -> None:
     with _lock:
-        stores = list(_announced.values())
+        paths = sorted({str(p) for p in _announced.values()})
         _announced.clear()
-    for store in stores:
+    for path in paths:
         try:
-            withdraw(store)
+            withdraw(path)
         except Exception as exc:
             log.debug("session guard: could not withdraw this process from %s: %s", TABLE, exc)
 
@@ -131,12 +159,17 @@ def running(conn: sqlite3.Connection, *, now: float | None = None, include_self:
     return out
 
 
-def prune_dead(store: Any) -> int:
+def prune_dead(db_path: Path | str) -> int:
     """Delete the rows of processes that are provably gone; returns how many."""
-    with store.transaction() as conn:
+    conn = _connect(Path(db_path))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
         conn.execute(DDL)
         rows = conn.execute("SELECT identity FROM session_guard_processes").fetchall()
         dead = [r[0] for r in rows if liveness.holder_dead(r[0])]
         for identity in dead:
             conn.execute("DELETE FROM session_guard_processes WHERE identity = ?", (identity,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
     return len(dead)

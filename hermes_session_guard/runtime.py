@@ -88,12 +88,9 @@ class Runtime:
             store = self._stores.get(key)
             if store is None:
                 store = self._stores[key] = GuardStore(key)
-                announce = True
-            else:
-                announce = False
-        if announce:
-            # This process runs the guard on that state.db: operators' commands see it (presence).
-            presence.announce_quietly(store)
+        # This process runs the guard on that state.db: operators' commands see it (presence;
+        # once per database, a failed announcement retried at most once a minute).
+        presence.announce_quietly(key)
         return store
 
     def locks_for(self, db_path: Path) -> SessionLocks:

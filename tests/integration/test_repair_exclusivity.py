@@ -164,3 +164,28 @@ def test_repair_refuses_while_a_compression_holds_the_lock(
     os.environ["HERMES_HOME"] = str(home)
     assert cli.main(["repair", "--apply"]) == 0
     assert [(r["id"], r["ended_at"]) for r in probe.sessions_table(home / "state.db")] == [(SID, None)]
+
+
+def test_a_running_agent_blocks_repair_and_a_killed_one_does_not(home: Path, db: Any) -> None:
+    """Presence: a process that announced itself on the home blocks ``repair --apply``
+    while it runs (named by pid); once it is killed (no clean exit, its row stays) the
+    row is recognised as dead and the repair proceeds."""
+    import signal
+
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    code = ("import sys, time\nfrom hermes_session_guard import presence\n"
+            "presence.announce(sys.argv[1])\nprint('announced', flush=True)\ntime.sleep(120)\n")
+    agent = subprocess.Popen([sys.executable, "-c", code, str(home / "state.db")], env=_env(home),
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None and agent.stdout.readline().strip() == "announced"
+        done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "repair", "--apply"],
+                              env=_env(home), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and f"agent pid {agent.pid}" in done.stderr, done.stderr
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(30)
+    assert _rows(home / "state.db", "SELECT pid FROM session_guard_processes") == [(agent.pid,)]
+    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "repair", "--apply"],
+                          env=_env(home), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
