@@ -33,7 +33,6 @@ from ..lineage_repair import (
     plan_repair,
 )
 from ..state_inspection import HomeError, HomeState, load_home_state
-from ..store import GuardStore
 from .output import EXIT_FOUND, emit_json, fail
 
 HELP = "Repair corrupted lineages, routing and dead locks (dry run unless --apply)"
@@ -120,22 +119,18 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"repair refused: {problem}", args.json)
     op_id = new_op_id()
     holder = repair_lock.new_holder(op_id)
-    store = GuardStore(state.db_path)
     try:
-        try:
-            taken, other, since = repair_lock.acquire(store, holder)
-        except sqlite3.Error as exc:
-            return fail(f"repair refused: could not take the repair lock in state.db ({exc})", args.json)
-        if not taken:
-            age = f", started {state.now - since:.0f}s ago" if since else ""
-            return fail(f"repair refused: another `repair --apply` is running on this state.db "
-                        f"(holder {other}{age}); wait for it to finish", args.json)
-        try:
-            return _apply_exclusively(args, state.home, op_id)
-        finally:
-            repair_lock.release(store, holder)
+        taken, other, since = repair_lock.acquire(state.db_path, holder)
+    except sqlite3.Error as exc:
+        return fail(f"repair refused: could not take the repair lock in state.db ({exc})", args.json)
+    if not taken:
+        age = f", started {state.now - since:.0f}s ago" if since else ""
+        return fail(f"repair refused: another `repair --apply` is running on this state.db "
+                    f"(holder {other}{age}); wait for it to finish", args.json)
+    try:
+        return _apply_exclusively(args, state.home, op_id)
     finally:
-        store.close()
+        repair_lock.release(state.db_path, holder)
 
 
 def _apply_exclusively(args: argparse.Namespace, home: Path, op_id: str) -> int:

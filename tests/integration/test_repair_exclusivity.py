@@ -114,7 +114,7 @@ def test_concurrent_repairs_apply_once(tmp_path: Path, fixture: Path) -> None:
         assert _transcripts(home) == expected
         code, report = _doctor(home)
         assert code == 0, report["findings"]
-        assert _rows(home / "state.db", "SELECT COUNT(*) FROM session_guard_repair_lock") == [(0,)]
+        assert _rows(home / "state.db", "SELECT holder FROM session_guard_repair_lock") == [], results
 
 
 SID = "20260603_090000_c0ffee00"
