@@ -230,6 +230,10 @@ def test_agent_killed_mid_compression_recovers_on_restart(
     assert _missing(home, seeded) == []
     left = _locks(home)
     assert [holder.startswith(f"pid={proc.pid}:") for _, holder, _ in left] == [True], left
+    # the operator's doctor names the dead holder (its lease is far from over)
+    report = _doctor(home)
+    assert report["returncode"] == 1 and [f["signature"] for f in report["findings"]] == ["dead_lock_holder"], \
+        report["findings"]
 
     # 2. the restart: a new process continues the conversation and compresses again
     out2 = tmp_path / "restarted.json"
