@@ -23,7 +23,6 @@ import functools
 import os
 import socket
 import threading
-import time
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
@@ -81,7 +80,8 @@ def this_process() -> ProcessIdentity:
     with _own_lock:
         ident = _own.get(pid)
         if ident is None:
-            ident = _own[pid] = ProcessIdentity(_host(), _boot(), pid, process_start(pid) or time.time())
+            # 0.0 when psutil cannot read it: others then never judge this process by start time
+            ident = _own[pid] = ProcessIdentity(_host(), _boot(), pid, process_start(pid) or 0.0)
         return ident
 
 
@@ -116,9 +116,13 @@ def liveness(ident: ProcessIdentity | None) -> str:
     if ident.host != me.host or abs(ident.boot - me.boot) > _BOOT_TOLERANCE:
         return UNKNOWN
     if ident.pid == me.pid:
+        if ident.start <= 0 or me.start <= 0:
+            return UNKNOWN
         return ALIVE if abs(ident.start - me.start) <= _START_TOLERANCE else DEAD
     if not pid_running(ident.pid):
         return DEAD
+    if ident.start <= 0:
+        return UNKNOWN  # the holder could not read its own start time: a live pid may be it
     started = process_start(ident.pid)
     if started is None:
         # The pid exists but cannot be read (access denied on Windows services): it may be the holder.
