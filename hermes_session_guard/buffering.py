@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import host_adapter as host
+from . import liveness, presence
 from .inbox import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from .runtime import Runtime
 from .session_lock import op_of_holder
@@ -75,6 +76,7 @@ def inbox_for(runtime: Runtime, runner: Any) -> Inbox:
     if state.inbox is None or state.runtime is not runtime:
         state.inbox = Inbox(runtime.store_for(host.runner_db_path(runner)))
         state.runtime = runtime
+        presence.announce_quietly(state.inbox.store.db_path, kind="gateway")  # operators' commands see a gateway
     return state.inbox
 
 
@@ -94,7 +96,7 @@ def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | Non
         # A compression in another process holds the session's lock (the guard's lease
         # table, or Hermes's compression_locks that the guard holds from 0.18.2).
         holder = store.lease_holder(sid) or host.runner_lock_holder(runner, sid)
-        if holder:
+        if holder and not liveness.holder_dead(holder):
             return op_of_holder(holder) or holder
     return None
 

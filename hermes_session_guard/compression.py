@@ -368,6 +368,9 @@ class _Operation:
              "waited_for": taken.waited_for}
             if taken is not None else {"lock": "none"}
         )
+        if taken is not None and taken.took_over:
+            self.lock_fields["took_over_from"] = taken.took_over
+            self.audit.warning("lock.taken_over", dead_holder=taken.took_over, lock=taken.scope)
         try:
             with _host_may_reenter(taken):
                 return self.compress_locked()

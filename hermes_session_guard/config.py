@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class LockConfig:
     wait_seconds: float = 2.0
-    lease_seconds: float = 300.0
+    lease_seconds: float = 30.0  # kept alive while held; a crashed holder on this machine is taken over at once
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,35 @@ _MINIMUMS: dict[str, float] = {
 }
 
 
+# Upper bounds: a value above them is a typo or an attempt to switch a limit off by
+# "infinity", and would overflow the clocks and timeouts it feeds (a wait of 1e10 s
+# overflows threading's timeout). Numbers without an entry here are bounded by
+# _DEFAULT_MAXIMUM; every number must be finite (NaN and infinities are refused).
+_MAXIMUMS: dict[str, float] = {
+    "lock.wait_seconds": 600,
+    "lock.lease_seconds": 3600,
+    "buffer.max_messages": 100_000,
+    "recall.max_chars": 1_000_000,
+    "handoff.after_compressions": 10_000,
+    "handoff.max_auto_handoffs": 10_000,
+}
+_DEFAULT_MAXIMUM = 1_000_000_000
+
+
+def numeric_problem(key: str, value: float) -> str | None:
+    """Why a numeric option's value is unusable (None if it is fine)."""
+    import math
+
+    if not math.isfinite(value):
+        return "must be a finite number (not NaN or infinity)"
+    if key in _MINIMUMS and value < _MINIMUMS[key]:
+        return f"must be >= {_MINIMUMS[key]:g}"
+    limit = _MAXIMUMS.get(key, _DEFAULT_MAXIMUM)
+    if value > limit:
+        return f"must be <= {limit:g}"
+    return None
+
+
 def relative_path_problem(value: str) -> str | None:
     """Why ``value`` cannot name a directory inside ``HERMES_HOME`` (``None`` if it can).
 
@@ -146,8 +175,10 @@ def _coerce(key: str, expected: type, value: Any) -> Any:
             raise ConfigError(key, f"expected a string, got {value!r}")
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {value!r}")
-    if key in _MINIMUMS and value < _MINIMUMS[key]:
-        raise ConfigError(key, f"must be >= {_MINIMUMS[key]:g}; got {value!r}")
+    if expected in (int, float):
+        problem = numeric_problem(key, value)
+        if problem:
+            raise ConfigError(key, f"{problem}; got {value!r}")
     if key in _TEMPLATES:
         try:
             value.format(**{name: 1 for name in _TEMPLATES[key]})

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .lineage import Lineage, build_lineages, first_child_row, late_rows, member_index, merge_target
+from .lineage import Lineage, build_lineages, first_child_row, late_rows
 from .state_inspection import HomeState
 
 # signature -> what it means (doctor --json carries the same text)
@@ -24,6 +24,8 @@ SIGNATURES: dict[str, str] = {
     "orphan_messages": "messages belong to a session id that has no session row",
     "routing_not_at_tip": "gateway routing points at a session that is not the live end of its lineage",
     "expired_compression_lock": "a compression lock outlived its lease (its holder is gone)",
+    "dead_lock_holder": "a compression lock is held by a process that no longer runs (same machine, pid gone "
+                        "or reused); the next compression takes it over, repair clears it",
     "multiple_live_summaries": "a live session holds more than one compaction summary generation",
 }
 
@@ -97,25 +99,23 @@ def orphan_messages(state: HomeState, lineages: list[Lineage]) -> Iterable[Findi
 
 
 def routing_off_tip(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
-    index = member_index(lineages)
-    for entry in state.routing:
-        sid = entry.session_id
-        if not sid:
-            continue
-        lin = index.get(sid)
-        if lin is not None:
-            tip = lin.tip(state.sessions)
-            if sid != tip:
-                yield Finding("routing_not_at_tip", sid, lin.members,
-                              f"{entry.label} -> {sid}, but the lineage of {lin.root} continues at {tip}",
-                              f"re-pointed to {lin.root}", extra={"routing_key": entry.session_key,
-                                                                  "where": entry.where, "tip": tip})
-        elif sid in state.sessions and state.sessions[sid].merged:
-            target = merge_target(sid, state.sessions)
-            yield Finding("routing_not_at_tip", sid, [sid, *([target] if target else [])],
-                          f"{entry.label} -> {sid}, which an earlier repair merged into {target}",
-                          f"re-pointed to {target}", extra={"routing_key": entry.session_key, "where": entry.where,
-                                                            "tip": target})
+    """Exactly the entries ``repair`` re-points (:func:`.routing_plan.plan_routing`)."""
+    from .routing_plan import plan_routing
+
+    for move in plan_routing(state, lineages):
+        entry, sid = move.entry, move.entry.session_id
+        if move.merged:
+            detail = f"{entry.label} -> {sid}, which an earlier repair merged into {move.target}"
+        elif move.rewrite:
+            detail = (f"{entry.label} -> {sid}, a continuation of {move.target} (the host continues at {move.tip}); "
+                      f"the repaired conversation lives on under {move.target}")
+        else:
+            detail = f"{entry.label} -> {sid}, but the lineage of {move.target} continues at {move.tip}"
+        fix = (f"re-pointed to {move.target}" if move.rewrite
+               else f"left on {move.target}, which the lineage repair makes live again")
+        yield Finding("routing_not_at_tip", sid, list(move.members), detail, fix,
+                      extra={"routing_key": entry.session_key, "where": entry.where, "tip": move.tip,
+                             "target": move.target})
 
 
 def expired_locks(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
@@ -124,6 +124,17 @@ def expired_locks(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding
             age = state.now - (lock.expires_at or state.now)
             yield Finding("expired_compression_lock", lock.session_id, [lock.session_id],
                           f"{lock.kind} lock on {lock.session_id} held by {lock.holder} expired {age:.0f}s ago",
+                          "cleared", extra={"kind": lock.kind, "table": lock.table, "holder": lock.holder,
+                                            "expires_at": lock.expires_at})
+
+
+def dead_holders(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
+    for lock in state.locks:
+        if lock.dead(state.now):
+            left = (lock.expires_at or state.now) - state.now
+            yield Finding("dead_lock_holder", lock.session_id, [lock.session_id],
+                          f"{lock.kind} lock on {lock.session_id} held by {lock.holder}, whose process is gone "
+                          f"(lease would run {left:.0f}s more)",
                           "cleared", extra={"kind": lock.kind, "table": lock.table, "holder": lock.holder,
                                             "expires_at": lock.expires_at})
 
@@ -145,6 +156,7 @@ CHECKS: list[Check] = [
     orphan_messages,
     routing_off_tip,
     expired_locks,
+    dead_holders,
     multiple_summaries,
 ]
 

@@ -57,7 +57,7 @@ def _keyed(x: Sequence[Any] | Keyed) -> Keyed:
 
 def block_digest(keys: Sequence[Key]) -> str:
     payload = json.dumps(list(keys), ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()  # any str (safe_text)
 
 
 _MERGEABLE = ("user", "assistant")

@@ -29,6 +29,7 @@ from typing import Any
 
 from . import engine_support
 from .hostinfo import state_db_path
+from .safe_text import sendable_messages
 from .store import message_text
 
 log = logging.getLogger("hermes_session_guard")
@@ -310,8 +311,13 @@ def _make_engine_shim(cls: type) -> Any:
     original = cls.compress
 
     def compress(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
-        out = original(self, messages, *args, **kwargs)
         verdict: EngineVerdict | None = getattr(_engine_op, "verdict", None)
+        if verdict is not None and isinstance(messages, list):
+            # Text UTF-8 cannot carry (lone surrogates) would fail the summary request and
+            # the host's own write; the engine gets copies with it replaced, the snapshot
+            # keeps the originals verbatim (safe_text).
+            messages = sendable_messages(messages)
+        out = original(self, messages, *args, **kwargs)
         if verdict is None:
             return out
         failure = _engine_failure(self, messages, out) or engine_support.empty_summary(self, messages, out)
@@ -555,8 +561,21 @@ class NativeLeases:
         refresh = getattr(self.db, "refresh_compression_lock", None)
         if callable(refresh):
             return bool(refresh(session_id, holder, ttl_seconds=ttl_seconds))
-        # 0.16-0.17 cannot extend a lease (nor can the host's own compressions):
-        # the lock stays ours until the TTL it was taken with runs out.
+        write = getattr(self.db, "_execute_write", None)
+        if callable(write):
+            # 0.16-0.17 have no refresh method: extend the guard's own row with the
+            # statement 0.18.2's refresh_compression_lock runs, through the SessionDB's
+            # own write path (its lock and retry), holder-qualified like Hermes's.
+            now = time.time()
+
+            def _extend(conn: Any) -> int:
+                return conn.execute(
+                    "UPDATE compression_locks SET expires_at = ? WHERE session_id = ? AND holder = ?"
+                    " AND expires_at >= ?", (now + ttl_seconds, session_id, holder, now),
+                ).rowcount
+
+            return bool(write(_extend))
+        # A SessionDB without either: the lock stays ours until the TTL it was taken with runs out.
         return self.holder(session_id) == holder
 
     def release(self, session_id: str, holder: str) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .safe_text import json_text, searchable
 from .store import GuardStore
 
 BUFFERED = "buffered"
@@ -99,7 +100,8 @@ class Inbox:
     ) -> InboxEntry:
         """Store one message at the tail (committed before returning). With
         ``max_messages`` > 0 and that many undelivered already, raise :class:`InboxFull`."""
-        data = json.dumps(payload, ensure_ascii=False, default=str)
+        data = json_text(payload)  # any str, lone surrogates included (safe_text)
+        text = None if text is None else searchable(text)
         now = time.time()
         with self.store.transaction(wait_for_disk=True) as conn:
             if max_messages > 0:

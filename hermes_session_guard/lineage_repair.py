@@ -39,7 +39,8 @@ from . import host_adapter as host
 from .compression import snapshot_id_for
 from .corruption import Finding
 from .file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode
-from .lineage import Lineage, first_child_row, late_rows, member_index, merge_target
+from .lineage import Lineage, first_child_row, late_rows
+from .routing_plan import plan_routing
 from .state_inspection import (
     MERGED_END_REASON,
     HomeState,
@@ -56,7 +57,7 @@ HOUSEKEEPING_END_REASONS = frozenset({host.COMPRESSION_END_REASON, MERGED_END_RE
                                       "ws_orphan_reap"})
 REPAIRED_SIGNATURES = (
     "rotated_lineage", "forked_compression", "writes_after_compression_end", "empty_compression_child",
-    "orphan_messages", "routing_not_at_tip", "expired_compression_lock",
+    "orphan_messages", "routing_not_at_tip", "expired_compression_lock", "dead_lock_holder",
 )
 
 
@@ -158,8 +159,11 @@ class LockClear:
     holder: str | None
     expires_at: float | None
     owned_by_guard: bool
+    dead_holder: bool = False  # unexpired, but its holder's process is provably gone
 
     def describe(self, now: float) -> str:
+        if self.dead_holder:
+            return f"clear the {self.kind} lock on {self.session_id} held by the dead process {self.holder}"
         return (f"clear the expired {self.kind} lock on {self.session_id} (holder {self.holder}, expired "
                 f"{now - (self.expires_at or now):.0f}s ago)")
 
@@ -239,21 +243,12 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
     plan = RepairPlan(now=state.now)
     rows = read_rows(state.db_path, [sid for lin in lineages for sid in lin.members]) if lineages else {}
     plan.lineages = [plan_lineage(state, lin, rows) for lin in lineages]
-    index = member_index(lineages)
-    for entry in state.routing:
-        sid = entry.session_id
-        if not sid:
-            continue
-        target = None
-        if sid in index:
-            target = index[sid].root
-        elif sid in state.sessions and state.sessions[sid].merged:
-            target = merge_target(sid, state.sessions)
-        if target and target != sid:
-            plan.routing.append(RoutingChange(entry.where, entry.session_key, sid, target, entry.scope,
-                                              entry.entry_json))
-    plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard)
-                  for lk in state.locks if lk.expired(state.now)]
+    # the same plan doctor reports (routing_not_at_tip)
+    plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.entry.session_id, m.target, m.entry.scope,
+                                  m.entry.entry_json) for m in plan_routing(state, lineages) if m.rewrite]
+    plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard,
+                            dead_holder=not lk.expired(state.now))
+                  for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]
     plan.orphans = dict(state.orphan_rows)
     plan.not_repaired = [f for f in findings if f.signature not in REPAIRED_SIGNATURES]
     return plan
@@ -315,6 +310,24 @@ def _snapshot_message(row: dict[str, Any]) -> dict[str, Any]:
     return host.as_message(row)
 
 
+def _clear_dead_holder(lock: LockClear, db: Any, store: GuardStore) -> bool:
+    """Drop a lock whose holder's process is gone, qualified by that holder (a live
+    process that took the lock over meanwhile keeps it): the guard's table directly,
+    Hermes's ``compression_locks`` through its own holder-qualified release."""
+    from .liveness import holder_dead
+
+    if not lock.holder or not holder_dead(lock.holder):
+        return False
+    if lock.owned_by_guard:
+        lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)
+        return bool(lt) and store.clear_lock_of(table=lock.table, session_column=lt.session_column,
+                                                holder_column=lt.holder_column, session_id=lock.session_id,
+                                                holder=lock.holder)
+    before = db.get_compression_lock_holder(lock.session_id)
+    db.release_compression_lock(lock.session_id, lock.holder)
+    return before == lock.holder and db.get_compression_lock_holder(lock.session_id) != lock.holder
+
+
 def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, host_version: str | None,
                  backup: Path | None) -> dict[str, Any]:
     """Perform ``plan``; returns what was written (snapshot ids per lineage, counts)."""
@@ -369,7 +382,9 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
         done["routing"] = len(plan.routing)
 
         for lock in plan.locks:
-            if lock.owned_by_guard:
+            if lock.dead_holder:
+                cleared = _clear_dead_holder(lock, db, store)
+            elif lock.owned_by_guard:
                 lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)
                 cleared = bool(lt) and store.clear_expired_lock(
                     table=lock.table, session_column=lt.session_column, expires_column=lt.expires_column,

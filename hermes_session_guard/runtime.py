@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import presence
 from .audit import AuditLog
 from .compressing import CompressingSessions
 from .config import GuardConfig
@@ -87,7 +88,10 @@ class Runtime:
             store = self._stores.get(key)
             if store is None:
                 store = self._stores[key] = GuardStore(key)
-            return store
+        # This process runs the guard on that state.db: operators' commands see it (presence;
+        # once per database, a failed announcement retried at most once a minute).
+        presence.announce_quietly(key)
+        return store
 
     def locks_for(self, db_path: Path) -> SessionLocks:
         """The compression locks of one state.db (shared by every agent of this process)."""

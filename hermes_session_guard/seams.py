@@ -83,6 +83,7 @@ from typing import Any
 from . import buffering, search_seams
 from . import host_adapter as host
 from . import summary_seams as ss
+from .audit import new_op_id
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
 from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version, parse_version
@@ -159,14 +160,51 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         except Exception as exc:
             if called:
                 raise
-            log.error(
-                "session guard: seam %s failed before the host ran (%s: %s); failing open, "
-                "Hermes compresses unguarded this time. Run `hermes-session-guard selftest`.",
-                row.target, type(exc).__name__, exc,
-            )
-            return wrapped(*args, **kwargs)
+            return skipped_before_host(runtime, row, agent_of(instance, args, kwargs), args, kwargs, instance, exc)
 
     return wrapper
+
+
+def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if instance is not None:
+        return instance
+    return args[0] if args else kwargs.get("agent")
+
+
+def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
+    """A guard error before the host's compression ran (ADR D4, D15): this compression
+    is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
+    can fork on every release). The caller's messages come back unchanged, with the
+    prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
+    check. One ERROR line and a ``compression.failed`` event name the cause."""
+    rest = args if instance is not None else args[1:]
+    messages = rest[0] if rest else kwargs.get("messages")
+    system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+    cause = f"{type(exc).__name__}: {exc}"
+    sid = None
+    try:
+        sid = host.session_id(agent)
+    except Exception:
+        pass
+    log.error(
+        "session guard: seam %s failed before the host ran (%s); failing closed: compression of %s skipped, "
+        "messages unchanged, Hermes retries at its next threshold check. Run `hermes-session-guard selftest`.",
+        row.target, cause, sid or "(unknown session)",
+    )
+    try:
+        runtime.audit.operation(sid or "-", new_op_id()).error(
+            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
+            messages_before=len(messages) if isinstance(messages, list) else None,
+            messages_after=len(messages) if isinstance(messages, list) else None, session_id_after=sid,
+        )
+    except Exception as audit_exc:
+        log.debug("session guard: could not audit the skipped compression: %s", audit_exc)
+    try:
+        prompt = host.current_system_prompt(agent, system_message)
+    except Exception:
+        prompt = str(getattr(agent, "_cached_system_prompt", None) or system_message or "")
+    return messages, prompt
 
 
 def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -452,6 +490,7 @@ SEAMS: tuple[SeamRow, ...] = (
     *seam(
         "compression",
         module="agent.conversation_compression",
+        failure_policy="closed",  # a guard error before the host ran skips the compression (ADR D4, D15)
         attribute="compress_context",
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,

@@ -7,10 +7,13 @@ steps, both bounded by one wait budget (``session_guard.lock.wait_seconds``):
    process queue without touching the database and a waiter wakes the moment the
    holder lets go;
 2. the cross-process lease: a row in a lease table with an expiry
-   (``session_guard.lock.lease_seconds``), refreshed by one background keeper
-   thread while held. A holder that crashed stops refreshing, so its lease lapses
-   and the next contender takes it over: a dead process blocks a session for at
-   most one lease.
+   (``session_guard.lock.lease_seconds``, 30 s by default), refreshed by one
+   background keeper thread while held. The holder string carries the process
+   identity (host, boot time, pid, process start time; :mod:`.liveness`): a
+   contender on the same machine that finds the holder's process gone (or its pid
+   reused by a process started at another time) takes the lock over at once; a
+   holder on another machine, or one Hermes wrote, is waited out until its lease
+   lapses.
 
 Which lease table is used is the seam table's ``lock`` behaviour:
 
@@ -28,7 +31,7 @@ a successor has taken. Only sqlite, threading and the standard clock are used
 from __future__ import annotations
 
 import logging
-import os
+import math
 import threading
 import time
 import uuid
@@ -36,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from . import liveness
 from .store import GuardStore
 
 log = logging.getLogger("hermes_session_guard")
@@ -47,6 +51,21 @@ LOCK_MODES = (LOCK_GUARD, LOCK_NATIVE)
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.1
 _KEEPER_LINGER = 30.0
+
+
+MAX_WAIT_SECONDS = 600.0
+MAX_LEASE_SECONDS = 3600.0
+
+
+def bounded(value: float, low: float, high: float) -> float:
+    """``value`` within ``[low, high]``; NaN counts as ``low``."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return low
+    if math.isnan(value):
+        return low
+    return min(max(value, low), high)
 
 
 class LockUnavailable(RuntimeError):
@@ -90,8 +109,13 @@ class GuardLeases:
 
 def holder_id(op_id: str) -> str:
     """Who holds a lock, as audit lines and Hermes's diagnostics show it: process,
-    thread and the guard operation (never a session id)."""
-    return f"pid={os.getpid()}:tid={threading.get_ident()}:guard-op={op_id}:nonce={uuid.uuid4().hex[:6]}"
+    thread and the guard operation (never a session id), then the process identity
+    (host, boot, start time; :mod:`.liveness`) that lets any process on this machine
+    tell whether the holder is still alive. Hermes's own holders also start with
+    ``pid=…:tid=…``, so its diagnostics read the same."""
+    ident = liveness.this_process()
+    return (f"pid={ident.pid}:tid={threading.get_ident()}:guard-op={op_id}:nonce={uuid.uuid4().hex[:6]}"
+            f":{ident.fields()}")
 
 
 def op_of_holder(holder: str | None) -> str | None:
@@ -117,6 +141,7 @@ class LockGrant:
     lost: bool = False
     released: bool = False
     next_refresh: float = 0.0
+    took_over: str | None = None  # the dead holder whose lock this grant took over, if any
 
     @property
     def scope(self) -> str:
@@ -204,7 +229,11 @@ class SessionLocks:
         """Take ``session_id``'s lock, waiting up to ``wait_seconds`` in total.
         Raises :class:`LockUnavailable` if the lease table fails."""
         started = self._monotonic()
-        deadline = started + max(0.0, wait_seconds)
+        # Validated config is finite and bounded; a caller that built its own config is
+        # clamped too, so a wait of "infinity" can never overflow the timeout below.
+        wait_seconds = bounded(wait_seconds, 0.0, MAX_WAIT_SECONDS)
+        lease_seconds = bounded(lease_seconds, 1.0, MAX_LEASE_SECONDS)
+        deadline = started + wait_seconds
         holder = holder_id(op_id)
         stuck = self.retry_releases(session_id)
         if stuck is not None:
@@ -212,6 +241,7 @@ class SessionLocks:
             # database keeps refusing writes, so waiting for it would only name ourselves.
             raise LockUnavailable(f"an earlier lease on this session could not be released: {stuck}")
         waited_for: str | None = None
+        took_over: str | None = None
         with self._cond:
             while session_id in self._held:
                 waited_for = self._held[session_id].holder
@@ -224,7 +254,17 @@ class SessionLocks:
             if lease is not None:
                 delay = _POLL_FIRST
                 while not lease.try_acquire(session_id, holder, lease_seconds):
-                    waited_for = lease.holder(session_id) or waited_for
+                    current = lease.holder(session_id)
+                    if current is not None and liveness.holder_dead(current):
+                        # Its process is gone (crashed, killed, restarted): take the lock over
+                        # now instead of waiting out its lease. Holder-qualified, so a live
+                        # successor that took it meanwhile is never touched.
+                        lease.release(session_id, current)
+                        took_over = current
+                        log.warning("session guard: took over the compression lock of %s from a dead holder "
+                                    "(%s)", session_id, current)
+                        continue
+                    waited_for = current or waited_for
                     remaining = deadline - self._monotonic()
                     if remaining <= 0:
                         self._drop(session_id, entry)
@@ -237,7 +277,8 @@ class SessionLocks:
         except BaseException:
             self._drop(session_id, entry)
             raise
-        grant = LockGrant(session_id, holder, lease_seconds, lease, self._monotonic() - started, waited_for, self)
+        grant = LockGrant(session_id, holder, lease_seconds, lease, self._monotonic() - started, waited_for, self,
+                          took_over=took_over)
         entry.grant = grant
         if lease is not None:
             self._keep(grant)

@@ -185,19 +185,11 @@ def holder_pid(holder: str | None) -> int | None:
 
 
 def holder_liveness(holder: str | None) -> str:
-    """``alive`` / ``dead`` / ``unknown`` for a lock holder on this machine, from the
-    ``pid=`` its holder id carries. The one place a shared liveness check plugs in."""
-    pid = holder_pid(holder)
-    if pid is None:
-        return "unknown"
-    try:
-        import psutil
-    except ImportError:
-        return "unknown"
-    try:
-        return "alive" if psutil.pid_exists(pid) else "dead"
-    except Exception:
-        return "unknown"
+    """``alive`` / ``dead`` / ``unknown`` for a lock holder (the identity check of
+    :mod:`.liveness`: provably dead only on this machine and boot)."""
+    from .liveness import holder_liveness as check
+
+    return check(holder)
 
 
 def _pct(tokens: int, limit: int | None) -> float | None:

@@ -104,6 +104,16 @@ class LockRow:
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at < now
 
+    def holder_liveness(self) -> str:
+        """``alive``, ``dead`` or ``unknown`` (see :mod:`.liveness`)."""
+        from .liveness import holder_liveness
+
+        return holder_liveness(self.holder)
+
+    def dead(self, now: float) -> bool:
+        """Unexpired, but its holder's process is provably gone (crashed or killed)."""
+        return not self.expired(now) and self.holder_liveness() == "dead"
+
 
 @dataclass
 class HomeState:

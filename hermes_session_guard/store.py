@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .file_modes import create_private, make_private_dirs
+from .safe_text import encodable, json_text, searchable, utf8_bytes
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -255,7 +256,7 @@ def _text_or_none(value: Any) -> str | None:
 def text_hash(text: str | None) -> str:
     """Stable identity of a message text (surrounding whitespace ignored: the host
     strips some rows when it loads them)."""
-    return hashlib.sha256((text or "").strip().encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(utf8_bytes((text or "").strip())).hexdigest()[:32]
 
 
 def scope_token(session_id: str) -> str:
@@ -331,11 +332,16 @@ def _row_parts(message: Any) -> tuple[str | None, str | None, str]:
     if not isinstance(message, dict):
         message = {"role": getattr(message, "role", None), "content": getattr(message, "content", None)}
     content = message.get("content")
-    if isinstance(content, str):
+    role = _text_or_none(message.get("role"))
+    role = None if role is None else searchable(role)
+    if isinstance(content, str) and encodable(content):
         rest = {k: v for k, v in message.items() if k != "content"}
-        return _text_or_none(message.get("role")), content, json.dumps(rest, ensure_ascii=False, default=str)
-    return _text_or_none(message.get("role")), message_text(message), json.dumps(message, ensure_ascii=False,
-                                                                                  default=str)
+        return role, content, json_text(rest)
+    # Not a plain UTF-8 string (list-of-parts content, or text holding lone surrogates):
+    # the whole message goes into the JSON, verbatim (escaped where UTF-8 cannot carry
+    # it, see safe_text); the content column keeps a searchable copy.
+    text = message_text(message)
+    return role, None if text is None else searchable(text), json_text(message)
 
 
 def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
@@ -648,7 +654,7 @@ class GuardStore:
             if cur.rowcount and self.fts:
                 conn.execute(
                     "INSERT INTO session_guard_recall_fts(rowid, scope, body) VALUES (?,?,?)",
-                    (cur.lastrowid, scope, text),
+                    (cur.lastrowid, scope, searchable(text)),
                 )
             added += cur.rowcount or 0
         if added:
@@ -938,7 +944,7 @@ class GuardStore:
             conn.execute(
                 "INSERT OR REPLACE INTO session_guard_repairs(op_id, session_id, created_at, backup_path, record_json)"
                 " VALUES (?,?,?,?,?)",
-                (op_id, session_id, time.time(), backup_path, json.dumps(record, ensure_ascii=False, default=str)),
+                (op_id, session_id, time.time(), backup_path, json_text(record)),
             )
 
     def clear_expired_lock(self, *, table: str, session_column: str, expires_column: str, session_id: str,
@@ -949,6 +955,17 @@ class GuardStore:
         with self.transaction() as conn:
             cur = conn.execute(
                 f"DELETE FROM {table} WHERE {session_column} = ? AND {expires_column} < ?", (session_id, now)
+            )
+        return cur.rowcount > 0
+
+    def clear_lock_of(self, *, table: str, session_column: str, holder_column: str, session_id: str,
+                      holder: str) -> bool:
+        """Delete one row of one of the guard's own lock tables, only while ``holder`` holds it."""
+        if not table.startswith("session_guard_"):
+            raise ValueError(f"{table} is not a session guard table")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE {session_column} = ? AND {holder_column} = ?", (session_id, holder)
             )
         return cur.rowcount > 0
 

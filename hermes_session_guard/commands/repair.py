@@ -1,23 +1,37 @@
 """``repair``: fix what ``doctor`` finds. A dry run unless ``--apply``.
 
-``--apply`` refuses while a gateway runs on this home or another process is
+``--apply`` is exclusive per state.db (:mod:`..repair_lock`: a second run
+refuses with exit 2). Holding that lock it reads the home again and plans from
+what it holds now, so a run after another finds nothing left to do. It refuses
+while a gateway runs on this home, while any compression lock is live (the
+guard's or Hermes's; a dead holder's is cleared instead), while another process
+in which the guard runs is alive (:mod:`..presence`), while another process is
 writing state.db, when state.db is not a Hermes database, and when the installed
-Hermes writes another schema version than the database has. Otherwise it makes
-a consistent backup next to state.db first, then applies the plan through
-Hermes's own SessionDB methods and the guard's store, and runs the diagnosis
-again.
+Hermes writes another schema version than the database has, saying which.
+Otherwise it makes a consistent backup next to state.db first, then applies the
+plan through Hermes's own SessionDB methods and the guard's store, and runs the
+diagnosis again.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 from pathlib import Path
 
 from .. import host_adapter as host
+from .. import presence, repair_lock
 from ..audit import AuditLog, new_op_id
 from ..corruption import diagnose
 from ..hostinfo import installed_version
-from ..lineage_repair import apply_repair, backup_path_for, backup_state_db, database_busy, plan_repair
+from ..lineage_repair import (
+    RepairPlan,
+    apply_repair,
+    backup_path_for,
+    backup_state_db,
+    database_busy,
+    plan_repair,
+)
 from ..state_inspection import HomeError, HomeState, load_home_state, write_problem
 from .output import EXIT_FOUND, emit_json, fail
 
@@ -47,38 +61,98 @@ def refusal(state: HomeState) -> str | None:
     return None
 
 
+def live_activity(state: HomeState) -> str | None:
+    """What is running on this home that a repair must not race, or None: a live
+    compression lock (the guard's or Hermes's; a dead holder's lock is cleared by the
+    repair itself) or another process in which the guard runs (an agent or gateway)."""
+    held = [lk for lk in state.locks if not lk.expired(state.now) and not lk.dead(state.now)]
+    found = [f"a compression holds the {lk.kind} lock on {lk.session_id} (holder {lk.holder}, "
+             f"{lk.holder_liveness()})" for lk in held]
+    try:
+        conn = sqlite3.connect(state.db_path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
+        try:
+            others = presence.running(conn, now=state.now)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        others = []
+    found += [f"a Hermes {p.kind} of this home is running with the guard: {p.describe(state.now)}" for p in others]
+    if not found:
+        return None
+    return "; ".join(found) + "; let it finish or stop it, then retry"
+
+
+def _dry_run(args: argparse.Namespace, state: HomeState) -> int:
+    lineages, findings = diagnose(state)
+    try:
+        plan = plan_repair(state, lineages, findings)
+    except HomeError as exc:
+        return fail(str(exc), args.json)
+    _print_plan(args, plan, dry_run=True)
+    return 0
+
+
+def _print_plan(args: argparse.Namespace, plan: RepairPlan, *, dry_run: bool) -> None:
+    if args.json:
+        emit_json({"ok": True, "applied": False, "dry_run": dry_run, "nothing_to_do": plan.empty,
+                   "plan": plan.as_dict()})
+        return
+    if plan.empty:
+        print("repair: nothing to repair")
+    else:
+        print("repair (dry run, nothing written); `repair --apply` would:")
+        for line in plan.describe():
+            print(f"  {line}")
+    for f in plan.not_repaired:
+        print(f"not repaired automatically: [{f.signature}] {f.detail}")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         state = load_home_state()
     except HomeError as exc:
         return fail(str(exc), args.json)
+    if not args.apply or not state.has_db:  # a fresh home: nothing to repair, nothing to write
+        return _dry_run(args, state)
+    problem = write_problem(state.home, state.db_path) or refusal(state) or live_activity(state)  # again under the lock
+    if problem:
+        return fail(f"repair refused: {problem}", args.json)
+    op_id = new_op_id()
+    holder = repair_lock.new_holder(op_id)
+    try:
+        taken, other, since = repair_lock.acquire(state.db_path, holder)
+    except sqlite3.Error as exc:
+        return fail(f"repair refused: could not take the repair lock in state.db ({exc})", args.json)
+    if not taken:
+        age = f", started {state.now - since:.0f}s ago" if since else ""
+        return fail(f"repair refused: another `repair --apply` is running on this state.db "
+                    f"(holder {other}{age}); wait for it to finish", args.json)
+    try:
+        return _apply_exclusively(args, state.home, op_id)
+    finally:
+        repair_lock.release(state.db_path, holder)
+
+
+def _apply_exclusively(args: argparse.Namespace, home: Path, op_id: str) -> int:
+    """Holding the repair lock: read the home again and plan from what it holds now (an
+    earlier repair may have just fixed it), refuse while anything runs on it, apply."""
+    try:
+        state = load_home_state(home)
+    except HomeError as exc:
+        return fail(str(exc), args.json)
+    problem = refusal(state) or live_activity(state)
+    if problem:
+        return fail(f"repair refused: {problem}", args.json)
     lineages, findings = diagnose(state)
-    if args.apply and state.has_db:
-        problem = write_problem(state.home, state.db_path) or refusal(state)
-        if problem:
-            return fail(f"repair refused: {problem}", args.json)
     try:
         plan = plan_repair(state, lineages, findings)
     except HomeError as exc:
         return fail(str(exc), args.json)
-
-    if not args.apply or plan.empty:
-        if args.json:
-            emit_json({"ok": True, "applied": False, "dry_run": not args.apply, "nothing_to_do": plan.empty,
-                       "plan": plan.as_dict()})
-        else:
-            if plan.empty:
-                print("repair: nothing to repair")
-            else:
-                print("repair (dry run, nothing written); `repair --apply` would:")
-                for line in plan.describe():
-                    print(f"  {line}")
-            for f in plan.not_repaired:
-                print(f"not repaired automatically: [{f.signature}] {f.detail}")
+    if plan.empty:
+        _print_plan(args, plan, dry_run=False)
         return 0
 
     backup = backup_state_db(state.db_path, backup_path_for(state.db_path))
-    op_id = new_op_id()
     audit_path = Path(state.config.audit.path)
     audit = AuditLog(audit_path if audit_path.is_absolute() else state.home / audit_path)
     audit.operation("-", op_id).info("repair.started", state_db=str(state.db_path), backup=str(backup),

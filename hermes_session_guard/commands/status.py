@@ -26,6 +26,7 @@ def build_status(state: HomeState, session_id: str | None = None) -> dict[str, A
         "age_seconds": round(state.now - lk.acquired_at, 1) if lk.acquired_at else None,
         "expires_in_seconds": round(lk.expires_at - state.now, 1) if lk.expires_at else None,
         "expired": lk.expired(state.now),
+        "holder_process": lk.holder_liveness(),  # alive | dead | unknown (another machine, or Hermes's holder)
     } for lk in state.locks if session_id is None or lk.session_id == session_id]
     thresholds, sessions = build_sessions(state, None if session_id is None else [session_id])
     return {"ok": True, "home": str(state.home), "state_db": str(state.db_path), "state_db_exists": state.has_db,
@@ -112,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         print("  none held")
     for lk in report["locks"]:
         state_text = "EXPIRED" if lk["expired"] else f"expires in {lk['expires_in_seconds']:.0f}s"
+        if lk["holder_process"] == "dead" and not lk["expired"]:
+            state_text = "DEAD HOLDER (its process is gone; the next compression takes it over, repair clears it)"
         print(f"  {lk['session_id']}  {lk['kind']}  holder={lk['holder']}  age={lk['age_seconds']}s  {state_text}")
     if not state.buffer_tables:
         print("Buffered messages: no buffer table in this state.db")

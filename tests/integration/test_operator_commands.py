@@ -332,7 +332,8 @@ def test_a_guard_lease_left_by_a_dead_process_is_reported_and_cleared(
     capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The guard's own lease table is registered with the operator commands: status
-    lists its rows, doctor reports an expired one and repair clears it; a live one stays."""
+    lists its rows, doctor reports an expired one; repair refuses while a live one is
+    held, and clears the expired one once nothing runs."""
     sid, other = "20260528_155201_68dc5996", "20260528_155202_0a1b2c3d"
     probe.seed_session(db, sid, probe.seed_messages())
     probe.seed_session(db, other, probe.seed_messages())
@@ -350,9 +351,18 @@ def test_a_guard_lease_left_by_a_dead_process_is_reported_and_cleared(
     found = [f for f in json.loads(out)["findings"] if f["signature"] == "expired_compression_lock"]
     assert code == 1 and [(f["session_id"], f["extra"]["table"]) for f in found] == [(sid, "session_guard_locks")]
 
+    # a live lock means a compression is running: repair refuses, naming it, and changes nothing
+    code, out, _ = _run(["repair", "--apply", "--json"], home, monkeypatch, capsys)
+    assert code == 2 and f"holds the guard lock on {other}" in json.loads(out)["error"], out
+    assert len(_rows(home / "state.db", "SELECT session_id FROM session_guard_locks")) == 2
+    store = GuardStore(home / "state.db")
+    try:
+        assert store.release_lease(other, "pid=999998:tid=1:guard-op=live")
+    finally:
+        store.close()
     code, out, _ = _run(["repair", "--apply", "--json"], home, monkeypatch, capsys)
     assert code == 0, out
-    assert _rows(home / "state.db", "SELECT session_id FROM session_guard_locks") == [(other,)]
+    assert _rows(home / "state.db", "SELECT session_id FROM session_guard_locks") == []
     code, out, _ = _run(["doctor"], home, monkeypatch, capsys)
     assert code == 0 and "no corruption found" in out
 

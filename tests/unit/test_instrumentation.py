@@ -86,12 +86,13 @@ def test_missing_target_is_refused(fake_table: types.ModuleType) -> None:
     assert rt.seams[0].state == "skipped" and "not found" in rt.seams[0].reason
 
 
-def test_guard_failure_before_the_host_fails_open(fake_table: types.ModuleType, mocker: Any) -> None:
+def test_guard_failure_before_the_host_skips_the_compression(fake_table: types.ModuleType, mocker: Any) -> None:
     instrumentation.install(version="1.0.0")
     mocker.patch.object(seams, "guarded_compression", side_effect=RuntimeError("guard bug"))
     agent = fake_table.AIAgent()
-    out, prompt = agent._compress_context([1, 2, 3], "sys")
-    assert out == [1] and prompt == "sys"
+    messages = [1, 2, 3]
+    out, prompt = agent._compress_context(messages, "sys")
+    assert out is messages and out == [1, 2, 3] and prompt == "sys"  # the host never ran
 
 
 def test_select_row_matches_declared_ranges() -> None:

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from hermes_session_guard import liveness
 from hermes_session_guard.config_findings import HostRules, check_config
 from hermes_session_guard.session_pressure import compression_history, holder_liveness, p95
 
@@ -73,7 +74,11 @@ def test_history_counts_outcomes_causes_and_durations(tmp_path: Path) -> None:
     assert h["causes"] == {"skipped": {"another operation holds this lock": 1}, "failed": {"HTTP 500": 1}}
 
 
-def test_holder_liveness_from_the_pid_in_the_holder_id() -> None:
-    assert holder_liveness(f"pid={os.getpid()}:tid=1:guard-op=x") == "alive"
-    assert holder_liveness("pid=999999999:tid=1:guard-op=x") == "dead"
+def test_holder_liveness_from_the_identity_in_the_holder_id() -> None:
+    me = liveness.this_process()
+    gone = liveness.ProcessIdentity(me.host, me.boot, 999_999_999, me.start)
+    assert holder_liveness(f"pid={os.getpid()}:tid=1:guard-op=x:{me.fields()}") == "alive"
+    assert holder_liveness(f"pid=999999999:tid=1:guard-op=x:{gone.fields()}") == "dead"
+    # Hermes's own pid-only holders cannot be proven dead: the lease decides.
+    assert holder_liveness("pid=999999999:tid=1:agent=x") == "unknown"
     assert holder_liveness("some-other-holder") == "unknown" and holder_liveness(None) == "unknown"

@@ -1,0 +1,139 @@
+"""Who holds a lock, and whether that process is provably dead.
+
+A holder string the guard writes carries the identity of its process as
+``key=value`` fields separated by ``:`` (``pid=…:tid=…:guard-op=…:nonce=…:host=…:boot=…:start=…``):
+the host name, the machine's boot time, the pid and the process start time
+(``psutil``; Hermes depends on it on every release, and it works the same on
+Windows, Linux and macOS). Any process on the same machine can then tell a
+crashed holder from a live one:
+
+* same host and same boot, and the pid is gone or now belongs to a process that
+  started at another time (a reused pid) -> **dead**: the lock is taken over at once;
+* same host and boot, same pid and start time -> **alive**;
+* another host, another boot of an unknown machine, or a holder without these
+  fields (Hermes's own ``pid=…:tid=…:agent=…`` holders) -> **unknown**: the lease
+  (its expiry) decides, as before.
+
+Only psutil, socket and the standard library are used: no signals, no fcntl.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+import psutil
+
+ALIVE = "alive"
+DEAD = "dead"
+UNKNOWN = "unknown"
+
+# psutil derives both times from the kernel's clock; a reading of the same boot or
+# process differs by far less than this (Windows' boot time drifts by a fraction of a
+# second), while a reused pid belongs to a process started later.
+_BOOT_TOLERANCE = 2.0
+_START_TOLERANCE = 0.5
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    host: str
+    boot: float
+    pid: int
+    start: float
+
+    def fields(self) -> str:
+        return f"host={quote(self.host, safe='')}:boot={self.boot:.3f}:pid={self.pid}:start={self.start:.3f}"
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    return socket.gethostname() or "localhost"
+
+
+@functools.lru_cache(maxsize=1)
+def _boot() -> float:
+    return float(psutil.boot_time())
+
+
+_own: dict[int, ProcessIdentity] = {}
+_own_lock = threading.Lock()
+
+
+def process_start(pid: int) -> float | None:
+    """When process ``pid`` started (None if there is no such process or it cannot be read)."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except Exception:
+        return None
+
+
+def this_process() -> ProcessIdentity:
+    """The identity of the running process (cached per pid: a fork gets its own)."""
+    pid = os.getpid()
+    with _own_lock:
+        ident = _own.get(pid)
+        if ident is None:
+            # 0.0 when psutil cannot read it: others then never judge this process by start time
+            ident = _own[pid] = ProcessIdentity(_host(), _boot(), pid, process_start(pid) or 0.0)
+        return ident
+
+
+def parse(holder: str | None) -> ProcessIdentity | None:
+    """The identity fields of a holder string, or None when it has not all of them."""
+    if not holder:
+        return None
+    parts: dict[str, str] = {}
+    for part in holder.split(":"):
+        key, sep, value = part.partition("=")
+        if sep and key not in parts:
+            parts[key] = value
+    try:
+        return ProcessIdentity(unquote(parts["host"]), float(parts["boot"]), int(parts["pid"]),
+                               float(parts["start"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        return psutil.pid_exists(pid)
+    except Exception:
+        return True  # cannot tell: never call a process dead on a failed look-up
+
+
+def liveness(ident: ProcessIdentity | None) -> str:
+    """``alive``, ``dead`` or ``unknown`` for a holder's identity (see the module docstring)."""
+    if ident is None:
+        return UNKNOWN
+    me = this_process()
+    if ident.host != me.host or abs(ident.boot - me.boot) > _BOOT_TOLERANCE:
+        return UNKNOWN
+    if ident.pid == me.pid:
+        if ident.start <= 0 or me.start <= 0:
+            return UNKNOWN
+        return ALIVE if abs(ident.start - me.start) <= _START_TOLERANCE else DEAD
+    if not pid_running(ident.pid):
+        return DEAD
+    if ident.start <= 0:
+        return UNKNOWN  # the holder could not read its own start time: a live pid may be it
+    started = process_start(ident.pid)
+    if started is None:
+        # The pid exists but cannot be read (access denied on Windows services): it may be the holder.
+        return UNKNOWN if pid_running(ident.pid) else DEAD
+    return ALIVE if abs(started - ident.start) <= _START_TOLERANCE else DEAD
+
+
+def holder_liveness(holder: str | None) -> str:
+    return liveness(parse(holder))
+
+
+def holder_dead(holder: str | None) -> bool:
+    """True only when the holder's process is provably gone (never for unknown holders)."""
+    return holder_liveness(holder) == DEAD

@@ -1,0 +1,175 @@
+"""Which processes of this ``HERMES_HOME`` run the guard right now.
+
+A process in which the guard is installed announces itself in
+``session_guard_processes`` (state.db) the first time it uses that database:
+its identity (host, boot, pid, start time; :mod:`.liveness`), what it is
+(``agent``; ``gateway`` once the gateway's seams used it) and when.
+It withdraws the row when it exits normally. A process that was killed leaves
+its row behind; any reader on the same machine sees from the identity that it is
+dead and leaves it out (``prune_dead`` deletes such rows). A row written on
+another machine is believed while its heartbeat (written when the process
+announced itself) is younger than ``REMOTE_FRESH_SECONDS``.
+
+``repair --apply`` refuses while any live process other than itself is listed.
+Only sqlite, psutil and atexit: the same on Windows services.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import liveness
+
+log = logging.getLogger("hermes_session_guard")
+
+TABLE = "session_guard_processes"
+DDL = (
+    "CREATE TABLE IF NOT EXISTS session_guard_processes (identity TEXT PRIMARY KEY, pid INTEGER NOT NULL,"
+    " kind TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL)"
+)
+# A row from another machine counts as running while its heartbeat is younger than this.
+REMOTE_FRESH_SECONDS = 3600.0
+
+_BUSY_SECONDS = 0.5
+_RETRY_SECONDS = 60.0
+_announced: dict[tuple[str, str], Path] = {}  # (db path, kind) -> db path
+_retry_at: dict[tuple[str, str], float] = {}
+_lock = threading.Lock()
+_atexit_registered = False
+
+
+@dataclass(frozen=True)
+class Presence:
+    identity: str
+    pid: int
+    kind: str
+    started_at: float
+    heartbeat_at: float
+    state: str  # liveness.ALIVE | liveness.UNKNOWN
+
+    def describe(self, now: float) -> str:
+        ident = liveness.parse(self.identity)
+        where = f" on host {ident.host}" if ident and ident.host != liveness.this_process().host else ""
+        seen = f", last seen {now - self.heartbeat_at:.0f}s ago" if self.state != liveness.ALIVE else ""
+        since = time.strftime("%H:%M:%S", time.localtime(self.started_at))
+        return f"{self.kind} pid {self.pid}{where} (running since {since}{seen})"
+
+
+def own_identity() -> str:
+    return liveness.this_process().fields()
+
+
+def _connect(db_path: Path) -> sqlite3.Connection:
+    # Its own short-lived connection with a short busy timeout: announcing must never
+    # hold up a compression behind another writer (it is retried later instead).
+    return sqlite3.connect(str(db_path), timeout=_BUSY_SECONDS, isolation_level=None)
+
+
+def announce(db_path: Path | str, kind: str = "agent") -> None:
+    """Record this process as a guard-running process of ``db_path`` (idempotent: a
+    later call refreshes the heartbeat; ``gateway``, said by the gateway's seams, sticks)."""
+    global _atexit_registered
+    path = Path(db_path)
+    ident = liveness.this_process()
+    conn = _connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(DDL)
+        conn.execute(
+            "INSERT INTO session_guard_processes(identity, pid, kind, started_at, heartbeat_at) VALUES (?,?,?,?,?)"
+            " ON CONFLICT(identity) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
+            " kind = CASE WHEN excluded.kind = 'gateway' THEN 'gateway' ELSE kind END",
+            (ident.fields(), ident.pid, kind, ident.start, time.time()),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    with _lock:
+        _announced[(str(path), kind)] = path
+        if not _atexit_registered:
+            atexit.register(withdraw_all)
+            _atexit_registered = True
+
+
+def announce_quietly(db_path: Path | str, kind: str = "agent") -> None:
+    """:func:`announce` once per database and kind; a failure (busy, read-only) is
+    retried at a later call, at most once a minute, and never raised."""
+    key = (str(db_path), kind)
+    now = time.monotonic()
+    with _lock:
+        if key in _announced or now < _retry_at.get(key, 0.0):
+            return
+    if not Path(db_path).exists():
+        return  # never create a state.db just to announce ourselves
+    with _lock:
+        _retry_at[key] = now + _RETRY_SECONDS
+    try:
+        announce(db_path, kind)
+    except Exception as exc:  # presence is advisory for operators; never fail the host for it
+        log.debug("session guard: could not record this process in %s: %s", TABLE, exc)
+
+
+def withdraw(db_path: Path | str) -> None:
+    conn = _connect(Path(db_path))
+    try:
+        conn.execute(DDL)
+        conn.execute("DELETE FROM session_guard_processes WHERE identity = ?", (own_identity(),))
+    finally:
+        conn.close()
+
+
+def withdraw_all() -> None:
+    with _lock:
+        paths = sorted({str(p) for p in _announced.values()})
+        _announced.clear()
+    for path in paths:
+        try:
+            withdraw(path)
+        except Exception as exc:
+            log.debug("session guard: could not withdraw this process from %s: %s", TABLE, exc)
+
+
+def running(conn: sqlite3.Connection, *, now: float | None = None, include_self: bool = False) -> list[Presence]:
+    """Guard-running processes of this state.db that are alive or of unknown liveness
+    (another machine, heartbeat recent); dead ones and this process are left out."""
+    now = time.time() if now is None else now
+    try:
+        rows = conn.execute(
+            "SELECT identity, pid, kind, started_at, heartbeat_at FROM session_guard_processes ORDER BY started_at"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return []  # no table: no process ever announced itself
+    me = own_identity()
+    out: list[Presence] = []
+    for identity, pid, kind, started, beat in rows:
+        if identity == me and not include_self:
+            continue
+        state = liveness.holder_liveness(identity)
+        if state == liveness.DEAD:
+            continue
+        if state == liveness.UNKNOWN and now - float(beat) > REMOTE_FRESH_SECONDS:
+            continue
+        out.append(Presence(str(identity), int(pid), str(kind), float(started), float(beat), state))
+    return out
+
+
+def prune_dead(db_path: Path | str) -> int:
+    """Delete the rows of processes that are provably gone; returns how many."""
+    conn = _connect(Path(db_path))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(DDL)
+        rows = conn.execute("SELECT identity FROM session_guard_processes").fetchall()
+        dead = [r[0] for r in rows if liveness.holder_dead(r[0])]
+        for identity in dead:
+            conn.execute("DELETE FROM session_guard_processes WHERE identity = ?", (identity,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return len(dead)
