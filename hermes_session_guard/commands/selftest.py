@@ -11,6 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
+from .. import supported
 from ..hostinfo import hermes_home, install_path, installed_version
 from ..state_inspection import HomeError, check_home
 from .output import fail
@@ -83,10 +84,13 @@ def run(args: argparse.Namespace) -> int:
                       host_in_table=probe.get("host_in_table", True), compat_note=probe.get("compat_note", ""))
         if probe.get("error"):
             report["error"] = probe["error"]
+    report.update(supported_hermes=f">={supported.SUPPORTED_LOW},<{supported.SUPPORTED_HIGH}",
+                  hermes_in_supported_range=version is not None and supported.in_supported_range(version))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
+        print(supported.describe(version))
         if report.get("compat_note"):
             print(f"UNTESTED RELEASE: {report['compat_note']}")
         print(f"HERMES_HOME {home}: session_guard config valid; guard "
