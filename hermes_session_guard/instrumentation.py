@@ -381,17 +381,32 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
 
 
 def _untested_note(host_version: str, statuses: list[SeamStatus]) -> str:
-    patched = [f"{s.name} -> {s.target} (row {s.row})" for s in statuses if s.state in ("patched", "not-needed")]
+    """One short line: the compression seam's row, how many others were patched by
+    signature, and which were skipped or wait for an import (the per-seam reasons are
+    in the seam list ``selftest`` prints)."""
+    patched = [s for s in statuses if s.state in ("patched", "not-needed")]
     waiting = [s.name for s in statuses if s.state == "pending"]
-    skipped = [f"{s.name} ({s.reason})" for s in statuses if s.state not in ("patched", "not-needed", "pending")]
-    note = (
-        f"Hermes {host_version} is not a tested release (tested: {', '.join(TESTED_RELEASES)}); "
-        f"a seam is patched only where its target verifies by signature. "
-        f"Patched: {', '.join(patched) or 'none'}. Skipped: {', '.join(skipped) or 'none'}."
-    )
+    skipped = [f"{s.name} ({_short(s.reason)})" for s in statuses
+               if s.state not in ("patched", "not-needed", "pending")]
+    compression = next((s for s in patched if s.name == "compression"), None)
+    others = len(patched) - (compression is not None)
+    used = f"compression -> {compression.target} (row {compression.row}) and {others} more" if compression \
+        else f"{others} seams" if others else "none"
+    note = (f"Hermes {host_version} is not a tested release ({TESTED_RELEASES[0]} - {TESTED_RELEASES[-1]}); "
+            f"patched by signature: {used}. Skipped: {', '.join(skipped) or 'none'}.")
     if waiting:
-        note += f" Verified when Hermes imports their module: {', '.join(waiting)}."
+        note += f" Verified on import: {', '.join(waiting)}."
     return note
+
+
+def _short(reason: str) -> str:
+    """A skipped seam's reason in a few words: for a release outside the table, the
+    first row tried and why it did not verify (the full list is in the seam's status)."""
+    if "no row's target verifies (" not in reason:
+        return reason if len(reason) <= 90 else reason[:87] + "..."
+    first = reason.split("no row's target verifies (", 1)[1].split("; ")[0]
+    problem = first.split(": ", 1)[-1].split(" (", 1)[0]
+    return f"no row verifies: {problem}"
 
 
 def uninstall() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import probe
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "recall_conversation.json"
+FIXTURE = Path(__file__).resolve().parent / "data" / "recall_conversation.json"  # package data: ships in the wheel
 SESSION_ID = "20241118_065800_1ed9e7"
 SYSTEM = "You are Hermes, helping with a production incident."
 TARGET = 0.98

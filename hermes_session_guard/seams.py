@@ -18,13 +18,13 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
 ``strategy``
     how the host is kept from rotating the id (:mod:`hermes_session_guard.compression`):
     ``detach_db`` (0.13-0.17: every rotation step sits under ``if agent._session_db:``)
-    or ``host_in_place`` (0.18.2+: ``agent.compression_in_place`` -> ``archive_and_compact``).
+    or ``host_in_place`` (0.18+: ``agent.compression_in_place`` -> ``archive_and_compact``).
 ``flush_cursor``
     how the host remembers which messages already reached state.db, i.e. what
     the guard re-bases after persisting a compacted transcript itself:
     ``index`` (0.13-0.16: ``_last_flushed_db_idx`` only), ``identity`` (0.17:
     a persistent ``id()`` set ``_flushed_db_message_ids`` per
-    ``_flushed_db_message_session_id``), ``marker`` (0.18.2+: a ``_db_persisted``
+    ``_flushed_db_message_session_id``), ``marker`` (0.18+: a ``_db_persisted``
     key stamped on each dict; the id set is a one-shot seed).
 ``transcript_order``
     how ``SessionDB.get_messages_as_conversation`` (resume in the CLI and the
@@ -36,7 +36,7 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
     (see :mod:`.session_lock`): ``guard`` (0.13-0.15, no native lock: the guard's
     ``session_guard_locks``) or ``native`` (0.16+: Hermes's ``compression_locks``,
     held by the guard for the whole operation; the detached host of 0.16-0.17
-    never asks for it, the in-place host of 0.18.2+ re-enters it through the
+    never asks for it, the in-place host of 0.18+ re-enters it through the
     ``native_lock_reentry`` seam; 0.16-0.17 cannot refresh a lease).
 ``lock_failure``
     ``closed``: when the lease table itself fails, the compression is skipped
@@ -48,12 +48,12 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
 ``busy_queue``
     the gateway's follow-up handling while a session runs: ``single_slot``
     (0.13-0.16: a second text message replaces the first), ``fifo`` (0.17: up to
-    32 in order), ``fifo_demotes_interrupt`` (0.18.2+: and ``interrupt`` becomes
+    32 in order), ``fifo_demotes_interrupt`` (0.18+: and ``interrupt`` becomes
     ``queue`` while a compression lock is held).
 ``hygiene_session_db``
     whether gateway session hygiene builds its throwaway agent with the
     SessionDB: ``absent`` (0.13-0.17: it cannot rotate; the gateway rewrites the
-    transcript itself) or ``passed`` (0.18.2+).
+    transcript itself) or ``passed`` (0.18+).
 
 Failure policies (the ADR explains each choice):
 
@@ -231,7 +231,7 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     are sent as messages of their own, before the turn (decided during gateway
     hygiene) and after it (decided during the turn); then,
     where the row says so (``transcript``: ``jsonl_and_offset`` on 0.13-0.14,
-    ``offset`` on 0.15-0.17; ``host`` from 0.18.2, whose gateway re-baselines by
+    ``offset`` on 0.15-0.17; ``host`` from 0.18.0, whose gateway re-baselines by
     itself), bring the gateway's transcript bookkeeping in line after the guard
     compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
     the host's own split handling already writes it whole (history offset 0)."""
@@ -419,11 +419,13 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 # The releases on the package index that every row below was checked against
 # (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
-TESTED_RELEASES: tuple[str, ...] = ("0.13.0", "0.14.0", "0.15.2", "0.16.0", "0.17.0", "0.18.2", "0.19.0")
+TESTED_RELEASES: tuple[str, ...] = (
+    "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
+)
 
-# The versions the table covers; 0.18.0 and 0.18.1 never reached the package index:
-# a gap, not a row (such a version is treated like any release outside the table).
-COVERED: tuple[tuple[str, str], ...] = (("0.13.0", "0.18.0"), ("0.18.2", "0.20.0"))
+# The versions the table covers (half open). Several spans leave a gap, handled like any
+# release outside the table; today the table is one span.
+COVERED: tuple[tuple[str, str], ...] = (("0.13.0", "0.20.0"),)
 
 
 def not_needed(reason: str, **fields: Any) -> dict[str, Any]:
@@ -524,7 +526,7 @@ SEAMS: tuple[SeamRow, ...] = (
                               "native_summary_key": "_compressed_summary", "busy_queue": "fifo"},
                 "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
             },
-            "0.18.2+": {
+            "0.18.0+": {
                 "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
                               "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
                               "hygiene_session_db": "passed"},
@@ -550,7 +552,7 @@ SEAMS: tuple[SeamRow, ...] = (
                 "note": "gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset "
                 "after a compaction; hand-off notices and redirects",
             },
-            "0.18.2+": {
+            "0.18.0+": {
                 "behaviour": {"transcript": "host"}, "requires": (_IN_PLACE,),
                 "note": "hand-off notices and redirects only; the gateway re-baselines on "
                 "agent._last_compaction_in_place",
@@ -577,7 +579,7 @@ SEAMS: tuple[SeamRow, ...] = (
                                         "session_guard_locks table is used"),
             "0.16.0-0.18.0": not_needed("the guard holds Hermes's lock and the host, running with its SessionDB "
                                         "detached, never asks for it", requires=(_NATIVE_LOCK,)),
-            "0.18.2+": {"note": "the guard holds Hermes's compression lock for the whole operation; the host's "
+            "0.18.0+": {"note": "the guard holds Hermes's compression lock for the whole operation; the host's "
                                 "acquire re-enters it"},
         },
     ),
@@ -716,7 +718,7 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.18.0": {"note": "0.13-0.16 interrupt the agent by default and keep one pending message (a "
                                       "second replaces the first); 0.17 queues up to 32; buffer instead"},
-            "0.18.2+": {"note": "0.19 demotes interrupt to queue while its lock is held but caps the queue at 32; "
+            "0.18.0+": {"note": "0.18+ demote interrupt to queue while their lock is held but cap the queue at 32; "
                                 "buffer instead"},
         },
     ),
@@ -753,7 +755,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.15.0-0.18.0": {"params": ("self", "query", "source_filter", "exclude_sources", "role_filter", "limit",
                                          "offset", "sort"),
                               "note": "as 0.13-0.14, and sort=newest/oldest orders the merged list by time"},
-            "0.18.2+": not_needed("compacted rows stay in messages (active=0, compacted=1) and search_messages "
+            "0.18.0+": not_needed("compacted rows stay in messages (active=0, compacted=1) and search_messages "
                                   "returns them"),
         },
     ),
@@ -768,7 +770,7 @@ SEAMS: tuple[SeamRow, ...] = (
                                         "search_conversation)"),
             "0.15.0-0.18.0": {"note": "session_search opens a hit by id (directly and through get_anchored_view): "
                                       "a snapshot hit's negative id opens the snapshot around it"},
-            "0.18.2+": not_needed("compacted rows stay in messages with their own ids"),
+            "0.18.0+": not_needed("compacted rows stay in messages with their own ids"),
         },
     ),
     *seam(
@@ -780,7 +782,7 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.18.0": {"note": "hermes sessions export SESSION and the dashboard's export: the session's "
                                       "snapshots under session_guard_snapshots"},
-            "0.18.2+": {"note": "the export holds active rows only (get_messages): the session's snapshots under "
+            "0.18.0+": {"note": "the export holds active rows only (get_messages): the session's snapshots under "
                                 "session_guard_snapshots, as unguarded in_place: false kept them in the parent"},
         },
     ),
@@ -826,7 +828,7 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=buffer_replay_wrapper,
         ranges={
             "0.13.0-0.18.0": {"note": "start() calls it once adapters are connected"},
-            "0.18.2+": {"note": "start() calls it once adapters are connected (and on platform reconnect)"},
+            "0.18.0+": {"note": "start() calls it once adapters are connected (and on platform reconnect)"},
         },
     ),
     # One turn per session at a time, in arrival order, on every entry point (turn_lock).

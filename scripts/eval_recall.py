@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Recall eval against the installed Hermes: compact fixtures/recall_conversation.json,
+"""Recall eval against the installed Hermes: compact hermes_session_guard/data/recall_conversation.json,
 then ask session_guard_recall for every planted specific with the query a model would
 send, and report how often the exact planted string comes back.
 

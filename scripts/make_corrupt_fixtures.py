@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make corrupted Hermes homes by running the real host WITHOUT the guard.
 
-    PYTHONPATH=. .venvs/hermes-0.14.0/bin/python scripts/make_corrupt_fixtures.py     # any of the 7 releases
+    PYTHONPATH=. .venvs/hermes-0.14.0/bin/python scripts/make_corrupt_fixtures.py     # any of the 11 releases
     PYTHONPATH=. .venvs/hermes-0.19.0/bin/python scripts/make_corrupt_fixtures.py [--out DIR] [SCENARIO ...]
 
 The scenarios that apply to the installed ``hermes-agent`` are written to

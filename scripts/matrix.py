@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Run every check against real Hermes releases, each in its own virtualenv.
 
-    python scripts/matrix.py                        # CI's default releases: 0.13.0, 0.14.0, 0.19.0
+    python scripts/matrix.py                        # CI's default releases: 0.14.0, 0.15.2, 0.17.0, 0.19.0
     python scripts/matrix.py 0.16.0 0.17.0          # named releases
     CI_FULL_MATRIX=1 python scripts/matrix.py       # every release the seam table was tested on
-    python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, ruff, host, hermes)
+    python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, ruff, dist, host, hermes)
     python scripts/matrix.py 0.19.0 -- -k preflight # arguments after -- go to pytest (unit and host)
 
 Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` from
@@ -12,11 +12,33 @@ the package index and this package (editable, with its test extras). Suites:
 
 ``unit``   tests/unit, once (no Hermes needed; run in the first release's venv)
 ``ruff``   lint, once
+``dist``   once: build sdist and wheel, check their contents, install the wheel with the last
+           release named into a fresh venv outside the checkout and run ``selftest`` and the
+           recall eval from there (scripts/check_dist.py)
 ``host``   tests/integration: the guard's contract against the real Hermes of the release
 ``hermes`` Hermes's own session-state tests from the release's sdist, without and with
            the guard (scripts/hermes_suite.py); new failures must be documented differences
 
 Prints a release x suite table and exits non-zero if anything failed or a suite ran no test.
+
+CI's default set (``DEFAULT_RELEASES``) runs one release per range of the seam table, so
+every row the table has is exercised on every push; the full matrix (all eleven releases
+on the package index) runs with ``CI_FULL_MATRIX=1``:
+
+``0.14.0`` for 0.13.0 - 0.14.x
+    ``AIAgent._compress_context``, the gateway's JSONL transcript copy, the guard's own
+    lease, a host that strips no message keys, no session-messages endpoint (0.13.0 has
+    the same rows; 0.14.0 is the release of the original bug report)
+``0.15.2`` for 0.15.x
+    module-level ``compress_context``, offset-only gateway re-base, guard lease, ``_`` keys
+    stripped by the host, ``GET /api/sessions/{id}/messages``
+``0.17.0`` for 0.16.0 - 0.17.x
+    Hermes's native ``compression_locks`` held around a detached host, plus 0.17's own
+    values (identity flush cursor, timestamp order, ``_compressed_summary``, FIFO busy
+    queue, resume recap in the mixin); 0.16.0 differs from it only in those values
+``0.19.0`` for 0.18.0 - 0.19.x
+    the host's in-place compaction, ``_db_persisted`` flush marker, lock re-entry, busy
+    queue that demotes interrupts, gateway hygiene with a SessionDB
 """
 
 from __future__ import annotations
@@ -33,10 +55,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".venvs"
-DEFAULT_RELEASES = ["0.13.0", "0.14.0", "0.19.0"]
+DEFAULT_RELEASES = ["0.14.0", "0.15.2", "0.17.0", "0.19.0"]
 # Must equal hermes_session_guard.seams.TESTED_RELEASES (a unit test checks it).
-ALL_RELEASES = ["0.13.0", "0.14.0", "0.15.2", "0.16.0", "0.17.0", "0.18.2", "0.19.0"]
-SUITES = ("unit", "ruff", "host", "hermes")
+ALL_RELEASES = [
+    "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
+]
+SUITES = ("unit", "ruff", "dist", "host", "hermes")
 HERMES_MARKER = "HERMES_SUITE "
 
 
@@ -117,10 +141,19 @@ def run_hermes_suite(py: Path, release: str) -> Cell:
                 int(guarded.get("failed", 0)), int(guarded.get("skipped", 0)), time.monotonic() - started, report)
 
 
+def run_dist(release: str) -> Cell:
+    """scripts/check_dist.py: build sdist and wheel, check their contents, install the wheel
+    with ``hermes-agent==release`` into a fresh venv outside the checkout, run selftest and
+    the recall eval from there."""
+    started = time.monotonic()
+    proc = sh([sys.executable, str(ROOT / "scripts" / "check_dist.py"), "--hermes", release], cwd=ROOT)
+    return Cell("-", "dist", proc.returncode == 0, seconds=time.monotonic() - started)
+
+
 def _fmt(cell: Cell | None) -> str:
     if cell is None:
         return "-"
-    if cell.suite == "ruff":
+    if cell.suite in ("ruff", "dist"):
         return "ok" if cell.ok else "FAIL"
     return f"{'ok' if cell.ok else 'FAIL'} {cell.passed}/{cell.failed}"
 
@@ -190,6 +223,8 @@ def main(argv: list[str]) -> int:
                 cells.append(run_pytest(py, "-", "unit", ["tests/unit"], extra))
             if "ruff" in suites:
                 cells.append(run_ruff(py))
+            if "dist" in suites:
+                cells.append(run_dist(releases[-1]))
         if "host" in suites:
             cells.append(run_pytest(py, version, "host", ["tests/integration"], extra))
         if "hermes" in suites:

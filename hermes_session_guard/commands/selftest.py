@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import engine_support
+from .. import engine_support, supported
 from ..hostinfo import hermes_home, install_path, installed_version
 from ..plugin_config import PluginConfigError, guard_enabled
 from ..state_inspection import HomeError, check
@@ -108,10 +108,13 @@ def run(args: argparse.Namespace) -> int:
                                f"({home_report['detail']})")
         if home is not None:
             report["context_engine"] = context_engine_report(home, probe, args.timeout)
+    report.update(supported_hermes=f">={supported.SUPPORTED_LOW},<{supported.SUPPORTED_HIGH}",
+                  hermes_in_supported_range=version is not None and supported.in_supported_range(version))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
+        print(supported.describe(version))
         if report.get("compat_note"):
             print(f"UNTESTED RELEASE: {report['compat_note']}")
         if home is None:

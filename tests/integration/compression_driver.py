@@ -77,7 +77,7 @@ def main() -> int:
 
 
 def add_mode_arguments(p: argparse.ArgumentParser) -> None:
-    """``--in-place`` / ``--rotate``: Hermes's ``compression.in_place`` (0.18.2+); neither = its default."""
+    """``--in-place`` / ``--rotate``: Hermes's ``compression.in_place`` (0.18+); neither = its default."""
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--in-place", dest="in_place", action="store_true", default=None)
     mode.add_argument("--rotate", dest="in_place", action="store_false")

@@ -29,7 +29,7 @@ HOST = parse_version(HERMES_VERSION) if HERMES_VERSION else (0, 0, 0)
 HOST_ROW = select_row("compression", HOST)
 HOST_HAS_IN_PLACE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == HOST_IN_PLACE
 
-# Host modes worth running: 0.18.2+ keeps the id by default (in_place) and rotates
+# Host modes worth running: 0.18+ keeps the id by default (in_place) and rotates
 # with ``compression.in_place: false``; older hosts always rotate.
 MODES = ["in_place", "rotate"] if HOST_HAS_IN_PLACE else ["rotate"]
 

@@ -22,7 +22,7 @@ phase is reached, after writing the phase name to ``--reached``. Phases:
 ``between_writes``
     the pre-compression snapshot and the live transcript: whichever of the two
     writes comes second is entered and not run (0.14 writes the snapshot, then
-    ``SessionDB.replace_messages``; 0.18.2+ lets the host ``archive_and_compact``
+    ``SessionDB.replace_messages``; 0.18+ lets the host ``archive_and_compact``
     first, then writes the snapshot);
 ``before_release``
     both writes done, the compression lock about to be released;
@@ -86,7 +86,7 @@ def install_kill(phase: str, reached: str | None) -> None:
     wrapt.wrap_function_wrapper("hermes_session_guard.store", "GuardStore.write_snapshot", write("snapshot", "live"))
     import hermes_state
 
-    for live_write in ("replace_messages", "archive_and_compact"):  # 0.14 / 0.18.2+
+    for live_write in ("replace_messages", "archive_and_compact"):  # 0.14 / 0.18+
         if hasattr(hermes_state.SessionDB, live_write):
             wrapt.wrap_function_wrapper(hermes_state, f"SessionDB.{live_write}", write("live", "snapshot"))
 

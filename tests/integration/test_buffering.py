@@ -30,13 +30,13 @@ from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODES
 
 # The reproductions without the guard need a host that rotates on every compression and
 # interrupts the agent for a message that arrives meanwhile (0.13-0.16 keep one pending
-# slot, 0.17 a FIFO of 32: both lose or misroute messages). From 0.18.2 the host compacts
+# slot, 0.17 a FIFO of 32: both lose or misroute messages). From 0.18 the host compacts
 # in place and demotes interrupt to queue while it compresses, so most of them no longer
 # happen there; the guard's own tests below run on every release.
 HOST_ROTATES = HOST_ROW is not None and not HOST_HAS_IN_PLACE
 ON_ROTATING_HOSTS = pytest.mark.skipif(
     not HOST_ROTATES, reason="reproduces the busy handling of hosts that rotate on compression (0.13-0.17); "
-    "0.18.2+ compacts in place and queues messages while it compresses")
+    "0.18+ compacts in place and queues messages while it compresses")
 # Hermes's own compression_locks exist (0.16+): the lease a compression elsewhere holds.
 NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "native"
 

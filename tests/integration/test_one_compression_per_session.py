@@ -436,7 +436,7 @@ def test_anomaly_b_two_agents_fork_one_session_without_the_guard(
     assert contract_violations(home, SID, agents, [*SEED_MARKERS, *OWN], None) != []
 
 
-@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the stale loser compacts in place (0.18.2+)")
+@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="the stale loser compacts in place (0.18+)")
 def test_anomaly_b_stale_loser_compacts_again_without_the_guard(
     no_guard: None, db: Any, dbs: Any, llm: FakeLLMServer, home: Path
 ) -> None:

@@ -168,7 +168,7 @@ def test_recall_finds_turns_the_host_compacted_before_the_guard_ran(guard: Any, 
     assert f"archived, session {SID_A}" in answer
 
 
-@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="0.18.2+ archives compacted rows in place")
+@pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="0.18+ archives compacted rows in place")
 def test_recall_finds_rows_the_host_archived_in_place_before_the_guard_ran(guard: Any, db: Any,
                                                                            llm: FakeLLMServer, home: Path) -> None:
     _without_guard_compaction(db, llm, SID_A, in_place=True)

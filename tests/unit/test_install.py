@@ -211,7 +211,8 @@ def test_unknown_release_with_no_verifiable_target_patches_nothing(
     assert status.state == "skipped" and status.row == ""
     for row in (NEW, MID, OLD):
         assert f"row {row.range_text}: target {row.target} not found" in status.reason
-    assert "Patched: none. Skipped: compression" in runtime.compat_note
+    assert "patched by signature: none. Skipped: compression (no row verifies: target" in runtime.compat_note
+    assert len(runtime.compat_note) < 300
     (line,) = _untested_warnings(caplog)
     assert "Skipped: compression" in line and "not found" in line
 

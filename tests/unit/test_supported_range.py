@@ -1,0 +1,53 @@
+"""The supported Hermes range is declared once as a pyproject extra and matches the seam table."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import seams, supported
+from hermes_session_guard.commands import selftest
+from hermes_session_guard.hostinfo import parse_version
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pyproject_declares_the_range_as_an_optional_extra_not_a_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["optional-dependencies"]["hermes"] == [supported.SUPPORTED_HERMES]
+    assert not any(dep.startswith("hermes-agent") for dep in project.get("dependencies", []))
+
+
+def test_the_declared_range_is_what_the_seam_table_covers() -> None:
+    assert parse_version(supported.SUPPORTED_LOW) == parse_version(seams.COVERED[0][0])
+    assert parse_version(supported.SUPPORTED_HIGH) == parse_version(seams.COVERED[-1][1])
+    assert all(supported.in_supported_range(release) for release in seams.TESTED_RELEASES)
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    ("0.19.0", "installed 0.19.0 is inside it"),
+    ("0.13.0", "installed 0.13.0 is inside it"),
+    ("0.20.0", "installed 0.20.0 is OUTSIDE it (newer than the table"),
+    ("0.12.9", "installed 0.12.9 is OUTSIDE it (older than the table"),
+    (None, "none installed"),
+])
+def test_describe_compares_the_installed_release(version: str | None, expected: str) -> None:
+    line = supported.describe(version)
+    assert line.startswith("Supported Hermes >=0.13,<0.20 (hermes-session-guard[hermes]): ")
+    assert expected in line
+
+
+def test_selftest_prints_the_comparison(mocker: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    mocker.patch.object(selftest, "installed_version", return_value="0.20.0")
+    mocker.patch.object(selftest, "install_path", return_value="/site-packages")
+    mocker.patch.object(selftest, "run_probe", return_value={
+        "ok": False, "host_in_table": False, "compat_note": "n", "seams": [], "checks": []})
+    selftest.run(argparse.Namespace(json=False, timeout=5.0))
+    assert "Supported Hermes >=0.13,<0.20 (hermes-session-guard[hermes]): installed 0.20.0 is OUTSIDE it" \
+        in capsys.readouterr().out
+    selftest.run(argparse.Namespace(json=True, timeout=5.0))
+    assert '"supported_hermes": ">=0.13,<0.20"' in capsys.readouterr().out
