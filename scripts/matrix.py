@@ -43,13 +43,16 @@ on the package index) runs with ``CI_FULL_MATRIX=1``:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,11 +109,14 @@ def pytest_counts(text: str) -> dict[str, int]:
 
 def run_pytest(py: Path, release: str, suite: str, paths: list[str], extra: list[str]) -> Cell:
     started = time.monotonic()
-    proc = subprocess.run(
-        [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths, *extra],
-        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    sys.stdout.write(proc.stdout)
+    # Its own temporary directory: releases may run at the same time (MATRIX_JOBS).
+    with tempfile.TemporaryDirectory(prefix=f"hsg-{suite}-{release}-") as tmp:
+        proc = subprocess.run(
+            [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(Path(tmp) / "t"),
+             *paths, *extra],
+            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+    sys.stdout.write(f"===== {suite} tests, release {release} =====\n{proc.stdout}")
     counts = pytest_counts(proc.stdout)
     passed, failed = counts.get("passed", 0), counts.get("failed", 0) + counts.get("error", 0)
     return Cell(release, suite, proc.returncode == 0 and passed > 0, passed, failed, counts.get("skipped", 0),
@@ -200,6 +206,30 @@ def select_releases(argv: list[str], env: Mapping[str, str]) -> list[str]:
     return list(ALL_RELEASES if env.get("CI_FULL_MATRIX") == "1" else DEFAULT_RELEASES)
 
 
+def matrix_jobs(env: Mapping[str, str]) -> int:
+    """How many releases run their suites at once (``MATRIX_JOBS``; default 2: the suites
+    wait on subprocesses, sockets and the fake LLM much of the time, so two releases share
+    two cores well). Each release has its own venv, pytest temporary directory and ports."""
+    raw = env.get("MATRIX_JOBS", "").strip() or "2"
+    try:
+        jobs = int(raw)
+    except ValueError:
+        raise SystemExit(f"MATRIX_JOBS must be a whole number, not {raw!r}") from None
+    if not 1 <= jobs <= 16:
+        raise SystemExit(f"MATRIX_JOBS must be between 1 and 16, not {jobs}")
+    return jobs
+
+
+def release_suites(py: Path, version: str, suites: list[str], extra: list[str]) -> list[Cell]:
+    """The per-release suites, in order (host, then Hermes's own tests)."""
+    cells: list[Cell] = []
+    if "host" in suites:
+        cells.append(run_pytest(py, version, "host", ["tests/integration"], extra))
+    if "hermes" in suites:
+        cells.append(run_hermes_suite(py, version))
+    return cells
+
+
 def main(argv: list[str]) -> int:
     extra: list[str] = []
     if "--" in argv:
@@ -214,23 +244,24 @@ def main(argv: list[str]) -> int:
         if unknown:
             raise SystemExit(f"unknown suite(s): {', '.join(sorted(unknown))}; choose from {', '.join(SUITES)}")
     releases = select_releases(argv, os.environ)
+    jobs = matrix_jobs(os.environ)
     started = time.monotonic()
-    cells: list[Cell] = []
-    for i, version in enumerate(releases):
-        py = venv_for(version)
-        if i == 0:
-            if "unit" in suites:
-                cells.append(run_pytest(py, "-", "unit", ["tests/unit"], extra))
-            if "ruff" in suites:
-                cells.append(run_ruff(py))
-            if "dist" in suites:
-                cells.append(run_dist(releases[-1]))
-        if "host" in suites:
-            cells.append(run_pytest(py, version, "host", ["tests/integration"], extra))
-        if "hermes" in suites:
-            cells.append(run_hermes_suite(py, version))
+    pythons = [venv_for(version) for version in releases]  # installs one after another
+    once: list[Callable[[], Cell]] = []
+    if "unit" in suites:
+        once.append(lambda: run_pytest(pythons[0], "-", "unit", ["tests/unit"], extra))
+    if "ruff" in suites:
+        once.append(lambda: run_ruff(pythons[0]))
+    if "dist" in suites:
+        once.append(lambda: run_dist(releases[-1]))
+    work: list[Callable[[], list[Cell]]] = [lambda: [task() for task in once]]
+    for version, py in zip(releases, pythons, strict=True):
+        work.append(functools.partial(release_suites, py, version, suites, extra))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(job) for job in work]
+        cells: list[Cell] = [cell for future in futures for cell in future.result()]
     ok = print_table(cells)
-    print(f"matrix wall time: {time.monotonic() - started:.0f}s for {len(releases)} release(s)")
+    print(f"matrix wall time: {time.monotonic() - started:.0f}s for {len(releases)} release(s), {jobs} at a time")
     return 0 if ok and cells else 1
 
 

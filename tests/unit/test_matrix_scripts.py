@@ -108,3 +108,11 @@ def test_ci_runs_four_releases_by_default_and_all_eleven_with_the_full_matrix(
     argv: list[str], env: dict[str, str], expected: list[str]
 ) -> None:
     assert matrix.select_releases(argv, env) == expected
+
+
+def test_matrix_jobs_defaults_to_two_and_refuses_bad_values() -> None:
+    assert matrix.matrix_jobs({}) == 2
+    assert matrix.matrix_jobs({"MATRIX_JOBS": "1"}) == 1
+    for bad in ("0", "17", "two"):
+        with pytest.raises(SystemExit, match="MATRIX_JOBS"):
+            matrix.matrix_jobs({"MATRIX_JOBS": bad})
