@@ -14,8 +14,8 @@
    ``hermes`` extra. The sdist holds the package, README, LICENSE and pyproject.
 3. A fresh venv in a temporary directory outside the checkout gets the wheel and
    ``hermes-agent==<release>``; from there (no PYTHONPATH, cwd outside the
-   checkout) ``hermes-session-guard selftest`` runs against an empty HERMES_HOME,
-   and the recall eval (``scripts/eval_recall.py`` copied out of the checkout) runs
+   checkout) ``hermes-session-guard enable`` protects an empty HERMES_HOME and
+   ``hermes-session-guard selftest`` checks it, and the recall eval (``scripts/eval_recall.py`` copied out of the checkout) runs
    on the fixture that ships inside the package.
 
 Exit status 0 when every step passed; one line per check is printed.
@@ -165,6 +165,11 @@ def check_installed(checks: Checks, wheel: Path, hermes: str, keep: bool) -> Non
                      where.returncode == 0 and Path(location).is_relative_to(venv), location)
         pip_check = run([str(py), "-m", "pip", "check"], cwd=tmp, env=env)
         checks.check("pip check", pip_check.returncode == 0, pip_check.stdout.strip())
+        # The home is protected the way the README says (`enable`), then checked: selftest
+        # fails on a home where the guard is not enabled.
+        enable = run([str(venv_script(venv, "hermes-session-guard")), "enable"], cwd=tmp, env=env)
+        checks.check("hermes-session-guard enable from the installed wheel", enable.returncode == 0,
+                     enable.stdout.strip()[-300:])
         # a generous probe timeout: CI shares its cores, and a loaded machine is not a failure
         selftest = run([str(venv_script(venv, "hermes-session-guard")), "selftest", "--timeout", "300"],
                        cwd=tmp, env=env)

@@ -60,7 +60,7 @@ def _recap(body: dict) -> str:
 def _tool_answer(llm: FakeLLMServer) -> str:
     """The tool's answer as the model got it (Hermes may cut a long one short)."""
     messages = llm.chat_requests()[-1].body["messages"]
-    (answer,) = [m["content"] for m in messages if m.get("role") == "tool"]
+    answer = [m["content"] for m in messages if m.get("role") == "tool"][-1]  # the latest call's
     return answer if isinstance(answer, str) else json.dumps(answer)
 
 

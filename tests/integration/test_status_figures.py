@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,13 @@ def _status(argv: list[str], home: Path, capsys: pytest.CaptureFixture[str]) -> 
     capsys.readouterr()
     code = cli.main(["status", *argv])
     out = capsys.readouterr().out
-    return code, json.loads(out) if "--json" in argv else out
+    if "--json" not in argv:
+        return code, out
+    # The gateway's agent runs in this process and may print its own status line
+    # ("Compacting context ...") into the same stdout: the report is the JSON object.
+    start = re.search(r"^\{", out, re.M)
+    assert start, out
+    return code, json.JSONDecoder().raw_decode(out, start.start())[0]
 
 
 def _compress(agent: Any, messages: list[Any]) -> list[Any]:
