@@ -15,8 +15,9 @@
 3. A fresh venv in a temporary directory outside the checkout gets the wheel and
    ``hermes-agent==<release>``; from there (no PYTHONPATH, cwd outside the
    checkout) ``hermes-session-guard enable`` protects an empty HERMES_HOME and
-   ``hermes-session-guard selftest`` checks it, and the recall eval (``scripts/eval_recall.py`` copied out of the checkout) runs
-   on the fixture that ships inside the package.
+   ``hermes-session-guard selftest`` checks it, and the recall eval
+   (``scripts/eval_recall.py`` copied out of the checkout) runs on the fixture
+   that ships inside the package.
 
 Exit status 0 when every step passed; one line per check is printed.
 """
