@@ -87,8 +87,11 @@ def test_thirteen_processes_compress_within_one_window(
         for events in ops.values():
             assert {e["session_id"] for e in events} | {e.get("session_id_after", sid) for e in events} == {sid}
         outcomes = sorted(evs[-1]["event"] for evs in ops.values())
-        expected = ["compression.adopted"] * (len(tags) - 1) + ["compression.done"]
-        assert outcomes == expected, outcomes
+        # the other processes' turns either adopt the compaction (behind it at their own
+        # compression) or, waiting for the session's turn, start on the live transcript
+        assert outcomes.count("compression.done") == 1, outcomes
+        assert len(outcomes) == len(tags), outcomes
+        assert set(outcomes) <= {"compression.done", "compression.adopted", "turn.live_history"}, outcomes
         assert _leftover_locks(home) == []
 
     # every log line of every process names its own session, in the text and the [session] tag
