@@ -17,6 +17,7 @@ import pytest
 
 from hermes_session_guard import probe
 from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.summaries import is_summary_text
 
 from .api_turns import (
     ApiServer,
@@ -222,4 +223,39 @@ def test_cron_runs_no_turn_on_an_existing_session() -> None:
     """Cron's turns need no ordering: every run starts a session of its own."""
     pytest.skip("cron runs each job in a new session (cron_<job>_<timestamp>) on 0.13-0.19; it never starts a "
                 "turn on an existing session (0.19's delivery mirror appends a message to the origin session "
-                "without running a turn)")
+                "without running a turn: next test)")
+
+
+def test_a_cron_delivery_mirrored_into_a_compressing_session_stays_live_once(
+        guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer) -> None:
+    """0.19's cron delivery appends its brief to the job's origin session as a user
+    message (``_maybe_mirror_cron_delivery``). Appended while an API-server turn of that
+    session compresses, it stays live after the compacted block, once, and is never
+    folded into the turn's own prompt."""
+    from cron import scheduler
+
+    mirror = getattr(scheduler, "_maybe_mirror_cron_delivery", None)
+    if mirror is None:
+        pytest.skip("this release's cron delivery does not append to an existing session")
+    probe.seed_session(db, SID, probe.seed_messages(), source="telegram")
+    db.record_gateway_session_peer(SID, source="telegram", session_key="agent:main:telegram:dm:4242",
+                                   chat_id="4242")
+    gate = threading.Event()
+    llm.configure(summary_gate=gate, reply_fn=echo_last_user)
+    api = session_chat if HAS_SESSION_CHAT else chat_completion
+    sent = marker(0, "api")
+    try:
+        first, replies = send_staggered(lambda t: api(server, SID, t), [sent], gap=0)
+        assert llm.summary_started.wait(60), "the API turn never reached the summary call"
+        mirror({"id": "job1", "name": "daily brief"}, "telegram", "4242", "brief-7f3a", enabled=True)
+    finally:
+        gate.set()
+    first[0].join(WAIT)
+    assert replies[sent].status == 200 and replies[sent].text == f"answer to [{sent}]"
+    live = [(m.get("role"), str(m.get("content") or "")) for m in db.get_messages_as_conversation(SID)]
+    briefs = [i for i, (_, t) in enumerate(live) if "brief-7f3a" in t]
+    summaries = [i for i, (_, t) in enumerate(live) if is_summary_text(t)]
+    assert len(briefs) == 1 and len(summaries) == 1 and briefs[0] > summaries[0], live
+    assert sum(t == sent for _, t in live) == 1 and not any(sent in t and "brief" in t for _, t in live)
+    assert sum(t == f"answer to [{sent}]" for _, t in live) == 1
+    assert live[0][1].startswith(HEAD)
