@@ -79,6 +79,7 @@ from .generations import (
     foreign_messages,
     genuinely_new,
     keys_of,
+    own_turn_apart,
     turn_in_progress,
     turn_last,
 )
@@ -528,6 +529,9 @@ class _Operation:
         ongoing = turn_in_progress(block, has_summary_block) if len(final) > len(block) else 0
         if ongoing:
             final = [*block[:-ongoing], *final[len(block):], *block[-ongoing:]]
+            # another turn's prompt still waiting for its answer is not put next to this one
+            final = own_turn_apart(final, keys_of(final), keys_of(block[-ongoing:]), has_summary_block,
+                                   start=len(block) - ongoing)
             host.rebase_flush(agent, sid, final, self.flush_cursor)
             block = block[:-ongoing]  # the generation's block: what both lists start with
         if strategy == DETACH_DB:
@@ -647,9 +651,16 @@ class _Operation:
                 "warning", generation=standing.generation, basis=standing.basis,
             )
         adopted = [*live.messages, *new]
+        new_keys = keys_of(new)
         ongoing = turn_in_progress(mine.messages, has_summary_block)
+        own = [*new_keys, *mine.keys[len(mine.keys) - ongoing:]]
         if ongoing:  # its own turn in progress ends the list, after what others persisted meanwhile
-            adopted = turn_last(adopted, [*live.keys, *keys_of(new)], mine.keys[-ongoing:])
+            adopted = turn_last(adopted, [*live.keys, *new_keys], mine.keys[-ongoing:])
+        # Each of its own messages stays a message of its own: another turn's prompt still
+        # waiting for its answer is not put next to it (Hermes would fold the two into one).
+        # (The compacted block itself may end with the compressing turn's prompt, not answered yet.)
+        block = standing.block_len - turn_in_progress(live.messages[:standing.block_len], has_summary_block)
+        adopted = own_turn_apart(adopted, keys_of(adopted), own, has_summary_block, start=block)
         try:
             host.append_messages(self.agent, sid, new)
         except Exception as exc:

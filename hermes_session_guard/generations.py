@@ -239,3 +239,31 @@ def turn_last(messages: Sequence[Any], keys: Sequence[Key], turn: Sequence[Key])
     chosen = set(picked)
     moved = sorted(picked)  # the turn's own order, as it stands in ``messages``
     return [m for i, m in enumerate(messages) if i not in chosen] + [messages[i] for i in moved]
+
+
+def own_turn_apart(messages: Sequence[Any], keys: Sequence[Key], own: Sequence[Key],
+                   is_summary: Callable[[str], bool], start: int = 0) -> list[Any]:
+    """``messages`` (an adopted or carried-over list the agent continues with) without
+    the user messages of *other* turns that have no answer in it: another turn of the
+    same session that stored its prompt and is still running (Hermes 0.17+ persist a
+    turn's user message before its preflight compression). Left in, such a prompt
+    sits right before the agent's own one, and Hermes's alternation repair folds two
+    adjacent user messages into one (``a\n\nb``): the agent would answer a merged
+    prompt, and that merge would be written back. The message stays in state.db,
+    where its own turn answers it; ``own`` (the keys of the agent's own messages,
+    counted) are never left out, nor are summaries, nor anything before ``start``
+    (the compacted block)."""
+    mine = Counter(own)
+    out: list[Any] = list(messages[:start])
+    for i, (m, key) in enumerate(zip(messages, keys, strict=True)):
+        if i < start:
+            continue
+        if mine[key] > 0:
+            mine[key] -= 1
+            out.append(m)
+            continue
+        nxt = keys[i + 1][0] if i + 1 < len(keys) else None
+        unanswered = key[0] == "user" and nxt in ("user", None) and not is_summary(key[1])
+        if not unanswered:
+            out.append(m)
+    return out

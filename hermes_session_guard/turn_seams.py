@@ -109,14 +109,16 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                       row.target, type(exc).__name__, exc)
             return wrapped(*args, **kwargs)
         try:
-            try:
-                args, kwargs = _with_live_history(runtime, instance, sid, ticket, args, kwargs)
-            except Exception as exc:
-                log.error("session guard: could not read the live transcript of %s before its turn (%s: %s); "
-                          "the turn runs on the history its caller passed.", sid, type(exc).__name__, exc)
-            if ticket.queued_behind:
-                runtime.audit.operation(sid).info("turn.dequeued", behind=ticket.queued_behind,
-                                                  waited_ms=round(ticket.waited * 1000))
+            # the lines below carry this session's [session] tag, whatever the thread served last
+            with host.pinned_log_context(sid):
+                try:
+                    args, kwargs = _with_live_history(runtime, instance, sid, ticket, args, kwargs)
+                except Exception as exc:
+                    log.error("session guard: could not read the live transcript of %s before its turn (%s: %s); "
+                              "the turn runs on the history its caller passed.", sid, type(exc).__name__, exc)
+                if ticket.queued_behind:
+                    runtime.audit.operation(sid).info("turn.dequeued", behind=ticket.queued_behind,
+                                                      waited_ms=round(ticket.waited * 1000))
             return wrapped(*args, **kwargs)
         finally:
             locks.release(ticket)

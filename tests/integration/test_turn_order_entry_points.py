@@ -1,0 +1,261 @@
+"""The TUI gateway and ACP take their turn on an existing session like every other entry
+point: a turn they start while an API-server turn of the same session compresses (summary
+held) waits for it and answers from the compacted transcript, never from the history they
+read when they resumed the session. Cron never runs a turn on an existing session."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import probe
+from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.summaries import is_summary_text
+
+from .api_turns import (
+    ApiServer,
+    Reply,
+    chat_completion,
+    contract_violations,
+    echo_last_user,
+    marker,
+    running_api_server,
+    send_staggered,
+    session_chat,
+)
+from .test_turn_order_api import HAS_SESSION_CHAT
+
+SID = "20260701_130000_entry"
+HEAD = "turn-0:"
+WAIT = 180
+
+
+# -- TUI gateway: tui_gateway.server's JSON-RPC handlers, as its stdio/WebSocket transport calls them
+
+
+class _Frames:
+    """A tui_gateway transport that keeps the frames it is given."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def write(self, obj: dict[str, Any]) -> bool:
+        with self.lock:
+            self.frames.append(obj)
+        return True
+
+    def close(self) -> None:
+        return None
+
+    def completed(self, sid: str) -> list[str]:
+        with self.lock:
+            return [str((f["params"].get("payload") or {}).get("text", "")) for f in self.frames
+                    if f.get("method") == "event" and f["params"].get("type") == "message.complete"
+                    and f["params"].get("session_id") == sid]
+
+
+@pytest.fixture
+def tui(home: Path) -> Iterator[Any]:
+    saved = sys.stdout
+    try:
+        from tui_gateway import server  # keeps real stdout for JSON-RPC and points sys.stdout at stderr
+    except ImportError as exc:
+        pytest.skip(f"this release has no TUI gateway ({exc})")
+    finally:
+        sys.stdout = saved
+    from tui_gateway.transport import bind_transport, reset_transport
+
+    frames = _Frames()
+    token = bind_transport(frames)
+    before_db = getattr(server, "_db", None)
+    server._db = probe.open_db(home / "state.db")  # the server's SessionDB, on this home
+    try:
+        yield server, frames
+    finally:
+        reset_transport(token)
+        for live in list(getattr(server, "_sessions", {})):
+            try:
+                server.handle_request({"jsonrpc": "2.0", "id": "close", "method": "session.close",
+                                       "params": {"session_id": live}})
+            except Exception:
+                pass
+        server._db = before_db
+
+
+def _tui_resume(server: Any, frames: _Frames) -> Callable[[str], Reply]:
+    """``session.resume`` now (it reads the stored history); the returned callable runs
+    one ``prompt.submit`` on it and waits for its ``message.complete`` event."""
+    resumed = server.handle_request({"jsonrpc": "2.0", "id": 1, "method": "session.resume",
+                                     "params": {"session_id": SID, "eager_build": True}})
+    assert "result" in resumed, resumed
+    live = resumed["result"]["session_id"]
+
+    def send(text: str) -> Reply:
+        from tui_gateway.transport import bind_transport
+
+        bind_transport(frames)
+        ack = server.handle_request({"jsonrpc": "2.0", "id": 2, "method": "prompt.submit",
+                                     "params": {"session_id": live, "text": text}})
+        assert "result" in ack, ack
+        deadline = time.monotonic() + WAIT
+        while not frames.completed(live):
+            assert time.monotonic() < deadline, "the TUI turn never completed"
+            time.sleep(0.05)
+        return Reply(frames.completed(live)[0].strip(), 200, SID, None)
+
+    return send
+
+
+# -- ACP: acp_adapter.server.HermesACPAgent.prompt, as the ACP JSON-RPC connection calls it
+
+
+class _AcpClient:
+    """The client side of an ACP connection: keeps the agent's message chunks."""
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        content = getattr(update, "content", None)
+        if getattr(update, "session_update", "") == "agent_message_chunk" and content is not None:
+            self.chunks.append(str(getattr(content, "text", "") or ""))
+
+    def __getattr__(self, name: str) -> Any:  # any other client callback: accepted, nothing to do
+        async def ignore(*args: Any, **kwargs: Any) -> None:
+            return None
+        return ignore
+
+
+def _acp_resume(home: Path) -> Callable[[str], Reply]:
+    try:
+        from acp.schema import TextContentBlock
+        from acp_adapter.server import HermesACPAgent
+        from acp_adapter.session import SessionManager
+    except ImportError as exc:
+        pytest.skip(f"ACP is not importable on this release ({exc})")
+    agent = HermesACPAgent(SessionManager(db=probe.open_db(home / "state.db")))
+    client = _AcpClient()
+    agent.on_connect(client)
+    state = agent.session_manager.get_session(SID)  # restores the stored session, reading its history now
+    assert state is not None and len(state.history) == len(probe.seed_messages())
+
+    def send(text: str) -> Reply:
+        response = asyncio.run(agent.prompt(prompt=[TextContentBlock(type="text", text=text)], session_id=SID))
+        assert response.stop_reason == "end_turn", response
+        return Reply("".join(client.chunks).strip(), 200, SID, None)
+
+    return send
+
+
+# -- the scenario
+
+
+@pytest.fixture
+def server(home: Path) -> Iterator[ApiServer]:
+    with running_api_server(home) as srv:
+        yield srv
+
+
+def _during_compression(llm: FakeLLMServer, srv: ApiServer, entry: Callable[[str], Reply],
+                        tag: str, *, waits: bool = True) -> tuple[list[str], dict[str, Reply]]:
+    """An API-server turn compresses (summary held); meanwhile ``entry`` runs a turn."""
+    gate = threading.Event()
+    llm.configure(summary_gate=gate, reply_fn=echo_last_user)
+    api = session_chat if HAS_SESSION_CHAT else chat_completion
+    sent = [marker(0, "api"), marker(1, tag)]
+    try:
+        first, replies = send_staggered(lambda t: api(srv, SID, t), sent[:1], gap=0)
+        assert llm.summary_started.wait(60), "the API turn never reached the summary call"
+        second, more = send_staggered(entry, sent[1:], gap=0)
+        time.sleep(1.0)
+        assert second[0].is_alive() or not waits, f"the {tag} turn did not wait for the compressing turn"
+    finally:
+        gate.set()
+    for t in first + second:
+        t.join(WAIT)
+    replies.update(more)
+    return sent, replies
+
+
+def test_a_tui_turn_waits_for_an_api_turns_compression(guard: Any, db: Any, llm: FakeLLMServer,
+                                                        server: ApiServer, tui: Any) -> None:
+    probe.seed_session(db, SID, probe.seed_messages(), source="tui")
+    tui_server, frames = tui
+    sent, replies = _during_compression(llm, server, _tui_resume(tui_server, frames), "tui")
+    assert contract_violations(db, SID, sent, replies, llm, compressed=True, head_text=HEAD) == []
+    assert len(llm.summary_requests()) == 1
+
+
+def test_an_acp_turn_waits_for_an_api_turns_compression(guard: Any, home: Path, db: Any, llm: FakeLLMServer,
+                                                         server: ApiServer) -> None:
+    probe.seed_session(db, SID, probe.seed_messages(), source="acp")  # ACP restores only its own sessions
+    sent, replies = _during_compression(llm, server, _acp_resume(home), "acp")
+    assert contract_violations(db, SID, sent, replies, llm, compressed=True, head_text=HEAD) == []
+    assert len(llm.summary_requests()) == 1
+
+
+def test_without_the_guard_a_tui_turn_answers_from_stale_history(no_guard: None, home: Path, db: Any,
+                                                                       llm: FakeLLMServer, server: ApiServer,
+                                                                       tui: Any) -> None:
+    """The reproduction: the host alone runs the TUI's (and ACP's) turn on the history it
+    read at resume (answered from the pre-compression transcript, then lost from it)."""
+    probe.seed_session(db, SID, probe.seed_messages(), source="tui")
+    sent, replies = _during_compression(llm, server, _tui_resume(*tui), "tui", waits=False)
+    assert contract_violations(db, SID, sent, replies, llm, compressed=True, head_text=HEAD) != []
+
+
+def test_without_the_guard_an_acp_turn_answers_from_stale_history(no_guard: None, home: Path, db: Any,
+                                                                  llm: FakeLLMServer, server: ApiServer) -> None:
+    probe.seed_session(db, SID, probe.seed_messages(), source="acp")
+    sent, replies = _during_compression(llm, server, _acp_resume(home), "acp", waits=False)
+    assert contract_violations(db, SID, sent, replies, llm, compressed=True, head_text=HEAD) != []
+
+
+def test_cron_runs_no_turn_on_an_existing_session() -> None:
+    """Cron's turns need no ordering: every run starts a session of its own."""
+    pytest.skip("cron runs each job in a new session (cron_<job>_<timestamp>) on 0.13-0.19; it never starts a "
+                "turn on an existing session (0.19's delivery mirror appends a message to the origin session "
+                "without running a turn: next test)")
+
+
+def test_a_cron_delivery_mirrored_into_a_compressing_session_stays_live_once(
+        guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer) -> None:
+    """0.19's cron delivery appends its brief to the job's origin session as a user
+    message (``_maybe_mirror_cron_delivery``). Appended while an API-server turn of that
+    session compresses, it stays live after the compacted block, once, and is never
+    folded into the turn's own prompt."""
+    from cron import scheduler
+
+    mirror = getattr(scheduler, "_maybe_mirror_cron_delivery", None)
+    if mirror is None:
+        pytest.skip("this release's cron delivery does not append to an existing session")
+    probe.seed_session(db, SID, probe.seed_messages(), source="telegram")
+    db.record_gateway_session_peer(SID, source="telegram", session_key="agent:main:telegram:dm:4242",
+                                   chat_id="4242")
+    gate = threading.Event()
+    llm.configure(summary_gate=gate, reply_fn=echo_last_user)
+    api = session_chat if HAS_SESSION_CHAT else chat_completion
+    sent = marker(0, "api")
+    try:
+        first, replies = send_staggered(lambda t: api(server, SID, t), [sent], gap=0)
+        assert llm.summary_started.wait(60), "the API turn never reached the summary call"
+        mirror({"id": "job1", "name": "daily brief"}, "telegram", "4242", "brief-7f3a", enabled=True)
+    finally:
+        gate.set()
+    first[0].join(WAIT)
+    assert replies[sent].status == 200 and replies[sent].text == f"answer to [{sent}]"
+    live = [(m.get("role"), str(m.get("content") or "")) for m in db.get_messages_as_conversation(SID)]
+    briefs = [i for i, (_, t) in enumerate(live) if "brief-7f3a" in t]
+    summaries = [i for i, (_, t) in enumerate(live) if is_summary_text(t)]
+    assert len(briefs) == 1 and len(summaries) == 1 and briefs[0] > summaries[0], live
+    assert sum(t == sent for _, t in live) == 1 and not any(sent in t and "brief" in t for _, t in live)
+    assert sum(t == f"answer to [{sent}]" for _, t in live) == 1
+    assert live[0][1].startswith(HEAD)
