@@ -12,7 +12,10 @@ import pytest
 from hermes_session_guard import cli
 from hermes_session_guard.commands.demo import print_table
 
-from .conftest import HOST_HAS_IN_PLACE
+from .conftest import HOST_HAS_IN_PLACE, HOST_ROW
+
+# Hermes's own compression_locks (0.16+, the seam table's lock mode): one summary call unguarded too.
+NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "native"
 
 
 def _demo(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
@@ -37,15 +40,16 @@ def test_demo_shows_both_anomalies_without_the_guard_and_none_with_it(capsys: py
     a, b = report["scenarios"]
     # anomaly A: the done line names another id than the started line; the gateway follows the fork
     off = a["off"]
-    assert off["ids_after"] != [off["id_before"]] and off["forks"] == 1
+    assert off["forks"] == 1 and not off["clean"]
     assert len({ln.split("session=", 1)[1] for ln in off["host_log"]}) >= 2
-    assert off["turns_left_behind"] > 0 and off["summaries_visible"] == 1
+    if off["ids_after"] != [off["id_before"]]:  # the gateway followed the fork (not 0.17's gateway)
+        assert off["turns_left_behind"] > 0 and off["summaries_visible"] == 1
     _assert_clean(a["on"])
     assert a["on"]["replies"] == ["re: trigger-a", "re: followup-a"]
     # anomaly B: the compression lines carry another session's tag; forks of one session
     off = b["off"]
     assert off["forks"] >= 1 and any(ln.startswith("[20260528_155201_68dc5996]") for ln in off["host_log"])
-    if not HOST_HAS_IN_PLACE:  # 0.13-0.15 have no native lock: two summaries, two children, the message lost
+    if not NATIVE_LOCK:  # 0.13-0.15 have no native lock: two summaries, two children, the message lost
         assert off["forks"] == 2 and off["summary_calls"] == 2 and off["messages_lost"] == ["arriving-b:"]
     _assert_clean(b["on"])
 
