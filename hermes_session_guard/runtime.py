@@ -13,7 +13,7 @@ from .config import GuardConfig
 from .gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
 from .session_lock import SessionLocks
-from .store import GuardStore
+from .store import GuardStore, snapshots_recorded
 
 
 @dataclass
@@ -124,10 +124,14 @@ class Runtime:
             return True
         if not path.exists():
             return False
-        if self.store_for(path).has_snapshots(session_id):
+        with self._lock:
+            store = self._stores.get(key[0])
+        # A database the guard has not opened yet (every transcript Hermes loads asks) is read
+        # through a connection closed at once: no store, no tables, no handle left behind.
+        found = store.has_snapshots(session_id) if store is not None else snapshots_recorded(path, session_id)
+        if found:
             self._with_snapshots.add(key)
-            return True
-        return False
+        return found
 
     def note_snapshot(self, session_id: str, db_path: Path) -> None:
         self._with_snapshots.add((Path(db_path).resolve(), session_id))

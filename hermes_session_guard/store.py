@@ -374,6 +374,26 @@ def _read_only_error(exc: BaseException) -> bool:
     return "readonly" in str(exc).lower() or "read-only" in str(exc).lower()
 
 
+def snapshots_recorded(db_path: Path, session_id: str) -> bool:
+    """Whether the guard recorded a snapshot of ``session_id`` in ``db_path``, read
+    through a short-lived read-only connection (nothing created, nothing kept open;
+    False when the guard's table is not there or the file cannot be read)."""
+    try:
+        conn = sqlite3.connect(f"{Path(db_path).resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return False
+    try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_guard_snapshots'"
+                        ).fetchone() is None:
+            return False
+        return conn.execute("SELECT 1 FROM session_guard_snapshots WHERE session_id = ? LIMIT 1",
+                            (session_id,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+
+
 class GuardStore:
     """Thread-safe access to the ``session_guard_*`` tables of one state.db."""
 
