@@ -54,8 +54,11 @@ def test_rules_come_from_the_installed_release(rules: Any) -> None:
     assert rules.minimum_context == 64_000
     assert rules.defaults["auxiliary"]["compression"]["timeout"] == 120  # the default seed 001 warns about
     assert rules.context_table  # agent.model_metadata.DEFAULT_CONTEXT_LENGTHS
-    # the release's own threshold arithmetic for a 128K main model (0.19 floors small windows at 75 %)
-    expected = 96_000 if rules.threshold_tokens is not None else 64_000
+    # the release's own threshold arithmetic for a 128K main model (0.19 floors windows under
+    # 512K at 75 %: the module's _SMALL_CTX_THRESHOLD_PERCENT)
+    import agent.context_compressor as compressor
+
+    expected = 96_000 if getattr(compressor, "_SMALL_CTX_THRESHOLD_PERCENT", None) == 0.75 else 64_000
     assert rules.threshold(128_000, 0.5) == expected
 
 

@@ -43,7 +43,9 @@ def test_demo_shows_both_anomalies_without_the_guard_and_none_with_it(capsys: py
     assert off["forks"] == 1 and not off["clean"]
     assert len({ln.split("session=", 1)[1] for ln in off["host_log"]}) >= 2
     if off["ids_after"] != [off["id_before"]]:  # the gateway followed the fork (not 0.17's gateway)
-        assert off["turns_left_behind"] > 0 and off["summaries_visible"] == 1
+        assert off["turns_left_behind"] > 0
+        # the fork's untagged summary row: 1 on 0.14, 0.15 and 0.19 rotating; 0.18.0's demo showed 0
+        assert off["summaries_visible"] <= 1
     _assert_clean(a["on"])
     assert a["on"]["replies"] == ["re: trigger-a", "re: followup-a"]
     # anomaly B: the compression lines carry another session's tag; forks of one session
