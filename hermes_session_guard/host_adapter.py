@@ -1110,10 +1110,26 @@ def host_redactor() -> Callable[[str], str] | None:
     return redactor
 
 
+_OPEN_ATTEMPTS = 5
+
+
 def open_session_db(path: Path) -> Any:
+    """Hermes's own ``SessionDB`` on ``path``. Opening runs the release's schema check,
+    which on 0.19 probes the FTS tables; an opener racing another one can see a
+    transient ``sqlite3.OperationalError`` (busy, or ``vtable constructor failed``).
+    Such an open is retried a few times with a short backoff before the error stands."""
     from hermes_state import SessionDB
 
-    return SessionDB(db_path=Path(path))
+    for attempt in range(1, _OPEN_ATTEMPTS + 1):
+        try:
+            return SessionDB(db_path=Path(path))
+        except sqlite3.OperationalError as exc:
+            if attempt == _OPEN_ATTEMPTS:
+                raise
+            log.warning("session guard: opening %s failed (%s: attempt %d of %d); retrying",
+                        path, type(exc).__name__, attempt, _OPEN_ATTEMPTS)
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def as_message(row: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from .. import host_adapter as host
 from .. import search_index
 from ..hostinfo import hermes_home, state_db_path
 from ..store import GuardStore
@@ -34,11 +35,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: no state.db at {db_path} (HERMES_HOME={home})", file=sys.stderr)
         return 2
     try:
-        from hermes_state import SessionDB
+        import hermes_state  # noqa: F401
     except ImportError as exc:
         print(f"error: Hermes is not installed in this environment ({exc})", file=sys.stderr)
         return 2
-    db = SessionDB(db_path=db_path)
+    db = host.open_session_db(db_path)
     store = GuardStore(db_path)
     try:
         resolve = getattr(db, "resolve_session_id", None)

@@ -185,3 +185,39 @@ def test_an_unwritable_audit_log_says_so_once_and_when_it_recovers(
     assert len(failed) == 1 and len(recovered) == 1
     assert "5 event(s)" in recovered[0].getMessage()
     assert [e["op_id"] for e in read_events(target)] == ["op9"]
+
+
+def _fake_hermes_state(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[Path]:
+    """A stand-in ``hermes_state`` whose SessionDB fails to open ``failures`` times."""
+    import sys
+    import types
+
+    opened: list[Path] = []
+
+    class SessionDB:
+        def __init__(self, db_path: Path) -> None:
+            opened.append(db_path)
+            if len(opened) <= failures:
+                raise sqlite3.OperationalError("vtable constructor failed: messages_fts")
+
+    monkeypatch.setitem(sys.modules, "hermes_state", types.SimpleNamespace(SessionDB=SessionDB))
+    monkeypatch.setattr(host_adapter.time, "sleep", lambda _s: None)
+    return opened
+
+
+def test_an_open_racing_another_openers_schema_check_is_retried(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    opened = _fake_hermes_state(monkeypatch, failures=2)
+    with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+        db = host_adapter.open_session_db(tmp_path / "state.db")
+    assert db is not None and len(opened) == 3
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(retries) == 2 and "OperationalError" in retries[0]
+
+
+def test_an_open_that_keeps_failing_raises_the_hosts_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    opened = _fake_hermes_state(monkeypatch, failures=99)
+    with pytest.raises(sqlite3.OperationalError, match="vtable constructor failed"):
+        host_adapter.open_session_db(tmp_path / "state.db")
+    assert len(opened) == host_adapter._OPEN_ATTEMPTS
