@@ -28,12 +28,15 @@ Nothing here imports Hermes; it reads Hermes's ``sessions`` table (never writes 
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .store import GuardStore
@@ -341,3 +344,110 @@ def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: 
         })
     before = sum(1 for r in out if r["snapshot_position"] < position)
     return {"window": out, "messages_before": before, "messages_after": len(out) - before - 1}
+
+
+# -- a query no snapshot can match ------------------------------------------------------------
+#
+# A search that matches nothing must cost about what Hermes's own costs: the guard answers
+# it from the index's vocabulary, held in memory while nothing new was indexed, without a
+# second full-text query. The answer is only ever "cannot match" when that is certain.
+
+_VOCABULARY_CAP = 500_000  # more distinct terms than this: no in-memory vocabulary (full query)
+_BAREWORD = re.compile(r"[A-Za-z0-9_\u0080-\U0010ffff]+\*?")
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_UNIT = re.compile(r'"[^"]*"\*?|\S+')
+_OPERATORS = frozenset({"OR", "NOT", "NEAR"})
+
+
+def required_terms(fts_query: str) -> tuple[tuple[str, bool], ...] | None:
+    """The terms every match of ``fts_query`` (an FTS5 query as Hermes's sanitizer
+    leaves it) must contain, as ``(term, is_prefix)``, tokenized as the index's
+    ``unicode61`` tokenizer does; only ASCII units are read (others are left out,
+    which only makes the answer weaker). ``None`` when the query is not a plain
+    conjunction (``OR``, ``NOT``, ``NEAR``, groups, column filters, anything unusual)."""
+    terms: list[tuple[str, bool]] = []
+    for unit in _UNIT.findall(fts_query):
+        if unit == "AND":
+            continue
+        if unit in _OPERATORS or unit.startswith("NEAR("):
+            return None
+        prefix = unit.endswith("*")
+        body = unit[:-1] if prefix else unit
+        if len(body) >= 2 and body[0] == '"' and body[-1] == '"':
+            body = body[1:-1]
+            if "*" in body or "\x00" in body:
+                return None
+        elif not _BAREWORD.fullmatch(unit):
+            return None
+        if not body.isascii():
+            continue
+        tokens = [t.lower() for t in _TOKEN.findall(body)]
+        if not tokens:
+            continue
+        terms.extend((t, False) for t in tokens[:-1])
+        terms.append((tokens[-1], prefix))
+    return tuple(terms)
+
+
+@dataclass
+class _Vocabulary:
+    store: GuardStore
+    mark: tuple[int, int]  # state.db's write mark when last looked at
+    indexed: tuple[int, int]  # (count, last rowid) of the indexed snapshots
+    terms: frozenset[str] | None  # None: too many terms to hold
+    ordered: list[str]
+
+
+_vocabularies: dict[int, _Vocabulary] = {}
+
+
+def _load_vocabulary(conn: sqlite3.Connection) -> frozenset[str] | None:
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.session_guard_search_vocab USING fts5vocab(main, {FTS},"
+                 " 'row')")
+    rows = conn.execute("SELECT term FROM temp.session_guard_search_vocab LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
+    return None if len(rows) > _VOCABULARY_CAP else frozenset(r[0] for r in rows)
+
+
+def _vocabulary(store: GuardStore) -> _Vocabulary:
+    """Every term of the snapshot index (snapshots written since the last look are
+    indexed first). Reloaded only when the index itself grew; a write elsewhere in
+    state.db costs one small count."""
+    with store.reading() as conn:
+        mark = _write_mark(conn)
+    cached = _vocabularies.get(id(store))
+    if cached is not None and cached.store is store and cached.mark == mark:
+        return cached
+    # Other connections' commits after ``version`` was read make the next call look again.
+    version = mark[0]
+    index_pending(store)
+    with store.reading() as conn:
+        count, last = conn.execute(f"SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM {INDEXED}").fetchone()
+        indexed = (int(count), int(last))
+        if cached is not None and cached.store is store and cached.indexed == indexed:
+            terms, ordered = cached.terms, cached.ordered
+        else:
+            terms = _load_vocabulary(conn)
+            ordered = sorted(terms) if terms is not None else []
+        mark = (version, conn.total_changes)
+    found = _vocabularies[id(store)] = _Vocabulary(store, mark, indexed, terms, ordered)
+    return found
+
+
+def cannot_match(store: GuardStore, terms: Sequence[tuple[str, bool]]) -> bool:
+    """True when no snapshot row can match a query needing all of ``terms``: one
+    of them is in no indexed snapshot. False whenever that is not certain."""
+    if not terms:
+        return False
+    vocabulary = _vocabulary(store)
+    known, ordered = vocabulary.terms, vocabulary.ordered
+    if known is None:
+        return False
+    for term, prefix in terms:
+        if not prefix:
+            if term not in known:
+                return True
+            continue
+        at = bisect.bisect_left(ordered, term)
+        if at == len(ordered) or not ordered[at].startswith(term):
+            return True
+    return False

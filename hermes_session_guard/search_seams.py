@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -92,11 +93,59 @@ def merge(host: list[dict[str, Any]], guard: list[dict[str, Any]], ranks: dict[i
     return [r for *_k, r in sorted(keyed, key=lambda k: (k[0], k[1], k[2]))]
 
 
+_UNKNOWN = object()
+_ANALYSED_CAP = 1024
+_analysed: dict[str, tuple[tuple[str, bool], ...] | None] = {}
+_stores: weakref.WeakKeyDictionary[Any, tuple[Runtime, Any]] = weakref.WeakKeyDictionary()
+
+
+def _store_of(runtime: Runtime, db: Any) -> Any:
+    """The guard's store for this SessionDB (looked up once per instance)."""
+    try:
+        held = _stores.get(db)
+    except TypeError:
+        held = None
+    if held is not None and held[0] is runtime:
+        return held[1]
+    store = runtime.store_for(db.db_path)
+    try:
+        _stores[db] = (runtime, store)
+    except TypeError:
+        pass
+    return store
+
+
+def no_snapshot_can_match(runtime: Runtime, db: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when this call's query needs a term no indexed snapshot holds (the query's
+    terms are read once per query string, the index's vocabulary once per change)."""
+    query = args[0] if args else kwargs.get("query")
+    if not isinstance(query, str):
+        return False
+    terms = _analysed.get(query, _UNKNOWN)
+    if terms is _UNKNOWN:
+        cls = type(db)
+        fts_query = cls._sanitize_fts5_query(query) if query.strip() else ""
+        terms = search_index.required_terms(fts_query) if fts_query and not cls._contains_cjk(fts_query) else None
+        if len(_analysed) >= _ANALYSED_CAP:
+            _analysed.clear()
+        _analysed[query] = terms
+    if not terms:
+        return False
+    return search_index.cannot_match(_store_of(runtime, db), terms)  # type: ignore[arg-type]
+
+
 def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.search_messages``: Hermes's hits plus the snapshot rows of this
-    state.db that match the same query under the same filters."""
+    state.db that match the same query under the same filters. A query that needs a
+    term no snapshot holds goes to Hermes alone, without a second full-text query."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            if no_snapshot_can_match(runtime, instance, args, kwargs):
+                return wrapped(*args, **kwargs)
+        except Exception as exc:
+            log.debug("session guard: snapshot vocabulary unavailable (%s: %s); full snapshot search",
+                      type(exc).__name__, exc)
         try:
             call = _bind(wrapped, args, kwargs)
             limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)

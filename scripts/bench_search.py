@@ -117,6 +117,10 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
+def _ms(value: float) -> str:
+    return f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000])
@@ -193,7 +197,7 @@ def main() -> int:
     print("| messages | query | limit | hits unguarded | hits guarded | unguarded ms | guarded ms | ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for n, label, limit, hu, hg, mu, mg, ratio in rows:
-        print(f"| {n:,} | {label} | {limit} | {hu} | {hg} | {mu:.2f} | {mg:.2f} | {ratio:.2f} |")
+        print(f"| {n:,} | {label} | {limit} | {hu} | {hg} | {_ms(mu)} | {_ms(mg)} | {ratio:.2f} |")
     shutil.rmtree(_TMP, ignore_errors=True)
     return 0
 

@@ -113,3 +113,65 @@ def test_merge_orders_by_rank_or_time_and_keeps_unranked_host_rows_first() -> No
     assert [r["id"] for r in merge(host, guard, {}, None)] == [1, 2, 3, -1, -2]
     assert [r["id"] for r in merge(host, guard, ranks, "newest")] == [2, -1, 1, 3, -2]
     assert [r["id"] for r in merge(host, guard, ranks, "oldest")] == [-2, 3, 1, -1, 2]
+
+
+# -- a query no snapshot can match -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("query", "terms"), [
+    ("quokkalantern", (("quokkalantern", False),)),
+    ("Quokka AND lantern", (("quokka", False), ("lantern", False))),
+    ('"assistant line 7"', (("assistant", False), ("line", False), ("7", False))),
+    ('"chat-send" deploy*', (("chat", False), ("send", False), ("deploy", True))),
+    ('"exact phrase"*', (("exact", False), ("phrase", True))),
+    ("snake_case", (("snake", False), ("case", False))),
+    ("café lantern", (("lantern", False),)),  # a non-ASCII unit is left out: it proves nothing
+    ("docker OR kubernetes", None),
+    ("python NOT java", None),
+    ("NEAR(a b)", None),
+    ("content:lantern", None),
+    ('"star*inside"', None),
+])
+def test_the_terms_every_match_must_hold(query: str, terms: tuple[tuple[str, bool], ...] | None) -> None:
+    assert search_index.required_terms(query) == terms
+
+
+def test_cannot_match_only_when_a_needed_term_is_in_no_snapshot(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    assert search_index.cannot_match(store, (("anything", False),))  # no snapshot at all
+    _snapshot(store, "a", "a.snapshot.1", ["alpha", TOKEN])  # this connection
+    assert not search_index.cannot_match(store, ((TOKEN, False),))
+    assert not search_index.cannot_match(store, (("quokka", True),))
+    assert search_index.cannot_match(store, (("quokka", False),))  # only a prefix of an indexed term
+    assert search_index.cannot_match(store, (("alpha", False), ("zebra", False)))
+    assert search_index.cannot_match(store, (("zeb", True),))
+    assert not search_index.cannot_match(store, ())
+    other = GuardStore(home.db_path)  # another process writes a snapshot with a new word
+    _snapshot(other, "b", "b.snapshot.1", ["zebra"])
+    other.close()
+    assert not search_index.cannot_match(store, (("zebra", False),))
+    assert [h["session_id"] for h in search_index.search(store, "zebra")] == ["b"]
+    store.close()
+
+
+def test_cannot_match_never_hides_a_hit_the_full_search_finds(home: HermesLikeHome) -> None:
+    store = GuardStore(home.db_path)
+    words = ["alpha", "alphabet", "beta", "gamma42", "delta", TOKEN, "snake_case", "chat-send", "P2.2"]
+    _snapshot(store, "a", "a.snapshot.1", words)
+    quoted = [f'"{w}"' if "-" in w or "." in w else w for w in words]  # as Hermes's sanitizer quotes them
+    queries = [*quoted, "alp*", "alphab*", "zzz*", "gamma", "gamma4*", "missing", "alpha missing", "alpha beta",
+               '"turn 1"', '"turn 1 alphabet"', '"turn 9"', "p2", '"p2 2"', "snake", "send", "chat*",
+               "alpha AND delta", "alpha AND nothing"]
+    checked = 0
+    for query in queries:
+        terms = search_index.required_terms(query)
+        if terms is None:
+            continue
+        checked += 1
+        if search_index.cannot_match(store, terms):
+            assert search_index.search(store, query) == [], query
+        else:
+            across_messages = {"alpha beta", "alpha AND delta"}  # words of different messages
+            assert query in across_messages or search_index.search(store, query), query
+    assert checked == len(queries)
+    store.close()
