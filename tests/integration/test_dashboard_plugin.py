@@ -1,0 +1,106 @@
+"""The guard in ``hermes dashboard``'s own process, which loads no agent plugins.
+
+A conversation is compressed under the guard; then Hermes's dashboard app
+(``hermes_cli.web_server``) is started in a fresh process on the same home, the
+way ``hermes dashboard`` starts it: nothing of the guard is imported there but
+what Hermes itself loads. After ``enable`` (which writes the dashboard plugin)
+the dashboard's search finds the compacted turn under the conversation's id and
+its status route says the guard is on; after ``disable`` the plugin is gone and
+the dashboard is Hermes as shipped (on releases whose own search does not reach
+the compacted turns, the hit is gone too).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard import dashboard_plugin, probe
+from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.file_modes import file_mode
+
+from .conftest import new_agent
+from .test_home_check_commands import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SID = "20260603_090000_da5b0a"
+TOKEN = "zephyrdashboard4412"
+HAS_DASHBOARD = importlib.util.find_spec("fastapi") is not None and importlib.util.find_spec("httpx") is not None
+
+pytestmark = pytest.mark.skipif(not HAS_DASHBOARD, reason="this Hermes environment has no dashboard (fastapi)")
+
+DASHBOARD = """
+import json, sys
+from fastapi.testclient import TestClient
+from hermes_cli import web_server
+
+client = TestClient(web_server.app, base_url="http://127.0.0.1")
+auth = {"Authorization": f"Bearer {web_server._SESSION_TOKEN}"}
+found = client.get("/api/sessions/search", params={"q": sys.argv[1]}, headers=auth)
+status = client.get("/api/plugins/session-guard/status", headers=auth)
+print(json.dumps({
+    "search_status": found.status_code,
+    "sessions": sorted({r.get("session_id") for r in found.json().get("results", [])}),
+    "guard_status": status.status_code,
+    "guard": status.json() if status.status_code == 200 else None,
+    "guard_loaded": "hermes_session_guard" in sys.modules,
+}))
+"""
+
+
+def _dashboard(home: Path, query: str) -> dict[str, Any]:
+    env = dict(os.environ, HERMES_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("HERMES_SESSION_ID", None)
+    done = subprocess.run([sys.executable, "-c", DASHBOARD, query], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=str(home))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out(
+        guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
+    messages = probe.seed_messages()
+    messages[9]["content"] = f"Deploy failed on node-7 with {TOKEN}. " + messages[9]["content"]
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, "in_place")
+    probe.mark_flushed(agent, messages)
+    agent._compress_context(messages, "You are a test agent.", approx_tokens=150_000)
+    live = [m.get("content") or "" for m in db.get_messages_as_conversation(SID)]
+    assert not any(TOKEN in text for text in live)  # the turn was compacted away from the live transcript
+    needs_seam = guard.seam_patched("search_messages")  # 0.13-0.17: only the guard's search reaches it
+
+    enabled = run_cli(["enable", "--json"], home)
+    assert enabled.returncode == 0, enabled.stderr
+    plugin = Path(json.loads(enabled.stdout)["dashboard_plugin"])
+    assert plugin == dashboard_plugin.plugin_dir(home)
+    assert not (plugin / "plugin.yaml").exists()  # not an agent plugin: Hermes's discovery passes over it
+    assert file_mode(plugin / "dashboard" / "api.py") == 0o600 and file_mode(plugin) == 0o700
+
+    on = _dashboard(home, TOKEN)
+    assert on["guard_loaded"] and on["guard_status"] == 200 and on["guard"]["guard"] == "on"
+    assert ("search_messages" in on["guard"]["patched"]) == needs_seam
+    assert on["search_status"] == 200 and on["sessions"] == [SID]
+
+    disabled = run_cli(["disable", "--json"], home)
+    assert disabled.returncode == 0, disabled.stderr
+    assert json.loads(disabled.stdout)["dashboard_plugin_removed"] == str(plugin) and not plugin.exists()
+    off = _dashboard(home, TOKEN)
+    assert not off["guard_loaded"] and off["guard_status"] == 404
+    assert off["sessions"] == ([] if needs_seam else [SID])  # Hermes as shipped
+
+
+def test_a_dashboard_on_a_home_that_does_not_enable_the_guard_stays_unguarded(home: Path) -> None:
+    dashboard_plugin.write(home)
+    probe.write_config(home, "http://127.0.0.1:9/v1", plugin_enabled=False)
+    off = _dashboard(home, TOKEN)
+    if off["guard_loaded"]:  # 0.13-0.17 import every dashboard plugin's api: it leaves the guard off
+        assert off["guard_status"] == 200 and off["guard"] == {"guard": "off", "patched": []}
+    else:  # 0.18+ import a user plugin's api only when plugins.enabled names it
+        assert off["guard_status"] == 404
