@@ -12,8 +12,8 @@ from typing import Any
 
 from .config import ConfigError, GuardConfig, load_config, parse_config
 from .hostinfo import hermes_home
-from .instrumentation import current_runtime, is_installed, uninstall
-from .instrumentation import install as _install
+from .seams.apply import current_runtime, is_installed, uninstall
+from .seams.apply import install as _install
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]
@@ -38,13 +38,13 @@ def register(ctx: Any) -> None:
     seams, and add ``hermes session-guard ...``, the ``session_guard_recall`` tool and
     ``/handoff-packet``. Never raises into the host."""
     try:
-        from .cli import register_cli
+        from .commands.cli import register_cli
 
         register_cli(ctx)
     except Exception as exc:
         log.warning("session guard: could not register the `hermes session-guard` command: %s", exc)
     try:
-        from .recall_tool import register_recall_tool
+        from .summaries.recall_tool import register_recall_tool
 
         register_recall_tool(ctx)
     except Exception as exc:

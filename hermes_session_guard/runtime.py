@@ -6,13 +6,13 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import presence
 from .audit import AuditLog
-from .compressing import CompressingSessions
 from .config import GuardConfig
-from .gateway_transcript import CompactionLog
+from .contract.compressing import CompressingSessions
+from .contract.gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
-from .session_lock import SessionLocks
+from .locks import presence
+from .locks.session_lock import SessionLocks
 from .store import GuardStore, snapshots_recorded
 
 

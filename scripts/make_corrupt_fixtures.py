@@ -27,7 +27,7 @@ The scenarios that apply to the installed ``hermes-agent`` are written to
     summary call is in flight (the native compression lock is left behind).
 
 Every agent turn goes through Hermes's own code against the loopback fake
-LLM (``hermes_session_guard.fake_llm``); this script only seeds history with
+LLM (``hermes_session_guard.selftest.fake_llm``); this script only seeds history with
 ``SessionDB.append_message`` (as earlier turns would have) and, to keep the
 committed files small, afterwards collapses the repeated filler sentences of
 the seeded messages (and of their copies) with one deterministic rewrite, then
@@ -64,7 +64,7 @@ FILLER = re.compile(r"((?:user|assistant) line \d+ about the deployment plan\. )
 
 
 def session_key(chat: str) -> str:
-    from hermes_session_guard.probe import gateway_session_key
+    from hermes_session_guard.selftest.probe import gateway_session_key
 
     return gateway_session_key(chat)
 
@@ -81,7 +81,7 @@ def _db() -> Any:
 
 
 def _seed(session_id: str, tag: str) -> None:
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     db = _db()
     try:
@@ -93,7 +93,7 @@ def _seed(session_id: str, tag: str) -> None:
 
 def _cli_agent(session_id: str, base_url: str) -> tuple[Any, list[dict[str, Any]]]:
     """An agent resumed on ``session_id`` the way ``hermes --resume`` loads it."""
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     db = _db()
     history = [m for m in db.get_messages_as_conversation(session_id) if m.get("role") != "session_meta"]
@@ -108,7 +108,7 @@ def _cli_turn(agent: Any, history: list[dict[str, Any]], text: str) -> list[dict
 
 
 async def _worker(phase: str, chats: list[str], text: str, base_url: str) -> dict[str, Any]:
-    from hermes_session_guard.probe import GatewayDriver
+    from hermes_session_guard.selftest.probe import GatewayDriver
 
     gw = GatewayDriver()
     out: dict[str, Any] = {}
@@ -411,8 +411,8 @@ def shrink(db_path: Path) -> None:
 
 
 def make(name: str, out_dir: Path, version: str) -> Path:
-    from hermes_session_guard import probe
-    from hermes_session_guard.fake_llm import FakeLLMServer
+    from hermes_session_guard.selftest import probe
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
     _since, _until, in_place, scenario = SCENARIOS[name]
     with tempfile.TemporaryDirectory(prefix=f"corrupt-{name}-") as tmp, FakeLLMServer() as llm:

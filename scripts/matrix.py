@@ -59,7 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".venvs"
 DEFAULT_RELEASES = ["0.14.0", "0.15.2", "0.17.0", "0.19.0"]
-# Must equal hermes_session_guard.seams.TESTED_RELEASES (a unit test checks it).
+# Must equal hermes_session_guard.seams.table.TESTED_RELEASES (a unit test checks it).
 ALL_RELEASES = [
     "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
 ]

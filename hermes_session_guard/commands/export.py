@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from .. import host_adapter as host
-from .. import search_index
 from ..hostinfo import hermes_home, state_db_path
 from ..store import GuardStore
+from ..summaries import search_index
 
 HELP = "Export a session as Hermes does (JSON line), with its snapshots (the compacted history)"
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli, probe
 from hermes_session_guard import host_adapter as host
-from hermes_session_guard.corruption import diagnose
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.state_inspection import MERGED_END_REASON, load_home_state
+from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance.corruption import diagnose
+from hermes_session_guard.maintenance.state_inspection import MERGED_END_REASON, load_home_state
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import GuardStore
 
 from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, MODES, new_agent

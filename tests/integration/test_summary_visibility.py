@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
 from hermes_session_guard.config import parse_config
-from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
-from hermes_session_guard.seams import select_row
-from hermes_session_guard.summaries import is_summary_text
+from hermes_session_guard.seams.table import select_row
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_text
+from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import HOST, MODES, new_agent
 from .platform_harness import start_gateway

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import instrumentation as ins
 from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams import SeamRow
+from hermes_session_guard.seams import apply as ins
+from hermes_session_guard.seams.table import SeamRow
 
 
 def _marking_wrapper(runtime: Runtime, row: SeamRow) -> Any:
