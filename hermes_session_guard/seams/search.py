@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..fail_open import fail_open
 from ..runtime import Runtime
 from ..summaries import search_index
 
@@ -27,17 +28,8 @@ log = logging.getLogger("hermes_session_guard")
 Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 
 _signatures: dict[Any, inspect.Signature] = {}
-_reported: set[str] = set()
 _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
                                                                           default=False)
-
-
-def _failed_open(row: Any, exc: BaseException, consequence: str) -> None:
-    key = f"{row.target}:{type(exc).__name__}"
-    level = logging.ERROR if key not in _reported else logging.DEBUG
-    _reported.add(key)
-    log.log(level, "session guard: seam %s failed (%s: %s); failing open: %s. Run `hermes-session-guard doctor`.",
-            row.target, type(exc).__name__, exc, consequence)
 
 
 def _bind(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +94,8 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
             hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
         except Exception as exc:
-            _failed_open(row, exc, "this search returns Hermes's own rows only (compacted turns are not searched)")
+            fail_open(row, exc, "this search returns Hermes's own rows only (compacted turns are not searched)",
+                      advice="doctor", once=True)
             return wrapped(*args, **kwargs)
         if not hits:
             return wrapped(*args, **kwargs)
@@ -145,8 +138,8 @@ def export_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             elif isinstance(result, list):
                 _with_snapshots(runtime, instance, result)
         except Exception as exc:
-            _failed_open(row, exc, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` "
-                                   "lists the compacted history")
+            fail_open(row, exc, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` "
+                                   "lists the compacted history", advice="doctor", once=True)
         return result
 
     return wrapper
@@ -164,7 +157,7 @@ def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         try:
             token = _mark_whole_conversation()
         except Exception as exc:
-            _failed_open(row, exc, "session_search reads the live transcript of a hit only")
+            fail_open(row, exc, "session_search reads the live transcript of a hit only", advice="doctor", once=True)
             return wrapped(*args, **kwargs)
         try:
             return wrapped(*args, **kwargs)
@@ -191,7 +184,7 @@ def search_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
                 return [*older, *result]
         except Exception as exc:
-            _failed_open(row, exc, "session_search reads the live transcript only")
+            fail_open(row, exc, "session_search reads the live transcript only", advice="doctor", once=True)
         return result
 
     return wrapper
@@ -213,7 +206,8 @@ def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 if view is not None:
                     return view
         except Exception as exc:
-            _failed_open(row, exc, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id")
+            fail_open(row, exc, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id",
+                      advice="doctor", once=True)
         return wrapped(*args, **kwargs)
 
     return wrapper

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import host_adapter as host
+from ..fail_open import fail_open
 from ..runtime import Runtime
 from ..store import message_text, text_hash
 from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, has_compacted_history, offered
@@ -26,13 +27,6 @@ from ..summaries.wire import carries_guard_keys, provider_messages
 log = logging.getLogger("hermes_session_guard")
 
 Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
-
-
-def _failed_open(row: Any, exc: BaseException, what: str) -> None:
-    log.error(
-        "session guard: seam %s failed (%s: %s); failing open, %s. Run `hermes-session-guard selftest`.",
-        row.target, type(exc).__name__, exc, what,
-    )
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
@@ -53,7 +47,7 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         try:
             return strip_recall_header(result) if isinstance(result, str) else result
         except Exception as exc:
-            _failed_open(row, exc, "the recall line may reach the next summary prompt")
+            fail_open(row, exc, "the recall line may reach the next summary prompt")
             return result
 
     return wrapper
@@ -83,7 +77,7 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
             tag_recorded(found, hashes, snapshots, native_key)
         except Exception as exc:
-            _failed_open(row, exc, "summaries load untagged")
+            fail_open(row, exc, "summaries load untagged")
         return result
 
     return wrapper
@@ -108,7 +102,7 @@ def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                           "summary keys and is not sent. Run `hermes-session-guard selftest`.",
                           row.target, type(exc).__name__, exc)
                 raise
-            _failed_open(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
+            fail_open(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
             return messages
 
     return wrapper
@@ -125,7 +119,7 @@ def request_tools_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             hide = set() if RECALL_TOOL not in host.tool_names(instance) or offered(runtime, instance) \
                 else {RECALL_TOOL}
         except Exception as exc:
-            _failed_open(row, exc, "the recall tool is offered as the host configured it")
+            fail_open(row, exc, "the recall tool is offered as the host configured it")
             return wrapped(*args, **kwargs)
         with host.tools_hidden(instance, hide):
             return wrapped(*args, **kwargs)
@@ -151,7 +145,7 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             ):
                 return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
         except Exception as exc:
-            _failed_open(row, exc, "the system prompt has no recall rule")
+            fail_open(row, exc, "the system prompt has no recall rule")
         return prompt
 
     return wrapper
@@ -168,7 +162,7 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             try:
                 stack.enter_context(calling_session(_arg(args, kwargs, 4, "session_id")))
             except Exception as exc:
-                _failed_open(row, exc, "the recall tool gets only the session id Hermes hands it (with none it "
+                fail_open(row, exc, "the recall tool gets only the session id Hermes hands it (with none it "
                                        "reads nothing)")
             return wrapped(*args, **kwargs)
 
@@ -187,7 +181,7 @@ def cli_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             history = getattr(instance, "conversation_history", None)
             shown = display_messages(history, runtime.config.summaries.visible) if isinstance(history, list) else None
         except Exception as exc:
-            _failed_open(row, exc, "history is shown as the host renders it")
+            fail_open(row, exc, "history is shown as the host renders it")
             shown = None
         if shown is None:
             return wrapped(*args, **kwargs)
@@ -212,7 +206,7 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             if isinstance(history, list) and mode == HIDDEN:
                 return wrapped(display_messages(history, mode))
         except Exception as exc:
-            _failed_open(row, exc, "history is shown as the host renders it")
+            fail_open(row, exc, "history is shown as the host renders it")
             return wrapped(*args, **kwargs)
         result = wrapped(*args, **kwargs)
         try:
@@ -220,7 +214,7 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             return tag_rendered(result, history if isinstance(history, list) else None) \
                 if isinstance(result, list) else result
         except Exception as exc:
-            _failed_open(row, exc, "history is shown as the host renders it")
+            fail_open(row, exc, "history is shown as the host renders it")
             return result
 
     return wrapper
@@ -242,7 +236,7 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             payload["data"] = display_messages(data, mode, _stored_summary_hashes(runtime, instance, args, data))
             return host.json_response_like(response, payload)
         except Exception as exc:
-            _failed_open(row, exc, "session messages are returned as the host built them")
+            fail_open(row, exc, "session messages are returned as the host built them")
             return response
 
     return wrapper
@@ -273,7 +267,7 @@ def delivery_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         try:
             host.shim_adapter(instance, lambda text: outgoing_text(text, runtime.config.summaries.visible))
         except Exception as exc:
-            _failed_open(row, exc, f"{type(instance).__name__} delivers unfiltered")
+            fail_open(row, exc, f"{type(instance).__name__} delivers unfiltered")
         return result
 
     return wrapper

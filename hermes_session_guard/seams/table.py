@@ -83,6 +83,7 @@ from typing import Any
 from .. import host_adapter as host
 from ..audit import new_op_id
 from ..contract.gateway_transcript import rebase_after_compaction
+from ..fail_open import fail_open as _fail_open
 from ..hostinfo import Version, parse_version
 from ..inbox import buffering
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
@@ -219,8 +220,7 @@ def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             if host.native_lock_held_here(instance, sid):
                 return True
         except Exception as exc:
-            log.error("session guard: seam %s failed (%s: %s); failing open to Hermes's own lock.",
-                      row.target, type(exc).__name__, exc)
+            _fail_open(row, exc, "Hermes's own lock decides", advice=None)
         return wrapped(*args, **kwargs)
 
     return wrapper
@@ -318,11 +318,6 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -
     if name in kwargs:
         return kwargs[name]
     return args[index] if len(args) > index else None
-
-
-def _fail_open(row: SeamRow, exc: BaseException, consequence: str) -> None:
-    log.error("session guard: seam %s failed (%s: %s); failing open: %s. Run `hermes-session-guard selftest`.",
-              row.target, type(exc).__name__, exc, consequence)
 
 
 def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:

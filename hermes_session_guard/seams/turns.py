@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import host_adapter as host
 from ..contract.generations import keys_of
+from ..fail_open import fail_open
 from ..hostinfo import state_db_path
 from ..locks.turn_lock import TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
 from ..runtime import Runtime
@@ -104,9 +105,7 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             log.warning("session guard: %s", busy)
             raise
         except Exception as exc:
-            log.error("session guard: seam %s failed before the turn (%s: %s); failing open, this turn runs "
-                      "without the per-session turn order. Run `hermes-session-guard selftest`.",
-                      row.target, type(exc).__name__, exc)
+            fail_open(row, exc, "this turn runs without the per-session turn order", when="before the turn")
             return wrapped(*args, **kwargs)
         try:
             # the lines below carry this session's [session] tag, whatever the thread served last
@@ -169,8 +168,8 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             locks = _locks(runtime, state_db_path(runtime.home))
             ticket = locks.enqueue(sid)
         except Exception as exc:
-            log.error("session guard: seam %s failed before the request (%s: %s); failing open, this turn runs "
-                      "without the per-session turn order.", row.target, type(exc).__name__, exc)
+            fail_open(row, exc, "this turn runs without the per-session turn order", when="before the request",
+                      advice=None)
             return await wrapped(*args, **kwargs)
         try:
             await locks.wait_async(ticket, cfg.wait_seconds, cfg.lease_seconds, retry_after(cfg.wait_seconds))
@@ -181,8 +180,8 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             return busy_response(busy)
         except Exception as exc:
             locks.cancel(ticket)
-            log.error("session guard: the turn lease of %s failed (%s: %s); failing open, this turn runs "
-                      "without the per-session turn order.", sid, type(exc).__name__, exc)
+            fail_open(f"the turn lease of {sid}", exc, "this turn runs without the per-session turn order",
+                      advice=None)
             return await wrapped(*args, **kwargs)
         try:
             return await wrapped(*args, **kwargs)

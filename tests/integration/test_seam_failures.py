@@ -429,9 +429,9 @@ SEARCH_TOKEN = "faulttoken4242"
 
 
 def _compacted_with_token(ctx: Ctx) -> None:
-    from hermes_session_guard.seams import search as search_seams
+    import hermes_session_guard.fail_open as fail_open_log
 
-    ctx.monkeypatch.setattr(search_seams, "_reported", set())  # each case sees its own first ERROR line
+    ctx.monkeypatch.setattr(fail_open_log, "_reported", set())  # each case sees its own first ERROR line
     messages = probe.seed_messages()
     messages[9]["content"] = f"{SEARCH_TOKEN} " + messages[9]["content"]
     probe.seed_session(ctx.db, SID, messages)
