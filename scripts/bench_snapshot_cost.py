@@ -72,7 +72,7 @@ os.write(mark, b"END")
 assert len(out) < len(messages), "compression made no progress"
 recall_s = None
 if guarded:
-    from hermes_session_guard.seams.apply import current_runtime
+    from hermes_session_guard.runtime import current_runtime
     from hermes_session_guard.summaries.recall import recall_text
     store = current_runtime().store_for(home / "state.db")
     t = time.perf_counter()

@@ -96,7 +96,7 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
     logging.disable(logging.WARNING)
     import hermes_session_guard
     from hermes_session_guard import host_adapter
-    from hermes_session_guard.seams.apply import current_runtime
+    from hermes_session_guard.runtime import current_runtime
     from hermes_session_guard.selftest import probe
     from hermes_session_guard.selftest.fake_llm import FakeLLMServer
     from hermes_session_guard.store import GuardStore

@@ -63,5 +63,11 @@ def register_cli(ctx: Any) -> None:
     ctx.register_cli_command("session-guard", HELP, add_subcommands, handler, description=HELP)
 
 
+def register_slash_commands(ctx: Any) -> None:
+    """``/handoff-packet [note]`` in the CLI and gateway chats, through Hermes's plugin command registration."""
+    ctx.register_command(handoff.SLASH_NAME, handoff.slash_command, description=handoff.SLASH_HELP,
+                         args_hint="[note]")
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -63,7 +63,7 @@ def slash_command(raw_args: str) -> str:
     """``/handoff-packet [note]`` in the CLI or a gateway chat."""
     from .. import host_adapter as host
     from ..handoff.writer import write_requested_packet
-    from ..seams.apply import current_runtime
+    from ..runtime import current_runtime
 
     note = (raw_args or "").strip() or None
     sid = host.current_conversation_session()

@@ -44,7 +44,7 @@ def session_guard_buffer_tables() -> list[BufferTable]:
 def session_guard_after_compression(session_id: str, op_id: str, compressed: list[Any], agent: Any) -> None:
     """Bounded hand-off to a fresh session after repeated compressions (``handoff:``)."""
     from ..handoff.writer import after_compression
-    from ..seams.apply import current_runtime
+    from ..runtime import current_runtime
 
     runtime = current_runtime()
     if runtime is not None and runtime.config.handoff.enabled:

@@ -35,7 +35,7 @@ import wrapt
 from ..config import GuardConfig
 from ..host_adapter import close_readers, unshim_adapters, unshim_engines
 from ..hostinfo import installed_version, parse_version
-from ..runtime import Runtime, SeamStatus
+from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
 from .table import (
     TESTED_RELEASES,
     SeamRow,
@@ -79,14 +79,9 @@ _lock = threading.RLock()
 _applied: dict[str, _Applied] = {}
 _pending: dict[str, _Candidates] = {}
 _imported: set[str] = set()  # modules a post-import hook saw complete (still flagged as importing)
-_runtime: Runtime | None = None
 _generation = 0
 _busy = threading.local()
 _reported: set[str] = set()
-
-
-def current_runtime() -> Runtime | None:
-    return _runtime
 
 
 def _resolve(module_name: str, attribute: str) -> tuple[Any, str, Any]:
@@ -215,7 +210,7 @@ def apply_pending() -> None:
         return
     _busy.active = True
     try:
-        runtime = _runtime
+        runtime = current_runtime()
         while runtime is not None:
             ready = [(seam, c) for seam, c in _pending.items() if any(_ready(m) for m in c.modules)]
             if not ready:
@@ -350,16 +345,16 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
     """Patch every seam the installed Hermes supports. Calling it again only
     updates the configuration; seams are never wrapped twice. ``version``
     overrides the installed version (tests; embedders that vendor Hermes)."""
-    global _runtime
     with _lock:
         config = config or GuardConfig()
-        if _runtime is not None:
-            _runtime.config = config
+        current = current_runtime()
+        if current is not None:
+            current.config = config
             apply_pending()
-            return _runtime
+            return current
         host_version = version or installed_version()
         runtime = Runtime(config=config, host_version=host_version)
-        _runtime = runtime
+        set_current_runtime(runtime)
         parsed = parse_version(host_version) if host_version else None
         runtime.host_in_table = parsed is not None and host_in_table(parsed)
         for seam in seam_names():
@@ -411,7 +406,7 @@ def _short(reason: str) -> str:
 
 def uninstall() -> None:
     """Restore every patched host attribute exactly as it was."""
-    global _runtime, _generation
+    global _generation
     with _lock:
         _generation += 1
         _pending.clear()
@@ -425,10 +420,11 @@ def uninstall() -> None:
         unshim_engines()
         unshim_adapters()
         close_readers()
-        if _runtime is not None:
-            _runtime.close()
-        _runtime = None
+        current = current_runtime()
+        if current is not None:
+            current.close()
+        set_current_runtime(None)
 
 
 def is_installed() -> bool:
-    return _runtime is not None
+    return current_runtime() is not None

@@ -456,7 +456,7 @@ def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> Pr
     """The live probe: enable the guard through config.yaml, let Hermes discover it,
     compress a 48-message session once and run the contract checks. ``HERMES_HOME``
     must already point at ``home``."""
-    from .. import current_runtime
+    from ..runtime import current_runtime
     from .fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer
 
     checks = PROBE_CHECKS if checks is None else checks

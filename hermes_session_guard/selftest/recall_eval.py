@@ -89,7 +89,7 @@ def run_recall_eval(home: Path, base_url: str, fixture: dict[str, Any] | None = 
     """Seed, compact with the installed Hermes (guarded), then recall every planted item."""
     import run_agent
 
-    from ..seams.apply import current_runtime
+    from ..runtime import current_runtime
 
     fixture = fixture or load_fixture()
     messages = [dict(m) for m in fixture["messages"]]

@@ -86,7 +86,7 @@ def calling_session(session_id: str | None) -> Iterator[None]:
 
 
 def _runtime() -> Any:
-    from ..seams.apply import current_runtime
+    from ..runtime import current_runtime
 
     return current_runtime()
 
