@@ -17,13 +17,13 @@ gateway-turn seam calls :func:`rebase_after_compaction` so that
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..file_modes import PRIVATE_FILE, chmod_quietly, file_mode, write_private_text
+from ..file_modes import PRIVATE_FILE, file_mode
+from ..files import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,10 @@ class CompactionLog:
 
 
 def rewrite_jsonl(path: Path, messages: tuple[dict[str, Any], ...]) -> None:
-    """Atomically replace a JSONL transcript (write a sibling, then ``os.replace``)."""
-    tmp = path.with_name(path.name + ".session-guard.tmp")
+    """Atomically replace a JSONL transcript (:func:`~hermes_session_guard.files.atomic_write_text`)."""
     mode = file_mode(path)  # the replacement keeps the transcript's own mode (0600 for a new one)
-    write_private_text(tmp, "".join(json.dumps(msg, ensure_ascii=False, default=str) + "\n" for msg in messages))
-    chmod_quietly(tmp, PRIVATE_FILE if mode is None else mode)
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(json.dumps(msg, ensure_ascii=False, default=str) + "\n" for msg in messages),
+                      mode=PRIVATE_FILE if mode is None else mode)
 
 
 def rebase_after_compaction(

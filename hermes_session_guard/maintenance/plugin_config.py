@@ -18,11 +18,12 @@ import io
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..files import atomic_write_text
 
 PLUGIN_NAME = "session-guard"
 BACKUP_INFIX = ".session-guard-backup-"
@@ -191,23 +192,6 @@ def backup_path_for(path: Path) -> Path:
     return candidate
 
 
-def _write_replacing(path: Path, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def set_enabled(home: Path, enable: bool) -> Change:
     """Enable (or disable) the guard in ``home``'s config.yaml; a backup of the old file first."""
     path = Path(home) / "config.yaml"
@@ -232,7 +216,7 @@ def set_enabled(home: Path, enable: bool) -> Change:
             mode = path.stat().st_mode & 0o7777
         else:
             mode = 0o600
-        _write_replacing(path, new_text, mode)
+        atomic_write_text(path, new_text, mode=mode)
     except OSError as exc:
         raise PluginConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return Change(path, changed=True, backup=backup, enabled=enable)
