@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import audit
 from .. import host_adapter as host
+from ..host import facts
 from .config_findings import HostRules, config_section, load_host_rules, main_model, merge_defaults, read_config
 from .state_inspection import HomeState, readonly_connection
 
@@ -76,18 +77,9 @@ def thresholds_for(home: Path, rules: HostRules | None = None) -> Thresholds:
                       rules.version)
 
 
-def _token_estimator() -> Any:
-    try:
-        from agent.model_metadata import estimate_messages_tokens_rough
-
-        return estimate_messages_tokens_rough
-    except Exception:
-        return lambda messages: (sum(len(str(m)) for m in messages) + 3) // 4
-
-
 def live_tokens(db_path: Path, session_ids: list[str]) -> dict[str, int]:
     """Estimated tokens of each session's live transcript (what Hermes would load)."""
-    estimate = _token_estimator()
+    estimate = facts.token_estimator()
     out: dict[str, int] = {}
     with readonly_connection(db_path) as conn:
         for sid in session_ids:
