@@ -1,7 +1,8 @@
 """Drive the real Hermes ``GatewayRunner`` in-process with a fake platform adapter.
 
-Used by integration tests and the selftest probe. Import only after ``HERMES_HOME``
-is set (Hermes reads it at import time).
+The one gateway harness: the selftest probe, the integration tests and the scripts
+(benchmarks, fixture making) all start their gateway here. Import only after
+``HERMES_HOME`` is set (Hermes reads it at import time).
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ def _imports() -> Any:
         build_session_key
 
 
-def make_adapter_class() -> type:
+def make_adapter_class(record_edits: bool = False) -> type:
+    """A fake Telegram adapter class; with ``record_edits`` it also supports (and records)
+    ``edit_message``, as platforms that stream replies by editing do."""
     _, Platform, PlatformConfig, BasePlatformAdapter, _, SendResult, _, _ = _imports()
 
     class FakeAdapter(BasePlatformAdapter):  # type: ignore[misc, valid-type]
-        """A platform that records what the gateway sends."""
+        """A platform that records what the gateway sends (``sent``: chat and text) and
+        everything it delivers (``delivered``: sent and edited texts, in order)."""
 
         def __init__(self) -> None:
             super().__init__(PlatformConfig(enabled=True), Platform.TELEGRAM)
             self.sent: list[tuple[str, str]] = []
+            self.delivered: list[str] = []
 
         async def connect(self, **_: Any) -> bool:
             self._mark_connected()
@@ -41,6 +46,7 @@ def make_adapter_class() -> type:
         async def send(self, chat_id: str, content: str, reply_to: Any = None, metadata: Any = None,
                        **_: Any) -> Any:
             self.sent.append((chat_id, content))
+            self.delivered.append(content)
             return SendResult(success=True, message_id=str(len(self.sent)))
 
         async def send_typing(self, chat_id: str, metadata: Any = None) -> None:
@@ -49,7 +55,15 @@ def make_adapter_class() -> type:
         async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
             return {"name": "test chat", "type": "dm"}
 
-    return FakeAdapter
+    if not record_edits:
+        return FakeAdapter
+
+    class EditingAdapter(FakeAdapter):  # type: ignore[misc, valid-type]
+        async def edit_message(self, chat_id: str, message_id: str, content: str, **_: Any) -> Any:
+            self.delivered.append(content)
+            return SendResult(success=True, message_id=message_id)
+
+    return EditingAdapter
 
 
 @dataclass
@@ -84,6 +98,15 @@ class GatewayHarness:
     async def send_text(self, text: str, source: Any | None = None) -> None:
         await self.adapter.handle_message(self.event(text, source))
 
+    async def say(self, text: str, source: Any | None = None, timeout: float = 60.0) -> None:
+        """Send ``text`` and wait until the gateway has handled it (and what it spawned)."""
+        await self.send_text(text, source)
+        await self.drain(timeout)
+
+    def chat(self, chat_id: str) -> Any:
+        """The operator's sender in DM chat ``chat_id`` (one session per chat)."""
+        return self.source(user_id="42", user_name="operator", chat_id=chat_id)
+
     def _tasks(self) -> list[Any]:
         tasks = list(self.adapter._background_tasks)
         tasks += [t for t in getattr(self.runner, "_background_tasks", ()) if isinstance(t, asyncio.Task)]
@@ -109,8 +132,10 @@ class GatewayHarness:
         return [content for _, content in self.adapter.sent]
 
 
-async def start_gateway() -> GatewayHarness:
-    """A ``GatewayRunner`` wired to one fake Telegram adapter, as ``start()`` wires adapters."""
+async def start_gateway(record_edits: bool = False, resume_interrupted: bool = True) -> GatewayHarness:
+    """A ``GatewayRunner`` wired to one fake Telegram adapter, as ``start()`` wires adapters
+    (``record_edits``: see :func:`make_adapter_class`; ``resume_interrupted=False`` skips
+    ``start()``'s resuming of restart-interrupted sessions)."""
     GatewayConfig, Platform, PlatformConfig, *_ = _imports()
     from gateway.config import SessionResetPolicy
 
@@ -127,7 +152,7 @@ async def start_gateway() -> GatewayHarness:
     config = GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)},
                            default_reset_policy=SessionResetPolicy(mode="none"))
     runner = gr.GatewayRunner(config)
-    adapter = make_adapter_class()()
+    adapter = make_adapter_class(record_edits)()
     await adapter.connect()
     adapter.set_message_handler(runner._handle_message)
     adapter.set_fatal_error_handler(runner._handle_adapter_fatal_error)
@@ -140,7 +165,8 @@ async def start_gateway() -> GatewayHarness:
     runner.adapters[Platform.TELEGRAM] = adapter
     runner._gateway_loop = asyncio.get_running_loop()
     # start() resumes restart-interrupted sessions once adapters are connected.
-    runner._schedule_resume_pending_sessions()
+    if resume_interrupted:
+        runner._schedule_resume_pending_sessions()
     return GatewayHarness(runner=runner, adapter=adapter)
 
 

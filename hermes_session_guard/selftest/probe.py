@@ -7,13 +7,11 @@ integration tests. Nothing here imports Hermes at module import time:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -510,80 +508,6 @@ def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> Pr
             except Exception as exc:  # one broken check must not hide the others
                 result.check(check.name, False, f"{type(exc).__name__}: {exc}")
     return result
-
-
-GATEWAY_PLATFORM = "telegram"
-
-
-def gateway_session_key(chat: str) -> str:
-    """The routing key the gateway builds for a Telegram DM (``build_session_key``)."""
-    return f"agent:main:{GATEWAY_PLATFORM}:dm:{chat}"
-
-
-class GatewayDriver:
-    """A real ``GatewayRunner`` with a fake Telegram adapter, wired the way
-    ``GatewayRunner.start()`` wires real adapters (no network). ``HERMES_HOME``
-    must point at the home, and ``GATEWAY_ALLOW_ALL_USERS=true`` must be set."""
-
-    def __init__(self) -> None:
-        from gateway.config import GatewayConfig, Platform, PlatformConfig, SessionResetPolicy
-        from gateway.platforms.base import BasePlatformAdapter, SendResult
-        from gateway.run import GatewayRunner
-
-        class Adapter(BasePlatformAdapter):
-            sent: list[str]
-
-            async def connect(self, *args: Any, **kwargs: Any) -> bool:
-                self._running = True
-                return True
-
-            async def disconnect(self) -> None:
-                self._running = False
-
-            async def send(self, chat_id: str, content: str, reply_to: Any = None, metadata: Any = None) -> Any:
-                self.sent.append(content)
-                return SendResult(success=True, message_id=str(time.time()))
-
-            async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
-                return {"name": chat_id, "type": "dm"}
-
-        self.platform = Platform(GATEWAY_PLATFORM)
-        # never Hermes's default daily (04:00) / 24 h idle session reset: a session made earlier
-        # (a fixture, a seeded transcript) must keep its routing
-        config = GatewayConfig(platforms={self.platform: PlatformConfig(enabled=True)},
-                               default_reset_policy=SessionResetPolicy(mode="none"))
-        self.runner = GatewayRunner(config)
-        self.adapter = Adapter(PlatformConfig(enabled=True), self.platform)
-        self.adapter.sent = []
-        self.adapter.set_message_handler(self.runner._handle_message)
-        self.adapter.set_session_store(self.runner.session_store)
-        self.adapter.set_busy_session_handler(self.runner._handle_active_session_busy_message)
-        self.adapter._running = True
-        self.runner.adapters[self.platform] = self.adapter
-
-    async def say(self, chat: str, text: str, wait: bool = True) -> None:
-        from gateway.platforms.base import MessageEvent
-        from gateway.session import SessionSource
-
-        source = SessionSource(platform=self.platform, chat_id=chat, user_id="42", user_name="operator",
-                               chat_type="dm")
-        await self.adapter.handle_message(MessageEvent(text=text, source=source, message_id=str(time.time())))
-        if wait:
-            await self.idle()
-
-    async def idle(self, timeout: float = 180.0) -> None:
-        await asyncio.sleep(0.1)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.adapter._active_sessions and not self.runner._running_agents:
-                return
-            await asyncio.sleep(0.05)
-        raise TimeoutError("gateway did not go idle")
-
-    def routed(self, chat: str) -> str:
-        """The session id the gateway routes this chat to now."""
-        self.runner.session_store._ensure_loaded()
-        return str(self.runner.session_store._entries[gateway_session_key(chat)].session_id)
 
 
 def main() -> int:
