@@ -54,7 +54,7 @@ import logging  # noqa: E402
 
 logging.disable(logging.WARNING)
 
-from hermes_session_guard.inbox import buffering  # noqa: E402
+from hermes_session_guard.seams import buffering  # noqa: E402
 from hermes_session_guard.selftest import probe  # noqa: E402
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer  # noqa: E402
 

@@ -22,7 +22,7 @@ receipt promises that). The later state changes are committed without waiting fo
 the disk (WAL ``synchronous=NORMAL``): they survive a process crash; a power loss
 can roll the latest back to ``buffered``/``dispatched``, which the startup replay
 resolves from the transcript.
-Nothing here knows Hermes; the gateway side is in :mod:`hermes_session_guard.inbox.buffering`.
+Nothing here knows Hermes; the gateway side is in :mod:`hermes_session_guard.seams.buffering`.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ the session is registered in ``runtime.compressing`` and has a
 ``session_guard_compressions`` row in phase ``started``; the row ends in the
 outcome (``done``, ``adopted``, ``skipped``, ``failed``) on every exit path. The
 gateway's busy-message seam reads both (and the lease) to buffer messages that
-arrive meanwhile (:mod:`~hermes_session_guard.inbox.buffering`). A failure to write the
+arrive meanwhile (:mod:`~hermes_session_guard.seams.buffering`). A failure to write the
 row is logged and never fails the compression.
 
 The after-compression hook (the bounded hand-off) runs once the lock is released

@@ -85,9 +85,9 @@ from ..audit import new_op_id
 from ..contract.gateway_transcript import rebase_after_compaction
 from ..fail_open import fail_open as _fail_open
 from ..hostinfo import Version, parse_version
-from ..inbox import buffering
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..runtime import Runtime
+from . import buffering
 from . import search as search_seams
 from . import summaries as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression

@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import audit, host_adapter
-from hermes_session_guard.inbox import buffering
 from hermes_session_guard.inbox.repository import Inbox
-from hermes_session_guard.seams import compression
+from hermes_session_guard.seams import buffering, compression
 from hermes_session_guard.seams import summaries as summary_seams
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.table import SeamRow, seam_names, select_row

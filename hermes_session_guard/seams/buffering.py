@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import host_adapter as host
+from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder
 from ..runtime import Runtime
-from .repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 
 log = logging.getLogger("hermes_session_guard")
 
