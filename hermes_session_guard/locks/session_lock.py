@@ -46,7 +46,6 @@ log = logging.getLogger("hermes_session_guard")
 
 LOCK_GUARD = "guard"
 LOCK_NATIVE = "native"
-LOCK_MODES = (LOCK_GUARD, LOCK_NATIVE)
 
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.1

@@ -166,16 +166,6 @@ def _cause(reason: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def holder_pid(holder: str | None) -> int | None:
-    for part in str(holder or "").split(":"):
-        if part.startswith("pid="):
-            try:
-                return int(part[4:])
-            except ValueError:
-                return None
-    return None
-
-
 def holder_liveness(holder: str | None) -> str:
     """``alive`` / ``dead`` / ``unknown`` for a lock holder (the identity check of
     :mod:`.liveness`: provably dead only on this machine and boot)."""

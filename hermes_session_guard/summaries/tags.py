@@ -107,11 +107,6 @@ def recorded_summaries() -> list[str]:
         return list(reversed(_recorded.values()))
 
 
-def forget_recorded_summaries() -> None:
-    with _record_lock:
-        _recorded.clear()
-
-
 def tag_recorded(messages: list[Any], hashes: Collection[str], snapshot_ids: Collection[str],
                  native_key: str | None) -> list[Any]:
     """Tag the messages of a loaded transcript whose content hash the guard stored for a
