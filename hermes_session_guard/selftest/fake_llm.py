@@ -13,6 +13,11 @@ as a context-compression ``"summary"`` call, an ordinary ``"chat"`` call, or
 Responses are HTTP/1.0 style: non-stream bodies carry ``Content-Length`` and
 every response is sent with ``Connection: close``, so clients never wait on a
 half-open keep-alive connection.
+
+Why one module of ~900 lines: it is one self-contained HTTP server (handler, both
+wire formats, streaming, failure injection, the request log) that the self-test, the
+tests and the benchmarks start the same way; split, its parts would only import
+each other.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Used by ``selftest`` (in a subprocess with its own ``HERMES_HOME``) and by the
 integration tests. Nothing here imports Hermes at module import time:
 ``HERMES_HOME`` must be set before the first Hermes import.
+
+Why one module of ~530 lines: the probe is one scenario (seed, compress, verify) whose
+checks share one context object; the gateway side lives in :mod:`.gateway`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ and/or a turn range, and answers with verbatim excerpts and their turn numbers,
 within a character budget. Nothing here knows where the session id comes from:
 the caller passes the one the host says is calling, and everything read is
 filtered by that session's lineage, in SQL and again in Python.
+
+Why one module of ~420 lines: the search (words and turn ranges), the lineage filter and
+the budgeted answer are one algorithm; the tool around it is :mod:`.recall_tool`.
 """
 
 from __future__ import annotations
