@@ -64,3 +64,17 @@ def test_a_wrong_import_breaks_its_contract(copy: Path, module: str, code: str, 
     assert "0 broken" not in flat, done.stdout
     named = flat.split("Broken contracts", 1)[-1]
     assert contract in named, done.stdout
+
+
+def test_the_plugin_entry_point_imports_no_command() -> None:
+    """``register()`` reaches the commands through the dispatcher (``commands.cli``) only."""
+    import ast
+
+    tree = ast.parse((ROOT / PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            base = node.module or ""
+            imported |= {f"{base}.{a.name}".strip(".") if not base else base for a in node.names}
+    commands = {m for m in imported if m == "commands" or m.startswith("commands.")}
+    assert commands == {"commands.cli"}
