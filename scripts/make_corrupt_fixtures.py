@@ -118,6 +118,7 @@ async def _worker(phase: str, chats: list[str], text: str, base_url: str) -> dic
             await gw.send_text(text, gw.chat(chat))
 
     def routed(chat: str) -> str:
+        gw.runner.session_store._ensure_loaded()  # a fresh worker reads sessions.json before any message
         sid = gw.bound_session_id(gw.chat(chat))
         if sid is None:
             raise KeyError(session_key(chat))
