@@ -3,6 +3,7 @@
 Hermes loads this module through the ``hermes_agent.plugins`` entry point
 ``session-guard`` and calls :func:`register`. Embedders and tests can switch the
 guard on without plugin discovery with :func:`install` / :func:`uninstall`.
+The package map (parts, arrows, rules) is ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 
 from .config import ConfigError, GuardConfig, load_config, parse_config
 from .hostinfo import hermes_home
-from .instrumentation import current_runtime, is_installed, uninstall
-from .instrumentation import install as _install
+from .runtime import current_runtime
+from .seams.apply import install as _install
+from .seams.apply import is_installed, uninstall
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]
@@ -38,22 +40,21 @@ def register(ctx: Any) -> None:
     seams, and add ``hermes session-guard ...``, the ``session_guard_recall`` tool and
     ``/handoff-packet``. Never raises into the host."""
     try:
-        from .cli import register_cli
+        from .commands.cli import register_cli
 
         register_cli(ctx)
     except Exception as exc:
         log.warning("session guard: could not register the `hermes session-guard` command: %s", exc)
     try:
-        from .recall_tool import register_recall_tool
+        from .summaries.recall_tool import register_recall_tool
 
         register_recall_tool(ctx)
     except Exception as exc:
         log.warning("session guard: could not register the session_guard_recall tool: %s", exc)
     try:
-        from .commands import handoff
+        from .commands.cli import register_slash_commands
 
-        ctx.register_command(handoff.SLASH_NAME, handoff.slash_command, description=handoff.SLASH_HELP,
-                             args_hint="[note]")
+        register_slash_commands(ctx)
     except Exception as exc:
         log.warning("session guard: could not register the /%s slash command: %s", "handoff-packet", exc)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .file_modes import PRIVATE_FILE, chmod_quietly, open_private_append
-from .redaction import redact_guard_patterns
+from .handoff.redaction import redact_guard_patterns
 
 
 def _import_structlog() -> Any:

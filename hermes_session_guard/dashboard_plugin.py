@@ -97,7 +97,7 @@ def _router() -> Any:
 
     @router.get("/status")
     def status() -> dict[str, Any]:
-        from .instrumentation import current_runtime
+        from .runtime import current_runtime
 
         runtime = current_runtime()
         if runtime is None:
@@ -116,7 +116,7 @@ def activate() -> Any:
         from . import install
         from .config import ConfigError, load_config
         from .hostinfo import hermes_home
-        from .plugin_config import guard_enabled
+        from .maintenance.plugin_config import guard_enabled
 
         home = hermes_home()
         enabled, why = guard_enabled(home)

@@ -1,6 +1,6 @@
 """Every agent attribute and SessionDB call the guard relies on, in one place.
 
-This module and :mod:`hermes_session_guard.seams` are the only ones that know
+This module and :mod:`hermes_session_guard.seams.table` are the only ones that know
 Hermes's internals. :data:`HOST_NAMES` lists every host name used here so the
 surface can be diffed against a new release (``selftest`` checks it).
 """
@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import engine_support
+from .host import engines as engine_support
 from .hostinfo import state_db_path
 from .safe_text import sendable_messages
 from .store import message_text
@@ -294,7 +294,7 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
     err = getattr(engine, "_last_summary_error", None)
     if err:
         return str(err)
-    from .summaries import summary_body_size, summary_is_empty
+    from .summaries.tags import summary_body_size, summary_is_empty
 
     given = messages if isinstance(messages, list) else None  # kept messages quoting the prefix are not summaries
     if isinstance(out, list) and summary_is_empty(out, given):

@@ -6,13 +6,13 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import presence
 from .audit import AuditLog
-from .compressing import CompressingSessions
 from .config import GuardConfig
-from .gateway_transcript import CompactionLog
+from .contract.compressing import CompressingSessions
+from .contract.gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
-from .session_lock import SessionLocks
+from .locks import presence
+from .locks.session_lock import SessionLocks
 from .store import GuardStore, snapshots_recorded
 
 
@@ -144,3 +144,19 @@ class Runtime:
             for store in self._stores.values():
                 store.close()
             self._stores.clear()
+
+
+_current: Runtime | None = None
+
+
+def current_runtime() -> Runtime | None:
+    """The runtime :func:`hermes_session_guard.install` made in this process; None before
+    install and after uninstall. Hooks, the recall tool and commands read it here, so none of
+    them imports the patcher."""
+    return _current
+
+
+def set_current_runtime(runtime: Runtime | None) -> None:
+    """Only :mod:`hermes_session_guard.seams.apply` sets it (install / uninstall)."""
+    global _current
+    _current = runtime

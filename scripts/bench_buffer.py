@@ -54,8 +54,9 @@ import logging  # noqa: E402
 
 logging.disable(logging.WARNING)
 
-from hermes_session_guard import buffering, probe  # noqa: E402
-from hermes_session_guard.fake_llm import FakeLLMServer  # noqa: E402
+from hermes_session_guard.seams import buffering  # noqa: E402
+from hermes_session_guard.selftest import probe  # noqa: E402
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer  # noqa: E402
 
 TRIGGER = "bench trigger"
 
@@ -113,7 +114,7 @@ async def one_arm(llm: FakeLLMServer, arm: str, n: int) -> dict[str, float]:
     """One chat: a 48-message history, a message that triggers preflight compression
     with the summary call held, ``n`` follow-ups during it, then the drain."""
     import hermes_session_guard
-    from hermes_session_guard.probe_gateway import start_gateway
+    from hermes_session_guard.selftest.gateway import start_gateway
 
     home = Path(tempfile.mkdtemp(prefix=f"bench-{arm}-"))
     os.environ["HERMES_HOME"] = str(home)

@@ -44,8 +44,8 @@ def main() -> int:
     from machine_info import describe, load_average
 
     import hermes_session_guard
-    from hermes_session_guard import probe
-    from hermes_session_guard.fake_llm import FakeLLMServer
+    from hermes_session_guard.selftest import probe
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
     print(describe())
     home = Path(os.environ["HERMES_HOME"])

@@ -25,13 +25,13 @@ import asyncio, json, os, resource, sys, time, logging
 logging.disable(logging.WARNING)
 from pathlib import Path
 guarded, sessions, history = sys.argv[1] == "1", int(sys.argv[2]), int(sys.argv[3])
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 import hermes_session_guard
 home = Path(os.environ["HERMES_HOME"])
 with FakeLLMServer() as llm:
     probe.write_config(home, llm.base_url, plugin_enabled=False, in_place=False)
-    from hermes_session_guard.probe_gateway import start_gateway
+    from hermes_session_guard.selftest.gateway import start_gateway
     if guarded:
         hermes_session_guard.install()
 

@@ -42,10 +42,11 @@ os.environ["HERMES_HOME"] = str(HOME)  # before any Hermes import
 os.environ.pop("HERMES_SESSION_ID", None)
 
 import hermes_session_guard  # noqa: E402
-from hermes_session_guard import host_adapter, probe  # noqa: E402
-from hermes_session_guard.fake_llm import FakeLLMServer  # noqa: E402
+from hermes_session_guard import host_adapter  # noqa: E402
 from hermes_session_guard.hostinfo import installed_version, parse_version  # noqa: E402
-from hermes_session_guard.session_lock import GuardLeases, LockGrant, SessionLocks  # noqa: E402
+from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant, SessionLocks  # noqa: E402
+from hermes_session_guard.selftest import probe  # noqa: E402
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer  # noqa: E402
 from hermes_session_guard.store import GuardStore  # noqa: E402
 
 SYSTEM = "You are a benchmark agent."
@@ -160,8 +161,8 @@ class _StandInAgent:
 
 def bench_guard_alone(shared_db: Any | None) -> tuple[float, float]:
     """13 guarded operations at once around a host stand-in that waits 1 s, vs one."""
-    from hermes_session_guard.compression import LockPolicy, guarded_compression
-    from hermes_session_guard.seams import select_row
+    from hermes_session_guard.seams.compression import LockPolicy, guarded_compression
+    from hermes_session_guard.seams.table import select_row
 
     _set_guard(True)
     runtime = hermes_session_guard.current_runtime()

@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hermes_session_guard import probe  # noqa: E402
+from hermes_session_guard.selftest import probe  # noqa: E402
 from tests.integration.process_fleet import (  # noqa: E402
     SHARED_SID,
     FleetFailed,
@@ -141,8 +141,8 @@ def main() -> int:
     logging.disable(logging.WARNING)
     from machine_info import describe, load_average
 
-    from hermes_session_guard.fake_llm import FakeLLMServer
-    from hermes_session_guard.probe import SEED_MESSAGES
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+    from hermes_session_guard.selftest.probe import SEED_MESSAGES
 
     print(describe())
     print(f"{args.processes} processes ({args.processes - args.shared} own sessions + {args.shared} sharing one), "

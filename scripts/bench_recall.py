@@ -76,9 +76,9 @@ def main(argv: list[str]) -> int:
 
     with tempfile.TemporaryDirectory(prefix="session-guard-bench-recall-") as tmp:
         os.environ["HERMES_HOME"] = tmp
-        from hermes_session_guard import recall_eval
-        from hermes_session_guard.recall import Recall, recall_text
+        from hermes_session_guard.selftest import recall_eval
         from hermes_session_guard.store import GuardStore
+        from hermes_session_guard.summaries.recall import Recall, recall_text
 
         fixture = recall_eval.load_fixture()
         rng = random.Random(7)
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
         engine = Recall(store=store, session_id=sid, lineage=[sid], max_chars=8000)
         call = engine.run
         how = "recall engine alone (no Hermes here)"
-        from hermes_session_guard import probe
+        from hermes_session_guard.selftest import probe
 
         probe.write_config(Path(tmp), "http://127.0.0.1:9/v1")  # before Hermes imports: it discovers plugins then
         try:

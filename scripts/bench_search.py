@@ -53,7 +53,7 @@ SID = "20260604_090000_be0c40"
 
 
 def _messages(n: int, chars: int) -> list[dict]:
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     out = probe.seed_messages(n, chars=chars)
     for i, message in enumerate(out):
@@ -94,7 +94,7 @@ def _snapshot_bytes(path: Path) -> int:
 
 def _compress(home: Path, base_url: str, guarded: bool) -> tuple[object, str]:
     import hermes_session_guard
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     if guarded:
         hermes_session_guard.install()
@@ -132,9 +132,10 @@ def main() -> int:
     from machine_info import describe
 
     import hermes_session_guard
-    from hermes_session_guard import probe, search_index
-    from hermes_session_guard.fake_llm import FakeLLMServer
     from hermes_session_guard.hostinfo import installed_version
+    from hermes_session_guard.selftest import probe
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+    from hermes_session_guard.summaries import search_index
 
     print(describe())
     print(f"Hermes {installed_version()}; unguarded compression.in_place: {args.mode} (0.13-0.17 always rotate); "

@@ -48,7 +48,7 @@ from pathlib import Path
 guarded, base_url, marker = sys.argv[1] == "1", sys.argv[2], sys.argv[3]
 home = Path(os.environ["HERMES_HOME"])
 import hermes_session_guard
-from hermes_session_guard import probe
+from hermes_session_guard.selftest import probe
 
 def written():
     for line in Path("/proc/self/io").read_text().splitlines():
@@ -72,8 +72,8 @@ os.write(mark, b"END")
 assert len(out) < len(messages), "compression made no progress"
 recall_s = None
 if guarded:
-    from hermes_session_guard.instrumentation import current_runtime
-    from hermes_session_guard.recall import recall_text
+    from hermes_session_guard.runtime import current_runtime
+    from hermes_session_guard.summaries.recall import recall_text
     store = current_runtime().store_for(home / "state.db")
     t = time.perf_counter()
     store.index_missing_snapshots(None, recall_text)
@@ -183,7 +183,7 @@ def main() -> int:
     args = parser.parse_args()
     from machine_info import describe, load_average
 
-    from hermes_session_guard.fake_llm import FakeLLMServer
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
     strace = None if args.no_strace else shutil.which("strace")
     py = sys.executable

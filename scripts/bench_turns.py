@@ -39,9 +39,9 @@ os.environ["HERMES_HOME"] = str(HOME)  # before any Hermes import
 os.environ.pop("HERMES_SESSION_ID", None)
 
 import hermes_session_guard  # noqa: E402
-from hermes_session_guard import probe  # noqa: E402
-from hermes_session_guard.fake_llm import FakeLLMServer  # noqa: E402
 from hermes_session_guard.hostinfo import installed_version  # noqa: E402
+from hermes_session_guard.selftest import probe  # noqa: E402
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer  # noqa: E402
 
 _counter = 0
 

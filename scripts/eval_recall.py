@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Recall eval against the installed Hermes: compact hermes_session_guard/data/recall_conversation.json,
+"""Recall eval against the installed Hermes: compact hermes_session_guard/selftest/data/recall_conversation.json,
 then ask session_guard_recall for every planted specific with the query a model would
 send, and report how often the exact planted string comes back.
 
@@ -30,8 +30,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="session-guard-recall-eval-") as tmp:
         os.environ["HERMES_HOME"] = tmp
         os.environ.pop("HERMES_SESSION_ID", None)
-        from hermes_session_guard import probe, recall_eval
-        from hermes_session_guard.fake_llm import FakeLLMServer
+        from hermes_session_guard.selftest import probe, recall_eval
+        from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
         fixture = recall_eval.load_fixture()
         with FakeLLMServer() as llm:

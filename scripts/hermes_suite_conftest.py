@@ -40,7 +40,8 @@ _counter = _CompressionCounter()
 
 
 def _patched_targets() -> dict[str, bool]:
-    from hermes_session_guard import current_runtime, instrumentation
+    from hermes_session_guard import current_runtime
+    from hermes_session_guard.seams import apply as instrumentation
 
     runtime = current_runtime()
     out: dict[str, bool] = {}
@@ -60,7 +61,7 @@ def _patched_targets() -> dict[str, bool]:
 def _lazy(seam: str) -> bool:
     from hermes_session_guard import current_runtime
     from hermes_session_guard.hostinfo import parse_version
-    from hermes_session_guard.seams import select_row
+    from hermes_session_guard.seams.table import select_row
 
     runtime = current_runtime()
     row = select_row(seam, parse_version(runtime.host_version)) if runtime and runtime.host_version else None
@@ -73,8 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not GUARDED:
         return
     import hermes_session_guard
-    from hermes_session_guard.hooks import get_plugin_manager
-    from hermes_session_guard.hookspecs import hookimpl
+    from hermes_session_guard.hooks.manager import get_plugin_manager
+    from hermes_session_guard.hooks.specs import hookimpl
 
     hookimpl(_CompressionCounter.session_guard_before_compression)
     get_plugin_manager().register(_counter, name="hermes-suite-counter")

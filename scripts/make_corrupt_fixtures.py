@@ -27,7 +27,7 @@ The scenarios that apply to the installed ``hermes-agent`` are written to
     summary call is in flight (the native compression lock is left behind).
 
 Every agent turn goes through Hermes's own code against the loopback fake
-LLM (``hermes_session_guard.fake_llm``); this script only seeds history with
+LLM (``hermes_session_guard.selftest.fake_llm``); this script only seeds history with
 ``SessionDB.append_message`` (as earlier turns would have) and, to keep the
 committed files small, afterwards collapses the repeated filler sentences of
 the seeded messages (and of their copies) with one deterministic rewrite, then
@@ -64,9 +64,8 @@ FILLER = re.compile(r"((?:user|assistant) line \d+ about the deployment plan\. )
 
 
 def session_key(chat: str) -> str:
-    from hermes_session_guard.probe import gateway_session_key
-
-    return gateway_session_key(chat)
+    """The routing key the gateway builds for a Telegram DM (``build_session_key``)."""
+    return f"agent:main:telegram:dm:{chat}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,7 +80,7 @@ def _db() -> Any:
 
 
 def _seed(session_id: str, tag: str) -> None:
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     db = _db()
     try:
@@ -93,7 +92,7 @@ def _seed(session_id: str, tag: str) -> None:
 
 def _cli_agent(session_id: str, base_url: str) -> tuple[Any, list[dict[str, Any]]]:
     """An agent resumed on ``session_id`` the way ``hermes --resume`` loads it."""
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     db = _db()
     history = [m for m in db.get_messages_as_conversation(session_id) if m.get("role") != "session_meta"]
@@ -108,31 +107,45 @@ def _cli_turn(agent: Any, history: list[dict[str, Any]], text: str) -> list[dict
 
 
 async def _worker(phase: str, chats: list[str], text: str, base_url: str) -> dict[str, Any]:
-    from hermes_session_guard.probe import GatewayDriver
+    from hermes_session_guard.selftest.gateway import start_gateway
 
-    gw = GatewayDriver()
+    gw = await start_gateway(resume_interrupted=False)
+
+    async def say(chat: str, text: str, wait: bool = True) -> None:
+        if wait:
+            await gw.say(text, gw.chat(chat), timeout=180.0)
+        else:
+            await gw.send_text(text, gw.chat(chat))
+
+    def routed(chat: str) -> str:
+        gw.runner.session_store._ensure_loaded()  # a fresh worker reads sessions.json before any message
+        sid = gw.bound_session_id(gw.chat(chat))
+        if sid is None:
+            raise KeyError(session_key(chat))
+        return str(sid)
+
     out: dict[str, Any] = {}
     if phase == "setup":
         for chat in chats:
-            await gw.say(chat, "hello")
-            _seed(gw.routed(chat), tag=f"c{chat}")
-            out[chat] = gw.routed(chat)
+            await say(chat, "hello")
+            _seed(routed(chat), tag=f"c{chat}")
+            out[chat] = routed(chat)
     elif phase == "seed":
         for chat in chats:
-            _seed(gw.routed(chat), tag=f"c{chat}-more")
-            out[chat] = gw.routed(chat)
+            _seed(routed(chat), tag=f"c{chat}-more")
+            out[chat] = routed(chat)
     elif phase == "turn":
         for chat in chats:
-            await gw.say(chat, text)
-            out[chat] = gw.routed(chat)
+            await say(chat, text)
+            out[chat] = routed(chat)
     elif phase == "hang":  # the parent process kills us mid-turn
         print("WORKER-HANGING", flush=True)
-        await gw.say(chats[0], text, wait=False)
+        await say(chats[0], text, wait=False)
         await asyncio.sleep(600)
     elif phase == "anomaly-b":
         (chat,) = chats
-        await gw.say(chat, "hello")
-        root = gw.routed(chat)
+        await say(chat, "hello")
+        root = routed(chat)
         # A terminal resumes the session early and keeps its (short) history in memory.
         early, early_history = _cli_agent(root, base_url)
         early_history = _cli_turn(early, early_history, "terminal: what is on the plan today?")
@@ -141,11 +154,11 @@ async def _worker(phase: str, chats: list[str], text: str, base_url: str) -> dic
         late, late_history = _cli_agent(root, base_url)
         loop = asyncio.get_running_loop()
         other = loop.run_in_executor(None, _cli_turn, late, late_history, "terminal: recap the plan")
-        await gw.say(chat, "gateway: question one")
+        await say(chat, "gateway: question one")
         await other
         # The early terminal writes its next turn to the session it was resumed on.
         _cli_turn(early, early_history, "terminal: add a rollback step")
-        out = {chat: gw.routed(chat), "root": root, "early_agent": early.session_id, "late_agent": late.session_id}
+        out = {chat: routed(chat), "root": root, "early_agent": early.session_id, "late_agent": late.session_id}
     else:
         raise SystemExit(f"unknown phase {phase}")
     return out
@@ -411,8 +424,8 @@ def shrink(db_path: Path) -> None:
 
 
 def make(name: str, out_dir: Path, version: str) -> Path:
-    from hermes_session_guard import probe
-    from hermes_session_guard.fake_llm import FakeLLMServer
+    from hermes_session_guard.selftest import probe
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
     _since, _until, in_place, scenario = SCENARIOS[name]
     with tempfile.TemporaryDirectory(prefix=f"corrupt-{name}-") as tmp, FakeLLMServer() as llm:

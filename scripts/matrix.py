@@ -11,7 +11,7 @@ Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` f
 the package index and this package (editable, with its test extras). Suites:
 
 ``unit``   tests/unit, once (no Hermes needed; run in the first release's venv)
-``ruff``   lint, once
+``ruff``   lint and the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml), once
 ``dist``   once: build sdist and wheel, check their contents, install the wheel with the last
            release named into a fresh venv outside the checkout and run ``selftest`` and the
            recall eval from there (scripts/check_dist.py)
@@ -59,7 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".venvs"
 DEFAULT_RELEASES = ["0.14.0", "0.15.2", "0.17.0", "0.19.0"]
-# Must equal hermes_session_guard.seams.TESTED_RELEASES (a unit test checks it).
+# Must equal hermes_session_guard.seams.table.TESTED_RELEASES (a unit test checks it).
 ALL_RELEASES = [
     "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
 ]
@@ -123,10 +123,15 @@ def run_pytest(py: Path, release: str, suite: str, paths: list[str], extra: list
                 time.monotonic() - started)
 
 
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
+
+
 def run_ruff(py: Path) -> Cell:
+    """ruff, then the import-linter layering contracts of pyproject.toml (docs/architecture.md)."""
     started = time.monotonic()
     lint = sh([str(py), "-m", "ruff", "check", "hermes_session_guard", "tests", "scripts"], cwd=ROOT)
-    return Cell("-", "ruff", lint.returncode == 0, seconds=time.monotonic() - started)
+    layers = sh([str(py), "-c", LINT_IMPORTS], cwd=ROOT)
+    return Cell("-", "ruff", lint.returncode == 0 and layers.returncode == 0, seconds=time.monotonic() - started)
 
 
 def run_hermes_suite(py: Path, release: str) -> Cell:

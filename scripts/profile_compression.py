@@ -95,9 +95,10 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
 
     logging.disable(logging.WARNING)
     import hermes_session_guard
-    from hermes_session_guard import host_adapter, probe
-    from hermes_session_guard.fake_llm import FakeLLMServer
-    from hermes_session_guard.instrumentation import current_runtime
+    from hermes_session_guard import host_adapter
+    from hermes_session_guard.runtime import current_runtime
+    from hermes_session_guard.selftest import probe
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
     from hermes_session_guard.store import GuardStore
 
     home = Path(os.environ["HERMES_HOME"])
@@ -222,7 +223,7 @@ def _split_fts(args: argparse.Namespace) -> None:
     import logging
 
     logging.disable(logging.WARNING)
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     with tempfile.TemporaryDirectory(prefix="session-guard-fts-") as tmp:
         seed = Path(tmp) / "seed"

@@ -33,7 +33,7 @@ def run_scenarios(release_default: bool, timeout: float) -> dict[str, Any]:
         os.chmod(tmp, 0o700)
         env = dict(os.environ, HERMES_HOME=tmp, GATEWAY_ALLOW_ALL_USERS="true")
         env.pop("HERMES_SESSION_ID", None)
-        argv = [sys.executable, "-m", "hermes_session_guard.demo_scenarios"]
+        argv = [sys.executable, "-m", "hermes_session_guard.selftest.demo_scenarios"]
         if release_default:
             argv.append("--release-default")
         try:

@@ -6,9 +6,9 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from ..config_findings import diagnose_config
-from ..corruption import SIGNATURES, diagnose
-from ..state_inspection import HomeError, load_home_state
+from ..maintenance.config_findings import diagnose_config
+from ..maintenance.corruption import SIGNATURES, diagnose
+from ..maintenance.state_inspection import HomeError, load_home_state
 from .output import EXIT_FOUND, emit_json, fail
 
 HELP = "Find corrupted sessions in state.db and the gateway routing (read-only)"

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from .. import host_adapter as host
-from .. import search_index
+from ..host import facts
 from ..hostinfo import hermes_home, state_db_path
 from ..store import GuardStore
+from ..summaries import search_index
 
 HELP = "Export a session as Hermes does (JSON line), with its snapshots (the compacted history)"
 
@@ -34,10 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if not db_path.exists():
         print(f"error: no state.db at {db_path} (HERMES_HOME={home})", file=sys.stderr)
         return 2
-    try:
-        import hermes_state  # noqa: F401
-    except ImportError as exc:
-        print(f"error: Hermes is not installed in this environment ({exc})", file=sys.stderr)
+    missing = facts.session_db_missing()
+    if missing is not None:
+        print(f"error: Hermes is not installed in this environment ({missing})", file=sys.stderr)
         return 2
     db = host.open_session_db(db_path)
     store = GuardStore(db_path)

@@ -13,9 +13,9 @@ import json
 import sys
 
 from ..config import ConfigError
-from ..handoff_packet import PathEscapeError
+from ..handoff.packet import PathEscapeError
 from ..hostinfo import installed_version
-from ..state_inspection import HomeError, check
+from ..maintenance.state_inspection import HomeError, check
 from .output import fail
 
 HELP = "Write a redacted hand-off packet for a session (nothing is switched)"
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..handoff import write_requested_packet
+    from ..handoff.writer import write_requested_packet
 
     try:
         checked = check(writes=True)
@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 def slash_command(raw_args: str) -> str:
     """``/handoff-packet [note]`` in the CLI or a gateway chat."""
     from .. import host_adapter as host
-    from ..handoff import write_requested_packet
-    from ..instrumentation import current_runtime
+    from ..handoff.writer import write_requested_packet
+    from ..runtime import current_runtime
 
     note = (raw_args or "").strip() or None
     sid = host.current_conversation_session()

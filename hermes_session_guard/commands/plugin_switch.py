@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .. import dashboard_plugin
-from ..plugin_config import PLUGIN_NAME, PluginConfigError, set_enabled
-from ..state_inspection import HomeError, check
+from ..maintenance.plugin_config import PLUGIN_NAME, PluginConfigError, set_enabled
+from ..maintenance.state_inspection import HomeError, check
 from .output import emit_json, fail
 
 

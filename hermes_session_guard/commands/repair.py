@@ -20,11 +20,11 @@ import sqlite3
 from pathlib import Path
 
 from .. import host_adapter as host
-from .. import presence, repair_lock
 from ..audit import AuditLog, new_op_id
-from ..corruption import diagnose
 from ..hostinfo import installed_version
-from ..lineage_repair import (
+from ..locks import presence, repair_lock
+from ..maintenance.corruption import diagnose
+from ..maintenance.lineage_repair import (
     RepairPlan,
     apply_repair,
     backup_path_for,
@@ -32,7 +32,7 @@ from ..lineage_repair import (
     database_busy,
     plan_repair,
 )
-from ..state_inspection import HomeError, HomeState, load_home_state, write_problem
+from ..maintenance.state_inspection import HomeError, HomeState, load_home_state, write_problem
 from .output import EXIT_FOUND, emit_json, fail
 
 HELP = "Repair corrupted lineages, routing and dead locks (dry run unless --apply)"

@@ -12,10 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import engine_support, supported
+from ..host import engines as engine_support
 from ..hostinfo import hermes_home, install_path, installed_version
-from ..plugin_config import PluginConfigError, guard_enabled
-from ..state_inspection import HomeError, check
+from ..maintenance.plugin_config import PluginConfigError, guard_enabled
+from ..maintenance.state_inspection import HomeError, check
+from ..seams import supported
 from .output import fail
 
 HELP = "Check the installed Hermes: seams patched and the session-id contract, live"
@@ -33,7 +34,7 @@ def run_probe(timeout: float) -> dict[str, Any]:
         env.pop("HERMES_SESSION_ID", None)
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "hermes_session_guard.probe"],
+                [sys.executable, "-m", "hermes_session_guard.selftest.probe"],
                 env=env, capture_output=True, text=True, timeout=timeout,
             )
         except subprocess.TimeoutExpired:

@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ..state_inspection import HomeError, check, readonly_connection
+from ..maintenance.state_inspection import HomeError, check, readonly_connection
 from ..store import SnapshotInfo, _row_message
 from .output import fail
 

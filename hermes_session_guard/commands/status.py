@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..session_pressure import build_sessions
-from ..state_inspection import HomeError, HomeState, load_home_state
+from ..maintenance.session_pressure import build_sessions
+from ..maintenance.state_inspection import HomeError, HomeState, load_home_state
 from .output import emit_json, fail
 
 HELP = "Per session: pressure against the compression thresholds, compressions, durations, snapshots, locks"

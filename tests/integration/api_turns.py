@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.summaries import is_summary_text
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.summaries.tags import is_summary_text
 
 API_KEY = "test-key-0123456789abcdef0123456789"
 MARK = re.compile(r"^msg-(\d+)-[a-z]+$")

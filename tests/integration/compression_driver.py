@@ -27,7 +27,8 @@ from typing import Any
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["HERMES_HOME"] = args.home  # before the first Hermes import
     os.environ.pop("HERMES_SESSION_ID", None)
-    from hermes_session_guard import current_runtime, probe
+    from hermes_session_guard import current_runtime
+    from hermes_session_guard.selftest import probe
 
     probe.discover_guard()
     runtime = current_runtime()

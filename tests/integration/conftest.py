@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.compression import HOST_IN_PLACE
-from hermes_session_guard.fake_llm import FakeLLMServer
 from hermes_session_guard.hostinfo import parse_version
-from hermes_session_guard.seams import select_row
+from hermes_session_guard.seams.compression import HOST_IN_PLACE
+from hermes_session_guard.seams.table import select_row
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 try:
     HERMES_VERSION = metadata.version("hermes-agent")

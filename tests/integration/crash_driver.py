@@ -56,8 +56,8 @@ def _die(reached: str | None, phase: str) -> None:
 def install_kill(phase: str, reached: str | None) -> None:
     """Arrange for this process to SIGKILL itself when ``phase`` is reached."""
     if phase == "before_summary":
-        from hermes_session_guard.hooks import get_plugin_manager
-        from hermes_session_guard.hookspecs import hookimpl
+        from hermes_session_guard.hooks.manager import get_plugin_manager
+        from hermes_session_guard.hooks.specs import hookimpl
 
         class KillBeforeSummary:
             @hookimpl
@@ -96,13 +96,14 @@ def install_kill(phase: str, reached: str | None) -> None:
                 _die(reached, phase)
             return wrapped(*args, **kwargs)
 
-        wrapt.wrap_function_wrapper("hermes_session_guard.session_lock", "LockGrant.release", release)
+        wrapt.wrap_function_wrapper("hermes_session_guard.locks.session_lock", "LockGrant.release", release)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["HERMES_HOME"] = args.home  # before the first Hermes import
     os.environ.pop("HERMES_SESSION_ID", None)
-    from hermes_session_guard import current_runtime, probe
+    from hermes_session_guard import current_runtime
+    from hermes_session_guard.selftest import probe
 
     probe.discover_guard()
     runtime = current_runtime()

@@ -45,10 +45,12 @@ def _record_callbacks(engine_cls: type, calls: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["HERMES_HOME"] = args.home  # before the first Hermes import
     os.environ.pop("HERMES_SESSION_ID", None)
-    from hermes_session_guard import current_runtime, engine_support, probe
-    from hermes_session_guard.recall_tool import handler as recall
-    from hermes_session_guard.summaries import SUMMARY_TAG
-    from hermes_session_guard.visibility import HIDDEN, display_messages
+    from hermes_session_guard import current_runtime
+    from hermes_session_guard.host import engines as engine_support
+    from hermes_session_guard.selftest import probe
+    from hermes_session_guard.summaries.recall_tool import handler as recall
+    from hermes_session_guard.summaries.tags import SUMMARY_TAG
+    from hermes_session_guard.summaries.visibility import HIDDEN, display_messages
 
     home = Path(args.home)
     probe.discover_guard()
@@ -129,9 +131,9 @@ def buffered_through_gateway(home: Path, runtime: Any, engine_cls: type) -> dict
     is held inside its compress on the same gate as the fake summary model."""
     import yaml
 
-    from hermes_session_guard.fake_llm import FakeLLMServer
-    from hermes_session_guard.probe import ProbeResult
-    from hermes_session_guard.probe_gateway import check_buffered_delivery
+    from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+    from hermes_session_guard.selftest.gateway import check_buffered_delivery
+    from hermes_session_guard.selftest.probe import ProbeResult
 
     seen: list[str] = []
     with FakeLLMServer() as llm:
@@ -155,7 +157,7 @@ def buffered_through_gateway(home: Path, runtime: Any, engine_cls: type) -> dict
 def without_guard(home: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Hermes as shipped (the guard not enabled in config.yaml): one compression, then
     where the engine's own state is."""
-    from hermes_session_guard import probe
+    from hermes_session_guard.selftest import probe
 
     db = probe.open_db(home / "state.db")
     messages = probe.seed_messages()

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import iter_message_text
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import iter_message_text
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("compression_driver.py")

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, probe
+from hermes_session_guard import audit
 from hermes_session_guard.config import GuardConfig
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.inbox import DELIVERED, Inbox
-from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
+from hermes_session_guard.inbox.repository import DELIVERED, Inbox
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
 from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODES
 
@@ -298,11 +299,11 @@ def test_restart_loses_buffered_messages_without_the_guard(no_guard: None, llm: 
 
 _CRASHING_GATEWAY = r"""
 import asyncio, os, sys, time
-from hermes_session_guard import probe
+from hermes_session_guard.selftest import probe
 probe.discover_guard()
 import hermes_session_guard
-from hermes_session_guard.inbox import Inbox
-from hermes_session_guard.probe_gateway import start_gateway
+from hermes_session_guard.inbox.repository import Inbox
+from hermes_session_guard.selftest.gateway import start_gateway
 
 async def main():
     runtime = hermes_session_guard.current_runtime()
@@ -709,7 +710,7 @@ def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: FakeLLM
 
 
 def test_selftest_check_for_buffered_delivery(guard: Any, llm: FakeLLMServer, home: Path) -> None:
-    from hermes_session_guard.probe_gateway import BUFFER_CHECK, check_buffered_delivery
+    from hermes_session_guard.selftest.gateway import BUFFER_CHECK, check_buffered_delivery
 
     result = probe.ProbeResult()
     assert check_buffered_delivery(result, llm, guard), result.checks

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import hermes_session_guard
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer, ToolCallReply
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer, ToolCallReply
 
 from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
 
@@ -278,7 +278,7 @@ def test_a_lineage_repair_keeps_the_compacted_turn_findable(
 ) -> None:
     """Hermes rotated on its own (before the guard was there); `repair --apply` brings the
     lineage back under the original id: the turn is found as before, under that id."""
-    from hermes_session_guard import cli
+    from hermes_session_guard.commands import cli
 
     mode = "rotate"
     db = _use_home(tmp_path / "home", llm, monkeypatch, mode)
@@ -334,7 +334,7 @@ def test_the_guard_export_command_writes_hermes_export_with_the_snapshots(
 ) -> None:
     """`hermes sessions export` starts without plugins on 0.13-0.17; `hermes-session-guard
     export` gives the same JSON line with the compacted history."""
-    from hermes_session_guard import cli
+    from hermes_session_guard.commands import cli
 
     db = _use_home(tmp_path / "home", llm, monkeypatch, MODES[0])
     messages = _seed_with_token(db)

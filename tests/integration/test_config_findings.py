@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hermes_session_guard import cli
-from hermes_session_guard.config_findings import SEED_LINES, SIGNATURES, check_config, load_host_rules
+from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance.config_findings import SEED_LINES, SIGNATURES, check_config, load_host_rules
 
 URL = "http://127.0.0.1:9/v1"
 

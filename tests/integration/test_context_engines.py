@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.engine_support import HOLDS, NOT_HELD, PARTLY, report_for_home
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.host.engines import HOLDS, NOT_HELD, PARTLY, report_for_home
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from tests.engines import ENGINES, install
 
 from .conftest import requires_host
@@ -173,7 +173,7 @@ def test_selftest_names_the_engine_and_what_does_not_hold(home: Path, llm: FakeL
     install(home, "digest-engine")
     env = {k: v for k, v in __import__("os").environ.items() if k != "HERMES_SESSION_ID"}
     env["HERMES_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "selftest"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "selftest"], env=env,
                           capture_output=True, text=True, timeout=300)
     out = proc.stdout
     assert "Context engine 'digest-engine' (class DigestEngine, own):" in out, out[-3000:]
@@ -190,7 +190,7 @@ def test_an_engine_the_guard_cannot_wrap_is_left_alone_and_reported(guard: Any, 
     does not hold; the id, the snapshot and the lock still hold, its summary stays untagged."""
     import logging
 
-    from hermes_session_guard.engine_support import assess
+    from hermes_session_guard.host.engines import assess
     from tests.engines.digest_engine import DigestEngine
 
     messages = probe.seed_messages()

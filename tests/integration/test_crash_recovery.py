@@ -30,10 +30,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, probe
-from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
-from hermes_session_guard.inbox import DELIVERED, Inbox
-from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
+from hermes_session_guard import audit
+from hermes_session_guard.inbox.repository import DELIVERED, Inbox
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_text
+from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
 from .conftest import HOST_HAS_IN_PLACE, MODES
 
@@ -143,7 +144,7 @@ def _assert_taken_over_promptly(events: list[dict[str, Any]], dead_holder: str, 
 
 def _doctor(home: Path) -> dict[str, Any]:
     """The operator's CLI, as a separate process on the same home."""
-    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "doctor", "--json"],
+    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "doctor", "--json"],
                           env=_env(home), capture_output=True, text=True, timeout=60)
     report = json.loads(done.stdout)
     report["returncode"] = done.returncode
@@ -266,11 +267,11 @@ def test_agent_killed_mid_compression_recovers_on_restart(
 # -- a gateway killed while messages wait for its compression -----------------------------
 _GATEWAY_KILLED_WHILE_BUFFERING = r"""
 import asyncio, os, sys
-from hermes_session_guard import probe
+from hermes_session_guard.selftest import probe
 probe.discover_guard()
 import hermes_session_guard
-from hermes_session_guard.inbox import Inbox
-from hermes_session_guard.probe_gateway import start_gateway
+from hermes_session_guard.inbox.repository import Inbox
+from hermes_session_guard.selftest.gateway import start_gateway
 
 async def main():
     runtime = hermes_session_guard.current_runtime()

@@ -33,8 +33,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, cli, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard import audit
+from hermes_session_guard.commands import cli
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import GuardStore
 
 from .conftest import MODES, new_agent

@@ -18,7 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from hermes_session_guard import liveness, probe
+from hermes_session_guard.locks import liveness
+from hermes_session_guard.selftest import probe
 from hermes_session_guard.store import GuardStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ OTHER = "20260601_101600_cafef00d"
 
 def _cli(home: Path, *args: str) -> tuple[int, str, str]:
     env = dict(os.environ, HERMES_HOME=str(home), PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
-    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", *args], env=env,
+    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", *args], env=env,
                           capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout, done.stderr
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli
+from hermes_session_guard.commands import cli
 from hermes_session_guard.commands.demo import print_table
 
 from .conftest import HOST_HAS_IN_PLACE, HOST_ROW

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
 from .conftest import HOST_HAS_IN_PLACE
 

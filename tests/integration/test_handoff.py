@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, probe
+from hermes_session_guard import audit
 from hermes_session_guard.config import GuardConfig, parse_config
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.handoff_packet import PACKET_HEADING, SEED_MARKER
-from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
+from hermes_session_guard.handoff.packet import PACKET_HEADING, SEED_MARKER
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
 from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
 
@@ -206,7 +207,7 @@ def test_artifact_dir_escaping_hermes_home_is_refused(
 def test_cli_refuses_an_artifact_dir_outside_hermes_home(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, artifact_dir: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     probe.seed_session(db, SID, probe.seed_messages(4))
     probe.write_config(home, llm.base_url, session_guard={"handoff": {"artifact_dir": artifact_dir}})
@@ -218,7 +219,7 @@ def test_cli_refuses_an_artifact_dir_outside_hermes_home(
 
 
 def test_cli_writes_a_packet_on_request(guard: Any, db: Any, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     messages = probe.seed_messages(6)
     messages[-2]["content"] = f"please use {SECRETS['openai']} for the rollout"

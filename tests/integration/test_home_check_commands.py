@@ -41,7 +41,7 @@ def run_cli(argv: list[str], home: Path | None, *, read_only_mount: bool = False
     else:
         env["HERMES_HOME"] = str(home)
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "hermes_session_guard.cli", *argv]
+    cmd = [sys.executable, "-m", "hermes_session_guard.commands.cli", *argv]
     if read_only_mount:
         # root writes through file modes: the home is bind-mounted read-only in a private mount namespace
         assert home is not None

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 import hermes_session_guard
-from hermes_session_guard import instrumentation, probe, seams
-from hermes_session_guard.compression import DETACH_DB
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.seams import apply as instrumentation
+from hermes_session_guard.seams import table as seams
+from hermes_session_guard.seams.compression import DETACH_DB
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, HOST_ROW, new_agent
 

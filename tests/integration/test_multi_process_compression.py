@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard import audit
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import HOST_HAS_IN_PLACE, MODES
 from .process_fleet import marker_answer, plan_for, run_fleet, seed_homes, seed_tags

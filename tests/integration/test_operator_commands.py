@@ -20,11 +20,13 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli, probe
 from hermes_session_guard import host_adapter as host
-from hermes_session_guard.corruption import diagnose
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.state_inspection import MERGED_END_REASON, load_home_state
+from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance.corruption import diagnose
+from hermes_session_guard.maintenance.state_inspection import MERGED_END_REASON, load_home_state
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest.gateway import start_gateway
 from hermes_session_guard.store import GuardStore
 
 from .conftest import HERMES_VERSION, HOST_HAS_IN_PLACE, MODES, new_agent
@@ -262,12 +264,12 @@ def test_anomaly_b_repair_keeps_both_agents_turns_and_the_late_writes(
 
 def _gateway_follow_up(home: Path, chat: str, text: str) -> str:
     async def go() -> str:
-        gw = probe.GatewayDriver()
         # The fixture's chats were last active when it was made: past Hermes's daily (04:00)
-        # and idle (24 h) session resets, which would open a new session whatever the routing says.
-        gw.runner.config.default_reset_policy.mode = "none"
-        await gw.say(chat, text)
-        return gw.routed(chat)
+        # and idle (24 h) session resets, which would open a new session whatever the routing says;
+        # the harness's gateway never resets.
+        gw = await start_gateway(resume_interrupted=False)
+        await gw.say(text, gw.chat(chat), timeout=180.0)
+        return str(gw.bound_session_id(gw.chat(chat)))
 
     return asyncio.run(go())
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from . import test_one_compression_per_session as one
 from .conftest import MODES

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 BIN = Path(sys.executable).parent
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import handoff_packet, probe
 from hermes_session_guard.audit import read_events
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.lineage_repair import backup_path_for, backup_state_db
+from hermes_session_guard.handoff import packet as handoff_packet
+from hermes_session_guard.maintenance.lineage_repair import backup_path_for, backup_state_db
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import text_hash
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
@@ -44,7 +45,7 @@ def umask_022() -> Iterator[None]:
 @pytest.fixture
 def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every hand-off packet of this test is stamped with the same instant."""
-    from hermes_session_guard import handoff
+    from hermes_session_guard.handoff import writer as handoff
 
     class _Time:
         def __getattr__(self, name: str) -> Any:
@@ -66,7 +67,7 @@ def _packets(home: Path) -> list[Path]:
 
 def test_audit_log_and_the_logs_dir_it_creates_are_private(umask_022: None, guard: Any, db: Any,
                                                           home: Path) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     logs = home / "logs"
     if logs.exists():  # Hermes made it at import for its own logs: not the guard's to change
@@ -82,7 +83,7 @@ def test_audit_log_and_the_logs_dir_it_creates_are_private(umask_022: None, guar
 
 
 def test_an_audit_log_left_world_readable_is_tightened(umask_022: None, guard: Any, db: Any, home: Path) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     audit_log = home / "logs" / "session_guard.jsonl"
     audit_log.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,7 @@ def test_an_audit_log_left_world_readable_is_tightened(umask_022: None, guard: A
 
 def test_packets_and_their_directory_are_private(umask_022: None, guard: Any, db: Any, home: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     probe.seed_session(db, SID, probe.seed_messages(4))
     assert main(["handoff", SID]) == 0
@@ -130,7 +131,7 @@ def test_a_repair_backup_refuses_to_follow_a_symlink(umask_022: None, guard: Any
 
 def test_recall_queries_reach_the_audit_log_as_length_and_hash(guard: Any, db: Any, llm: FakeLLMServer,
                                                                home: Path) -> None:
-    from hermes_session_guard import recall_tool
+    from hermes_session_guard.summaries import recall_tool
 
     from .conftest import new_agent
 
@@ -153,7 +154,7 @@ def test_recall_queries_reach_the_audit_log_as_length_and_hash(guard: Any, db: A
 
 def test_six_concurrent_handoffs_in_one_instant_write_six_packets(guard: Any, db: Any, home: Path,
                                                                   frozen_clock: None) -> None:
-    from hermes_session_guard.handoff import write_requested_packet
+    from hermes_session_guard.handoff.writer import write_requested_packet
 
     probe.seed_session(db, SID, probe.seed_messages(4))
     barrier = threading.Barrier(6)
@@ -183,7 +184,7 @@ def test_six_concurrent_handoffs_in_one_instant_write_six_packets(guard: Any, db
 def test_a_dangling_symlink_at_the_name_is_skipped_not_followed(guard: Any, db: Any, home: Path, tmp_path: Path,
                                                                 frozen_clock: None,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     probe.seed_session(db, SID, probe.seed_messages(4))
     (home / "handoffs").mkdir(mode=0o700)
@@ -199,7 +200,7 @@ def test_a_dangling_symlink_at_the_name_is_skipped_not_followed(guard: Any, db: 
 
 def test_audit_events_of_concurrent_handoffs_name_every_packet(guard: Any, db: Any, home: Path,
                                                                frozen_clock: None) -> None:
-    from hermes_session_guard.handoff import write_requested_packet
+    from hermes_session_guard.handoff.writer import write_requested_packet
 
     probe.seed_session(db, SID, probe.seed_messages(4))
     paths = {str(write_requested_packet(None, SID, None, via="cli", home=home)) for _ in range(3)}

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import instrumentation, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.seams import apply as instrumentation
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import new_agent
 

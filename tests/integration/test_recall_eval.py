@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hermes_session_guard import recall_eval
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest import recall_eval
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 
 def test_fixture_plants_at_least_fifty_specifics_in_the_compacted_part() -> None:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
-from hermes_session_guard.recall import OUTPUT_MARKER
-from hermes_session_guard.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
+from hermes_session_guard.summaries.recall import OUTPUT_MARKER
+from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler
 
 from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.commands import cli
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import MODES, new_agent
 from .test_operator_commands import HOST_FIXTURES, materialize
@@ -74,7 +75,8 @@ def _repairs(home: Path) -> list[str]:
 
 
 def _doctor(home: Path) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "doctor", "--json"], env=_env(home),
+    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "doctor", "--json"],
+                          env=_env(home),
                           capture_output=True, text=True, timeout=120)
     return done.returncode, json.loads(done.stdout)
 
@@ -83,7 +85,7 @@ def _doctor(home: Path) -> tuple[int, dict[str, Any]]:
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
 def test_concurrent_repairs_apply_once(tmp_path: Path, fixture: Path) -> None:
     reference = materialize(fixture, tmp_path / "reference")
-    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "repair", "--apply", "--json"],
+    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "repair", "--apply", "--json"],
                           env=_env(reference), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["applied"], done.stdout + done.stderr
     expected = _transcripts(reference)
@@ -143,7 +145,7 @@ def test_repair_refuses_while_a_compression_holds_the_lock(
     try:
         assert llm.summary_started.wait(30), "the compression never reached its summary call"
         before = (probe.sessions_table(home / "state.db"), _transcripts(home))
-        done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "repair", "--apply"],
+        done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "repair", "--apply"],
                               env=_env(home), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stdout + done.stderr
         (line,) = done.stderr.strip().splitlines()
@@ -179,13 +181,13 @@ def test_a_running_agent_blocks_repair_and_a_killed_one_does_not(home: Path, db:
                              stdout=subprocess.PIPE, text=True)
     try:
         assert agent.stdout is not None and agent.stdout.readline().strip() == "announced"
-        done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "repair", "--apply"],
+        done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "repair", "--apply"],
                               env=_env(home), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and f"agent pid {agent.pid}" in done.stderr, done.stderr
     finally:
         agent.send_signal(signal.SIGKILL)
         agent.wait(30)
     assert _rows(home / "state.db", "SELECT pid FROM session_guard_processes") == [(agent.pid,)]
-    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.cli", "repair", "--apply"],
+    done = subprocess.run([sys.executable, "-m", "hermes_session_guard.commands.cli", "repair", "--apply"],
                           env=_env(home), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.corruption import diagnose
-from hermes_session_guard.lineage_repair import plan_repair
-from hermes_session_guard.state_inspection import load_home_state
+from hermes_session_guard.maintenance.corruption import diagnose
+from hermes_session_guard.maintenance.lineage_repair import plan_repair
+from hermes_session_guard.maintenance.state_inspection import load_home_state
 
 from .test_operator_commands import ALL_FIXTURES, materialize
 

@@ -22,13 +22,17 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, buffering, compression, host_adapter, probe, seams, summary_seams
-from hermes_session_guard.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
-from hermes_session_guard.inbox import Inbox
-from hermes_session_guard.probe_gateway import GatewayHarness, start_gateway
-from hermes_session_guard.recall_tool import RECALL_TOOL, SYSTEM_RULE
-from hermes_session_guard.seams import SeamRow, seam_names, select_row
-from hermes_session_guard.summaries import is_summary_text
+from hermes_session_guard import audit, host_adapter
+from hermes_session_guard.inbox.repository import Inbox
+from hermes_session_guard.seams import buffering, compression
+from hermes_session_guard.seams import summaries as summary_seams
+from hermes_session_guard.seams import table as seams
+from hermes_session_guard.seams.table import SeamRow, seam_names, select_row
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
+from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
+from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE
+from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
 
@@ -424,9 +428,9 @@ SEARCH_TOKEN = "faulttoken4242"
 
 
 def _compacted_with_token(ctx: Ctx) -> None:
-    from hermes_session_guard import search_seams
+    import hermes_session_guard.fail_open as fail_open_log
 
-    ctx.monkeypatch.setattr(search_seams, "_reported", set())  # each case sees its own first ERROR line
+    ctx.monkeypatch.setattr(fail_open_log, "_reported", set())  # each case sees its own first ERROR line
     messages = probe.seed_messages()
     messages[9]["content"] = f"{SEARCH_TOKEN} " + messages[9]["content"]
     probe.seed_session(ctx.db, SID, messages)
@@ -437,7 +441,7 @@ def _compacted_with_token(ctx: Ctx) -> None:
 
 @case("search_messages", policy="open")
 def _search_messages(ctx: Ctx) -> None:
-    from hermes_session_guard import search_index
+    from hermes_session_guard.summaries import search_index
 
     _compacted_with_token(ctx)
     assert [h["session_id"] for h in ctx.db.search_messages(SEARCH_TOKEN)] == [SID]
@@ -452,7 +456,8 @@ def _search_messages(ctx: Ctx) -> None:
 def _search_tool(ctx: Ctx) -> None:
     from tools.session_search_tool import session_search
 
-    from hermes_session_guard import search_index, search_seams
+    from hermes_session_guard.seams import search as search_seams
+    from hermes_session_guard.summaries import search_index
 
     _compacted_with_token(ctx)
     if ctx.row.seam == "search_tool":
@@ -467,7 +472,7 @@ def _search_tool(ctx: Ctx) -> None:
 
 @case("search_window", policy="open")
 def _search_window(ctx: Ctx) -> None:
-    from hermes_session_guard import search_index
+    from hermes_session_guard.summaries import search_index
 
     _compacted_with_token(ctx)
     (hit,) = ctx.db.search_messages(SEARCH_TOKEN)
@@ -480,7 +485,7 @@ def _search_window(ctx: Ctx) -> None:
 
 @case("export_session", "export_all", policy="open")
 def _export(ctx: Ctx) -> None:
-    from hermes_session_guard import search_index
+    from hermes_session_guard.summaries import search_index
 
     _compacted_with_token(ctx)
     ctx.inject(search_index, "snapshots_for_export")
@@ -493,7 +498,7 @@ def _export(ctx: Ctx) -> None:
 @case("turn_order", policy="open")
 def _turn_order(ctx: Ctx) -> None:
     # The turn queue cannot be reached: the turn runs as Hermes started it, unordered.
-    from hermes_session_guard import turn_seams
+    from hermes_session_guard.seams import turns as turn_seams
 
     ctx.inject(turn_seams, "turn_locks_for")
     ctx.real_turn()
@@ -503,7 +508,7 @@ def _turn_order(ctx: Ctx) -> None:
 @case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns", policy="open")
 def _api_turns(ctx: Ctx) -> None:
     # The handler runs as without the guard and the turn is answered.
-    from hermes_session_guard import turn_seams
+    from hermes_session_guard.seams import turns as turn_seams
 
     from .api_turns import chat_completion, running_api_server, session_chat
 

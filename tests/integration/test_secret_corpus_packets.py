@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter, probe
+from hermes_session_guard import host_adapter
 from hermes_session_guard.config import GuardConfig, parse_config
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.redaction import normalise
+from hermes_session_guard.handoff.redaction import normalise
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import new_agent
 
@@ -42,7 +43,7 @@ def test_hermes_redactor_is_found_on_this_release() -> None:
 
 def test_every_form_in_a_note_and_a_request_is_redacted(guard: Any, db: Any, home: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     messages = probe.seed_messages(4)
     probe.seed_session(db, SID, messages)
@@ -65,7 +66,7 @@ def test_every_form_in_a_note_and_a_request_is_redacted(guard: Any, db: Any, hom
 
 def test_controls_reach_the_packet_unchanged(guard: Any, db: Any, home: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from hermes_session_guard.cli import main
+    from hermes_session_guard.commands.cli import main
 
     probe.seed_session(db, SID, probe.seed_messages(4))
     for control in CONTROLS:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard import audit
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
 

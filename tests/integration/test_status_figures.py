@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, cli, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.inbox import Inbox
-from hermes_session_guard.probe_gateway import start_gateway
-from hermes_session_guard.session_pressure import p95
+from hermes_session_guard import audit
+from hermes_session_guard.commands import cli
+from hermes_session_guard.inbox.repository import Inbox
+from hermes_session_guard.maintenance.session_pressure import p95
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest.gateway import start_gateway
 
 from .conftest import new_agent
 

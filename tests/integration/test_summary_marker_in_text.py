@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
-from hermes_session_guard.summaries import is_summary_text
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_text
+from hermes_session_guard.selftest.gateway import start_gateway
+from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import new_agent
-from .platform_harness import start_gateway
 from .test_summary_visibility import (
     HAS_SESSION_MESSAGES_ENDPOINT,
     LAST_QUESTION,
@@ -121,14 +121,14 @@ def test_api_session_messages_keep_quoting_text_whole(guard: Any, db: Any, llm: 
 
 
 async def _gateway_replies(llm: FakeLLMServer, replies: list[str]) -> tuple[list[str], str | None]:
-    gw = await start_gateway()
+    gw = await start_gateway(record_edits=True)
     out: list[str] = []
     for reply in replies:
         llm.configure(reply_text=reply)
         gw.adapter.delivered.clear()
         await gw.say(reply)  # the user's message quotes it too
         out.append("\n".join(gw.adapter.delivered))
-    return out, gw.session_id()
+    return out, gw.bound_session_id()
 
 
 def test_replies_quoting_the_marker_are_delivered_whole(guard: Any, db: Any, llm: FakeLLMServer,
@@ -143,9 +143,9 @@ def test_replies_quoting_the_marker_are_delivered_whole(guard: Any, db: Any, llm
 
 
 async def _compacted_gateway_then(db: Any, llm: FakeLLMServer, reply_fn: Any) -> list[str]:
-    gw = await start_gateway()
+    gw = await start_gateway(record_edits=True)
     await gw.say("hello")
-    sid = gw.session_id()
+    sid = gw.bound_session_id()
     for m in probe.seed_messages():
         db.append_message(session_id=sid, role=m["role"], content=m["content"])
     history = db.get_messages_as_conversation(sid)

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
 from hermes_session_guard.config import parse_config
-from hermes_session_guard.fake_llm import FakeLLMServer, iter_message_text
-from hermes_session_guard.seams import select_row
-from hermes_session_guard.summaries import is_summary_text
+from hermes_session_guard.seams.table import select_row
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_text
+from hermes_session_guard.selftest.gateway import start_gateway
+from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import HOST, MODES, new_agent
-from .platform_harness import start_gateway
 
 _API_ROW = select_row("api_session_messages", HOST)
 HAS_SESSION_MESSAGES_ENDPOINT = _API_ROW is not None and _API_ROW.wrapper is not None
@@ -203,9 +203,9 @@ def _regurgitating(body: dict) -> str:
 
 async def _gateway_turn_after_compaction(db: Any, llm: FakeLLMServer, mode: str = "in_place"
                                          ) -> tuple[list[str], dict]:
-    gw = await start_gateway()
+    gw = await start_gateway(record_edits=True)
     await gw.say("hello")
-    sid = gw.session_id()
+    sid = gw.bound_session_id()
     messages = probe.seed_messages()
     for m in messages:
         db.append_message(session_id=sid, role=m["role"], content=m["content"])

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, probe
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.recall import Recall, recall_text
+from hermes_session_guard import audit
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.summaries.recall import Recall, recall_text
 
 from .conftest import MODES, new_agent
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
 from hermes_session_guard.config import parse_config
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.seams import select_row
+from hermes_session_guard.seams.table import select_row
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import (
     ApiServer,

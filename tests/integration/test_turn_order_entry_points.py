@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer
-from hermes_session_guard.summaries import is_summary_text
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.summaries.tags import is_summary_text
 
 from .api_turns import (
     ApiServer,

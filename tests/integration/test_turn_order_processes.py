@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermes_session_guard import probe
-from hermes_session_guard.fake_llm import FakeLLMServer
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import Reply, contract_violations, echo_last_user, marker
 

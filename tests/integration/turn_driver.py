@@ -26,7 +26,8 @@ def main() -> int:
     os.environ.pop("HERMES_SESSION_ID", None)
     out: dict = {}
     try:
-        from hermes_session_guard import current_runtime, probe
+        from hermes_session_guard import current_runtime
+        from hermes_session_guard.selftest import probe
 
         probe.discover_guard()
         db = probe.open_db(Path(args.home) / "state.db")

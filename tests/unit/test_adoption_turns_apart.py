@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import audit
-from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
-from hermes_session_guard.generations import keys_of, own_turn_apart
+from hermes_session_guard.contract.generations import keys_of, own_turn_apart
 from hermes_session_guard.runtime import Runtime
+from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 
 from .test_compression_contract import Agent, Engine
 

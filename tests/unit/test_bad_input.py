@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard import cli, state_inspection
-from hermes_session_guard.state_inspection import HomeError, load_home_state
+from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance import state_inspection
+from hermes_session_guard.maintenance.state_inspection import HomeError, load_home_state
 
 from .hermes_like_db import HermesLikeHome, rotated_home
 

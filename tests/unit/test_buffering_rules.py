@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import buffering
 from hermes_session_guard import host_adapter as host
 from hermes_session_guard.config import GuardConfig
-from hermes_session_guard.inbox import BUFFERED, DISPATCHED, Inbox
+from hermes_session_guard.inbox.repository import BUFFERED, DISPATCHED, Inbox
 from hermes_session_guard.runtime import Runtime
+from hermes_session_guard.seams import buffering
 
 KEY = "agent:main:telegram:dm:42"
 

@@ -62,8 +62,9 @@ def test_a_wheel_with_the_package_and_its_data_passes(tmp_path: Path) -> None:
 
 
 def test_the_recall_fixture_and_py_typed_are_required_package_data() -> None:
-    assert {"hermes_session_guard/py.typed", "hermes_session_guard/data/recall_conversation.json"} <= dist.PACKAGE_DATA
-    assert (ROOT / "hermes_session_guard" / "data" / "recall_conversation.json").is_file()
+    assert {"hermes_session_guard/py.typed",
+            "hermes_session_guard/selftest/data/recall_conversation.json"} <= dist.PACKAGE_DATA
+    assert (ROOT / "hermes_session_guard" / "selftest" / "data" / "recall_conversation.json").is_file()
 
 
 @pytest.mark.parametrize("extra", ["tests/__init__.py", "fixtures/recall_conversation.json", "scripts/matrix.py"])
@@ -73,7 +74,7 @@ def test_anything_outside_the_package_is_flagged(tmp_path: Path, extra: str) -> 
 
 
 def test_missing_package_data_is_flagged(tmp_path: Path) -> None:
-    failed = _failed(_wheel(tmp_path / "w.whl", drop="hermes_session_guard/data/recall_conversation.json"))
+    failed = _failed(_wheel(tmp_path / "w.whl", drop="hermes_session_guard/selftest/data/recall_conversation.json"))
     assert failed == ["wheel holds every module of the package, py.typed, the recall fixture and LICENSE"]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard import cli
+from hermes_session_guard.commands import cli
 
 
 def test_every_command_is_registered_with_json_output() -> None:

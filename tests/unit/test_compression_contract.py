@@ -9,8 +9,8 @@ import pytest
 from freezegun import freeze_time
 
 from hermes_session_guard import audit
-from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 from hermes_session_guard.runtime import Runtime
+from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 
 SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it"
 
@@ -224,8 +224,8 @@ def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, d
     assert compaction is not None and list(compaction.compacted) == adopted
 
 def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runtime, db: Any) -> None:
-    from hermes_session_guard.hooks import get_plugin_manager
-    from hermes_session_guard.hookspecs import hookimpl
+    from hermes_session_guard.hooks.manager import get_plugin_manager
+    from hermes_session_guard.hooks.specs import hookimpl
 
     seen: list[tuple[Any, ...]] = []
     store = runtime.store_for(db.db_path)

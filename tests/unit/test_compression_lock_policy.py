@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import audit
-from hermes_session_guard.compression import DETACH_DB, LockPolicy, guarded_compression
 from hermes_session_guard.config import GuardConfig, LockConfig
+from hermes_session_guard.locks.session_lock import LockGrant
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.session_lock import LockGrant
+from hermes_session_guard.seams.compression import DETACH_DB, LockPolicy, guarded_compression
 from hermes_session_guard.store import GuardStore
 
 SID = "20260528_155201_68dc5996"
@@ -44,7 +44,7 @@ def _events(rt: Runtime) -> list[dict[str, Any]]:
 
 def test_busy_session_is_skipped_naming_the_holder_and_the_host_never_runs(runtime: Runtime, tmp_path: Path) -> None:
     db_path = tmp_path / "state.db"
-    from hermes_session_guard.session_lock import GuardLeases
+    from hermes_session_guard.locks.session_lock import GuardLeases
 
     held = runtime.locks_for(db_path).acquire(SID, "winner", wait_seconds=0, lease_seconds=60,
                                               lease=GuardLeases(runtime.store_for(db_path)))

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import audit
-from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 from hermes_session_guard.config import GuardConfig, LockConfig
+from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.session_lock import GuardLeases, LockGrant
+from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 from hermes_session_guard.store import GuardStore
 
 from .test_compression_contract import Agent, Engine

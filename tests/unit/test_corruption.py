@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_session_guard.corruption import SIGNATURES, diagnose
-from hermes_session_guard.state_inspection import MERGED_END_REASON, load_home_state
+from hermes_session_guard.maintenance.corruption import SIGNATURES, diagnose
+from hermes_session_guard.maintenance.state_inspection import MERGED_END_REASON, load_home_state
 
 from .hermes_like_db import SUMMARY, HermesLikeHome, rotated_home
 

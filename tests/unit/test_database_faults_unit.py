@@ -15,7 +15,7 @@ import pytest
 
 from hermes_session_guard import host_adapter
 from hermes_session_guard.audit import AuditLog, read_events
-from hermes_session_guard.session_lock import GuardLeases, LockGrant, LockUnavailable, SessionLocks
+from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant, LockUnavailable, SessionLocks
 from hermes_session_guard.store import GuardStore
 
 SID = "20260528_155201_68dc5996"

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import instrumentation as ins
+from hermes_session_guard import runtime as runtime_module
 from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams import SeamRow
+from hermes_session_guard.seams import apply as ins
+from hermes_session_guard.seams.table import SeamRow
 
 
 def _marking_wrapper(runtime: Runtime, row: SeamRow) -> Any:
@@ -33,7 +34,7 @@ def _row(module: str, *, lazy: bool = False) -> SeamRow:
 @pytest.fixture
 def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     rt = Runtime(config=GuardConfig(), host_version="0.0.0", fixed_home=tmp_path)
-    monkeypatch.setattr(ins, "_runtime", rt)
+    monkeypatch.setattr(runtime_module, "_current", rt)
     yield rt
     ins._pending.clear()
     ins._imported.clear()

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import engine_support as es
 from hermes_session_guard import host_adapter
+from hermes_session_guard.host import engines as es
 
 
 class OwnEngine:

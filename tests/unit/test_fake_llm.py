@@ -18,7 +18,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from hermes_session_guard.fake_llm import (  # noqa: E402
+from hermes_session_guard.selftest.fake_llm import (  # noqa: E402
     DEFAULT_SUMMARY_TEXT,
     SUMMARY_MARKERS,
     FakeLLMServer,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_session_guard.contract.gateway_transcript import rewrite_jsonl
 from hermes_session_guard.file_modes import create_private, make_private_dirs, open_private_append
-from hermes_session_guard.gateway_transcript import rewrite_jsonl
-from hermes_session_guard.probe import write_config
+from hermes_session_guard.selftest.probe import write_config
 from hermes_session_guard.store import GuardStore
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")

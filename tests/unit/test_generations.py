@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_session_guard.generations import (
+from hermes_session_guard.contract.generations import (
     assess,
     block_digest,
     foreign_messages,

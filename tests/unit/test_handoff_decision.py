@@ -10,11 +10,11 @@ from unittest.mock import MagicMock
 
 import pytest
 
-from hermes_session_guard import handoff
 from hermes_session_guard import host_adapter as host
 from hermes_session_guard.audit import read_events
 from hermes_session_guard.config import parse_config
-from hermes_session_guard.handoff_packet import SEED_MARKER
+from hermes_session_guard.handoff import writer as handoff
+from hermes_session_guard.handoff.packet import SEED_MARKER
 from hermes_session_guard.runtime import Runtime
 
 TODO = "[Your active task list was preserved across context compression]\n- [ ] 1. x (pending)"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hermes_session_guard.config import ConfigError, parse_config
-from hermes_session_guard.handoff_packet import (
+from hermes_session_guard.handoff.packet import (
     PACKET_HEADING,
     SEED_MARKER,
     PacketInputs,

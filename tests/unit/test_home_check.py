@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli, state_inspection
-from hermes_session_guard.commands import selftest
-from hermes_session_guard.state_inspection import HomeError, check
+from hermes_session_guard.commands import cli, selftest
+from hermes_session_guard.maintenance import state_inspection
+from hermes_session_guard.maintenance.state_inspection import HomeError, check
 
 from .hermes_like_db import HermesLikeHome, rotated_home
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard.compressing import CompressingSessions
 from hermes_session_guard.config import ConfigError, parse_config
-from hermes_session_guard.inbox import BUFFERED, DELIVERED, DISPATCHED, FAILED, Inbox, InboxEntry, InboxFull
+from hermes_session_guard.contract.compressing import CompressingSessions
+from hermes_session_guard.inbox.repository import BUFFERED, DELIVERED, DISPATCHED, FAILED, Inbox, InboxEntry, InboxFull
 from hermes_session_guard.store import GuardStore
 
 

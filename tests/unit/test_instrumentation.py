@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import instrumentation, seams
-from hermes_session_guard.compression import DETACH_DB
+from hermes_session_guard.seams import apply as instrumentation
+from hermes_session_guard.seams import table as seams
+from hermes_session_guard.seams.compression import DETACH_DB
 
 
 def _host_module() -> types.ModuleType:

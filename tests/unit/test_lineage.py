@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_session_guard.lineage import (
+from hermes_session_guard.maintenance.lineage import (
     build_lineages,
     continuation_children,
     first_child_row,
@@ -12,7 +12,7 @@ from hermes_session_guard.lineage import (
     late_rows,
     merge_target,
 )
-from hermes_session_guard.state_inspection import MERGED_END_REASON, SessionInfo, load_home_state
+from hermes_session_guard.maintenance.state_inspection import MERGED_END_REASON, SessionInfo, load_home_state
 
 from .hermes_like_db import HermesLikeHome, rotated_home
 

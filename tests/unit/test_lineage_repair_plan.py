@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard import cli
-from hermes_session_guard.corruption import diagnose
-from hermes_session_guard.lineage_repair import new_turns, plan_repair
-from hermes_session_guard.state_inspection import load_home_state
+from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance.corruption import diagnose
+from hermes_session_guard.maintenance.lineage_repair import new_turns, plan_repair
+from hermes_session_guard.maintenance.state_inspection import load_home_state
 
 from .hermes_like_db import SUMMARY, HermesLikeHome, rotated_home
 

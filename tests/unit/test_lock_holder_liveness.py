@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hermes_session_guard import liveness
-from hermes_session_guard.session_lock import GuardLeases, LockBusy, LockGrant, SessionLocks, holder_id
+from hermes_session_guard.locks import liveness
+from hermes_session_guard.locks.session_lock import GuardLeases, LockBusy, LockGrant, SessionLocks, holder_id
 from hermes_session_guard.store import GuardStore
 
 SID = "20260528_155201_68dc5996"

@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from hermes_session_guard import liveness
-from hermes_session_guard.config_findings import HostRules, check_config
-from hermes_session_guard.session_pressure import compression_history, holder_liveness, p95
+from hermes_session_guard.locks import liveness
+from hermes_session_guard.maintenance.config_findings import HostRules, check_config
+from hermes_session_guard.maintenance.session_pressure import compression_history, holder_liveness, p95
 
 RULES = HostRules(
     version="test",

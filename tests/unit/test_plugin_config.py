@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_session_guard import cli
-from hermes_session_guard.plugin_config import PluginConfigError, edited_text, guard_enabled, set_enabled
+from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance.plugin_config import PluginConfigError, edited_text, guard_enabled, set_enabled
 
 COMMENTED = """\
 # Hermes configuration (hand-edited)

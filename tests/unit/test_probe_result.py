@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_session_guard.probe import PROBE_CHECKS, ProbeResult
+from hermes_session_guard.selftest.probe import PROBE_CHECKS, ProbeResult
 
 
 def test_skips_neither_pass_nor_fail() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from hermes_session_guard import host_adapter as host
-from hermes_session_guard.recall import OUTPUT_MARKER, Query, Recall, fts_expression, recall_text
 from hermes_session_guard.store import GuardStore
+from hermes_session_guard.summaries.recall import OUTPUT_MARKER, Query, Recall, fts_expression, recall_text
 
 PREFIX = host.summary_prefixes()[0]
 SECRET_B = "sk-live-B0B-7781-do-not-leak"

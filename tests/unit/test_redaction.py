@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_session_guard.redaction import MASK, redact, redact_guard_patterns
+from hermes_session_guard.handoff.redaction import MASK, redact, redact_guard_patterns
 
 PLANTED = [
     ("openai key", "use sk-proj-Abc123Def456Ghi789Jkl0 now", "Abc123Def456Ghi789Jkl0"),

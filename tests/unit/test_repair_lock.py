@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from hermes_session_guard import liveness, repair_lock
+from hermes_session_guard.locks import liveness, repair_lock
 
 
 def test_one_holder_at_a_time_and_release_is_holder_qualified(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_session_guard.generations import block_digest, keys_of
+from hermes_session_guard.contract.generations import block_digest, keys_of
 from hermes_session_guard.safe_text import encodable, json_text, searchable, sendable_messages
 from hermes_session_guard.store import GuardStore, text_hash
 

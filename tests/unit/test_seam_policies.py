@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.seams import SEAMS
+from hermes_session_guard.seams.table import SEAMS
 
 ADR = Path(__file__).resolve().parents[2] / "docs" / "adr" / "0001-session-stability-contract.md"
 WRAPPED = sorted({row.seam for row in SEAMS if row.wrapper is not None})

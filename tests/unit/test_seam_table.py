@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard import seams
-from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, STRATEGIES
 from hermes_session_guard.host_adapter import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
+from hermes_session_guard.seams import table as seams
+from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import redaction
 from hermes_session_guard.audit import AuditLog, read_events
-from hermes_session_guard.handoff_packet import MAX_NOTE_CHARS, MAX_REQUEST_CHARS, PacketInputs, render_packet
-from hermes_session_guard.redaction import MASK, normalise, redact, redact_guard_patterns, redact_with_scanner
+from hermes_session_guard.handoff import redaction
+from hermes_session_guard.handoff.packet import MAX_NOTE_CHARS, MAX_REQUEST_CHARS, PacketInputs, render_packet
+from hermes_session_guard.handoff.redaction import MASK, normalise, redact, redact_guard_patterns, redact_with_scanner
 
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "secrets_corpus.json").read_text(encoding="utf-8"))
 SECRETS: list[dict[str, str]] = CORPUS["secrets"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
-from hermes_session_guard.session_lock import (
+from hermes_session_guard.locks.session_lock import (
     GuardLeases,
     LockBusy,
     LockGrant,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.cli import main
+from hermes_session_guard.commands.cli import main
 from hermes_session_guard.store import GuardStore
 
 from .hermes_like_db import HermesLikeHome

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli
-from hermes_session_guard.hooks import get_plugin_manager
-from hermes_session_guard.hookspecs import BufferTable, LockTable, hookimpl
-from hermes_session_guard.inbox import Inbox
+from hermes_session_guard.commands import cli
+from hermes_session_guard.hooks.manager import get_plugin_manager
+from hermes_session_guard.hooks.specs import BufferTable, LockTable, hookimpl
+from hermes_session_guard.inbox.repository import Inbox
 from hermes_session_guard.store import GuardStore
 
 from .hermes_like_db import HermesLikeHome

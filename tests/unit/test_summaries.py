@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 from hermes_session_guard import host_adapter as host
-from hermes_session_guard import summaries as s
-from hermes_session_guard.visibility import display_messages, outgoing_text
-from hermes_session_guard.wire import provider_messages
+from hermes_session_guard.summaries import tags as s
+from hermes_session_guard.summaries.visibility import display_messages, outgoing_text
+from hermes_session_guard.summaries.wire import provider_messages
 
 PREFIX = host.summary_prefixes()[0]
 END = "--- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---"
@@ -178,7 +178,7 @@ def test_the_recall_line_goes_after_the_hosts_prefix_not_after_a_quote() -> None
 
 
 def test_recall_indexes_a_quoting_message_whole() -> None:
-    from hermes_session_guard.recall import recall_text
+    from hermes_session_guard.summaries.recall import recall_text
 
     for text in QUOTING[:1] + QUOTING[2:3]:
         assert recall_text({"role": "user", "content": text}) == text
@@ -187,7 +187,7 @@ def test_recall_indexes_a_quoting_message_whole() -> None:
 
 
 def test_a_turn_in_progress_that_quotes_the_prefix_is_still_the_turn() -> None:
-    from hermes_session_guard.generations import turn_in_progress
+    from hermes_session_guard.contract.generations import turn_in_progress
 
     quoting = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": QUOTING[0]}]
     assert turn_in_progress(quoting, s.has_summary_block) == 1

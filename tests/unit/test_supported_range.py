@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import seams, supported
 from hermes_session_guard.commands import selftest
 from hermes_session_guard.hostinfo import parse_version
+from hermes_session_guard.seams import supported
+from hermes_session_guard.seams import table as seams
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_session_guard.locks.turn_lock import TurnBusy, TurnLeases, TurnLocks, retry_after
+from hermes_session_guard.seams.turns import fresher_history
 from hermes_session_guard.store import GuardStore
-from hermes_session_guard.turn_lock import TurnBusy, TurnLeases, TurnLocks, retry_after
-from hermes_session_guard.turn_seams import fresher_history
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def distribution(name):
         raise md.PackageNotFoundError(name)
     return _distribution(name)
 md.version, md.distribution = version, distribution
-from hermes_session_guard.cli import main
+from hermes_session_guard.commands.cli import main
 raise SystemExit(main(sys.argv[1:]))
 """
 

@@ -1,0 +1,1 @@
+"""Hand-off to a fresh session: packets, their writer, redaction."""

@@ -1,0 +1,391 @@
+"""The hand-off packet: a compact, redacted Markdown brief of a session, written
+atomically with mode 0600 under ``$HERMES_HOME/<handoff.artifact_dir>``.
+
+Nothing here imports Hermes: callers collect a :class:`PacketInputs` (see
+:mod:`hermes_session_guard.handoff.writer`) and pass the host's redaction function in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..config import relative_path_problem
+from ..file_modes import make_private_dirs
+from ..store import message_text
+from ..summaries.tags import is_summary_message, summary_body, text_without_summary
+from .redaction import redact, redact_guard_patterns
+
+PACKET_HEADING = "# Session hand-off packet"
+# The first line of the message that seeds a child session (recognised when a
+# later packet is built from that session, so packets do not nest).
+SEED_MARKER = "[SESSION HAND-OFF — REFERENCE ONLY]"
+TODO_MARKER = "[Your active task list was preserved across context compression]"
+
+MAX_SUMMARY_CHARS = 6000
+MAX_REQUEST_CHARS = 2000
+MAX_NOTE_CHARS = 2000
+MAX_QUESTIONS = 10
+MAX_QUESTION_CHARS = 300
+MAX_SNAPSHOTS = 20
+
+_OPEN_HEADINGS = ("pending user asks", "blocked", "open question", "unresolved", "unanswered")
+
+
+class PathEscapeError(ValueError):
+    """The packet would be written outside ``HERMES_HOME``; nothing was written."""
+
+
+@dataclass(frozen=True)
+class SnapshotPointer:
+    snapshot_id: str
+    message_count: int
+    created_at: float
+
+
+@dataclass
+class PacketInputs:
+    session_id: str
+    lineage: list[str] = field(default_factory=list)  # root first, ending with session_id
+    title: str | None = None
+    working_dir: str | None = None
+    git_branch: str | None = None
+    git_commit: str | None = None
+    todos: list[dict[str, Any]] = field(default_factory=list)
+    summary: str | None = None
+    last_user_request: str | None = None
+    open_questions: list[str] = field(default_factory=list)
+    snapshots: list[SnapshotPointer] = field(default_factory=list)
+    compressions: int = 0
+    reason: str = ""
+    note: str | None = None
+    created_at: float = 0.0
+
+
+# -- reading a transcript --------------------------------------------------------------
+def _is_todo_text(text: str) -> bool:
+    return text.lstrip().startswith(TODO_MARKER)
+
+
+def _is_seed_text(text: str) -> bool:
+    return text.lstrip().startswith(SEED_MARKER)
+
+
+def latest_summary(messages: list[Any]) -> str | None:
+    for m in reversed(messages):
+        text = message_text(m) if isinstance(m, dict) else None
+        if text and is_summary_message(m):
+            return summary_body(text) or None
+        if text and _is_seed_text(text):
+            # a child seeded by an earlier packet: its summary section is the latest summary
+            section = markdown_section(text, "Latest summary")
+            if section:
+                return section
+    return None
+
+
+def user_request_text(message: Any) -> str | None:
+    """What the person (or peer agent) wrote in a user turn, without a compaction
+    summary merged into it; ``None`` for summaries, todo snapshots and hand-off
+    seeds the host or the guard inserted."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return None
+    text = message_text(message) or ""
+    if _is_todo_text(text) or _is_seed_text(text):
+        return None
+    if not is_summary_message(message):
+        return text.strip() or None  # the person's words, even when they quote the summary prefix
+    return text_without_summary(text).strip() or None
+
+
+def last_user_request(messages: list[Any]) -> str | None:
+    for m in reversed(messages):
+        text = user_request_text(m)
+        if text:
+            return text
+    return None
+
+
+def todos_from_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """The todo list the host injected at the last compression (``- [>] 2. text (in_progress)``)."""
+    line = re.compile(r"^-\s*\[(?P<mark>.)\]\s*(?P<id>[^.\s]+)\.\s*(?P<content>.*?)(?:\s+\((?P<status>[a-z_]+)\))?$")
+    for m in reversed(messages):
+        text = message_text(m) if isinstance(m, dict) else None
+        if not text or not _is_todo_text(text):
+            continue
+        out = []
+        for raw in text.splitlines()[1:]:
+            found = line.match(raw.strip())
+            if found:
+                out.append({"id": found["id"], "content": found["content"], "status": found["status"] or "pending"})
+        return out
+    return []
+
+
+def markdown_section(text: str, heading_words: str) -> str | None:
+    """The body under the first ``#``-heading containing ``heading_words`` (case-insensitive)."""
+    lines = text.splitlines()
+    for i, raw in enumerate(lines):
+        stripped = raw.strip()
+        if stripped.startswith("#") and heading_words.lower() in stripped.lower():
+            level = len(stripped) - len(stripped.lstrip("#"))
+            body = []
+            for nxt in lines[i + 1:]:
+                s = nxt.strip()
+                if s.startswith("#") and len(s) - len(s.lstrip("#")) <= level:
+                    break
+                body.append(nxt)
+            return "\n".join(body).strip() or None
+    return None
+
+
+def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
+    """Items under the summary's open-ended headings (``Pending User Asks``,
+    ``Blocked``, ...) and questions the assistant asked in its last reply."""
+    found: list[str] = []
+    if summary:
+        for heading in _OPEN_HEADINGS:
+            section = markdown_section(summary, heading)
+            for raw in (section or "").splitlines():
+                item = raw.strip().lstrip("-*0123456789.) ").strip()
+                if item and item.lower() not in ("none", "none.", "n/a", "(none)", "nothing"):
+                    found.append(item)
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "assistant" and (message_text(m) or "").strip():
+            text = message_text(m) or ""
+            if is_summary_message(m):
+                break
+            for sentence in re.findall(r"[^.!?\n]*\?", text):
+                sentence = sentence.strip()
+                if len(sentence) > 3:
+                    found.append(sentence)  # clipped when rendered, after redaction
+            break
+    out: list[str] = []
+    for item in found:
+        if item not in out:
+            out.append(item)
+    return out[:MAX_QUESTIONS]
+
+
+# -- rendering -------------------------------------------------------------------------
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _clip_head(text: str, limit: int) -> str:
+    """The end of ``text`` (a question's end is its point)."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:].lstrip()
+
+
+def _quote(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
+
+
+def _ts(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | None = None) -> str:
+    """The packet as Markdown, redacted: every piece of conversation text (title, note,
+    request, todos, summary, questions) goes through :func:`redaction.redact` before it
+    is clipped, so a secret cut in half by a length limit is never left half-visible;
+    the whole packet then gets the guard's rules and the host's redaction once more."""
+
+    def clean(text: str) -> str:
+        return redact(text, host_redactor)
+
+    inputs = replace(
+        inputs,
+        title=clean(inputs.title) if inputs.title else inputs.title,
+        working_dir=clean(inputs.working_dir) if inputs.working_dir else inputs.working_dir,
+        note=clean(inputs.note) if inputs.note else inputs.note,
+        last_user_request=clean(inputs.last_user_request) if inputs.last_user_request else inputs.last_user_request,
+        summary=clean(inputs.summary) if inputs.summary else inputs.summary,
+        open_questions=[_clip_head(clean(q), MAX_QUESTION_CHARS) for q in inputs.open_questions],
+        todos=[{**item, "content": clean(str(item.get("content", "")))} for item in inputs.todos],
+    )
+    sid = inputs.session_id
+    lines = [PACKET_HEADING, ""]
+    lines.append(f"- Session: `{sid}`")
+    lineage = inputs.lineage or [sid]
+    if len(lineage) > 1:
+        lines.append("- Lineage: " + " → ".join(f"`{s}`" for s in lineage))
+    else:
+        lines.append("- Lineage: first session of its line")
+    if inputs.title:
+        lines.append(f"- Title: {inputs.title}")
+    if inputs.working_dir:
+        lines.append(f"- Working directory: `{inputs.working_dir}`")
+    if inputs.git_branch or inputs.git_commit:
+        git = f"branch `{inputs.git_branch}`" if inputs.git_branch else "detached"
+        if inputs.git_commit:
+            git += f" at `{inputs.git_commit}`"
+        lines.append(f"- Git: {git}")
+    lines.append(f"- Compressions of this session: {inputs.compressions}")
+    if inputs.reason:
+        lines.append(f"- Written: {_ts(inputs.created_at)} ({inputs.reason})")
+    if inputs.note:
+        lines += ["", "## Note", "", _clip(inputs.note, MAX_NOTE_CHARS)]
+    lines += ["", "## Last user request", ""]
+    lines.append(_quote(_clip(inputs.last_user_request, MAX_REQUEST_CHARS)) if inputs.last_user_request
+                 else "(none recorded)")
+    lines += ["", "## Todo list", ""]
+    if inputs.todos:
+        marks = {"completed": "x", "in_progress": ">", "pending": " ", "cancelled": "~"}
+        for item in inputs.todos:
+            status = str(item.get("status") or "pending")
+            lines.append(f"- [{marks.get(status, '?')}] {item.get('id', '?')}. {item.get('content', '')} ({status})")
+    else:
+        lines.append("(empty)")
+    lines += ["", "## Latest summary", ""]
+    lines.append(_clip(_demote_headings(inputs.summary), MAX_SUMMARY_CHARS) if inputs.summary
+                 else "(no compaction summary yet)")
+    lines += ["", "## Open questions", ""]
+    lines += [f"- {q}" for q in inputs.open_questions] or ["(none recorded)"]
+    lines += ["", "## Recall", ""]
+    if inputs.snapshots:
+        lines.append(f"Verbatim history of `{sid}` before each compression (read one with "
+                     f"`hermes-session-guard snapshots {sid} --show SNAPSHOT_ID`):")
+        shown = inputs.snapshots[-MAX_SNAPSHOTS:]
+        if len(inputs.snapshots) > len(shown):
+            lines.append(f"- … {len(inputs.snapshots) - len(shown)} older snapshot(s)")
+        for snap in shown:
+            lines.append(f"- `{snap.snapshot_id}` — {snap.message_count} messages, {_ts(snap.created_at)}")
+    else:
+        lines.append(f"No snapshots of `{sid}` yet.")
+    if len(lineage) > 1:
+        lines.append("Earlier sessions of this line: " + ", ".join(f"`{s}`" for s in lineage[:-1])
+                     + " (`hermes-session-guard snapshots SESSION_ID`).")
+    text = redact_guard_patterns("\n".join(lines).rstrip() + "\n")
+    if host_redactor is not None:
+        try:
+            text = host_redactor(text)
+        except Exception:
+            pass
+    return text
+
+
+_HEADING = re.compile(r"^(#{1,6})\s", re.M)
+
+
+def _demote_headings(text: str) -> str:
+    """The summary's top headings become ``###`` so they nest under the packet's
+    ``## Latest summary`` (deeper ones keep their relative depth)."""
+    levels = [len(m.group(1)) for m in _HEADING.finditer(text)]
+    if not levels:
+        return text.strip()
+    shift = 3 - min(levels)
+    return _HEADING.sub(lambda m: "#" * max(1, min(6, len(m.group(1)) + shift)) + " ", text.strip())
+
+
+def seed_message_text(packet: str, parent_session_id: str) -> str:
+    """The content of a child session's first message: the packet, marked as reference."""
+    return (
+        f"{SEED_MARKER} This conversation continues session `{parent_session_id}`, which was handed off "
+        "after repeated context compressions. The packet below is background reference written by the "
+        "session guard, not a new request; the latest user message after it is what to act on.\n\n" + packet
+    )
+
+
+# -- writing ---------------------------------------------------------------------------
+def artifact_dir(home: Path, configured: str) -> Path:
+    """``HERMES_HOME/<configured>``, refused (:class:`PathEscapeError`) unless it
+    resolves inside ``HERMES_HOME`` (symlinks included)."""
+    problem = relative_path_problem(configured)
+    if problem:
+        raise PathEscapeError(f"handoff.artifact_dir {configured!r} {problem}")
+    base = Path(home).resolve()
+    target = (base / configured).resolve()
+    if not _inside(target, base):
+        raise PathEscapeError(f"handoff.artifact_dir {configured!r} resolves to {target}, outside {base}")
+    return target
+
+
+def _inside(path: Path, base: Path) -> bool:
+    try:
+        path.relative_to(base)
+    except ValueError:
+        return False
+    return True
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def packet_filename(session_id: str, created_at: float, n: int = 1) -> str:
+    """``<session>.handoff.<UTC timestamp to the microsecond>.md``; like snapshot ids,
+    a numeric suffix (``-2``, ``-3`` ...) keeps names unique when runs share a timestamp."""
+    stamp = datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    safe = _UNSAFE.sub("_", session_id).strip("._") or "session"
+    return f"{safe[:80]}.handoff.{stamp}{'' if n <= 1 else f'-{n}'}.md"
+
+
+MAX_NAME_ATTEMPTS = 10_000
+_EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
+    """Create the first free packet name exclusively (``O_CREAT | O_EXCL``, mode 0600)
+    and return it. Anything already at a name (a packet of a concurrent run, a file,
+    a dangling symlink) makes it try the next suffix; a symlink is never followed."""
+    for n in range(1, MAX_NAME_ATTEMPTS + 1):
+        candidate = directory / packet_filename(session_id, created_at, n)
+        try:
+            fd = os.open(candidate, _EXCL_FLAGS, 0o600)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return candidate
+    raise FileExistsError(f"no free hand-off packet name for {session_id} in {directory}")
+
+
+def write_packet(home: Path, configured_dir: str, session_id: str, text: str, created_at: float) -> Path:
+    """Claim a unique name (:func:`_claim_name`), then write ``text`` atomically
+    over it (sibling temp file, fsync, ``os.replace``) with mode 0600 and return
+    the final path; concurrent runs never overwrite each other's packet. Directories
+    created on the way are 0700. On Windows ``chmod`` only toggles read-only; the
+    file then inherits the directory's ACL (``HERMES_HOME`` is the user's)."""
+    base = Path(home).resolve()
+    directory = artifact_dir(base, configured_dir)
+    make_private_dirs(directory)
+    directory = directory.resolve()
+    if not _inside(directory, base):
+        raise PathEscapeError(f"{directory} is outside {base}")
+    final = _claim_name(directory, session_id, created_at)
+    tmp = directory / f".{final.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, _EXCL_FLAGS, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        _best_effort_chmod(tmp, 0o600)
+        os.replace(tmp, final)
+    except BaseException:
+        for leftover in (tmp, final):  # the claimed name is released again
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+        raise
+    _best_effort_chmod(final, 0o600)
+    return final
+
+
+def _best_effort_chmod(path: Path, mode: int) -> None:
+    try:
+        os.chmod(path, mode)
+    except OSError:
+        pass
+
+
+def snapshot_pointers(infos: Iterable[Any]) -> list[SnapshotPointer]:
+    return [SnapshotPointer(i.snapshot_id, i.message_count, i.created_at) for i in infos]

@@ -1,0 +1,51 @@
+"""Built-in behaviour of the guard, registered as ordinary pluggy hook implementations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ..host_adapter import NATIVE_LOCK_TABLE
+from ..inbox.repository import INBOX_TABLE, UNDELIVERED
+from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
+from ..store import LOCK_TABLE
+from .specs import BufferTable, LockTable, hookimpl
+
+
+def snapshot_timestamp(created_at: float) -> str:
+    """UTC timestamp used in snapshot ids, e.g. ``20260528T161635.123456Z``."""
+    return datetime.fromtimestamp(created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+@hookimpl(trylast=True)
+def session_guard_snapshot_id(session_id: str, created_at: float) -> str:
+    return f"{session_id}.snapshot.{snapshot_timestamp(created_at)}"
+
+
+@hookimpl
+def session_guard_lock_tables() -> list[LockTable]:
+    """Hermes's native lock (0.16+; cleared through its own API) and the guard's own
+    lease table (cleared by the guard's SQL), in that order."""
+    return [
+        LockTable(kind=LOCK_NATIVE, table=NATIVE_LOCK_TABLE, owned_by_guard=False),
+        LockTable(kind=LOCK_GUARD, table=LOCK_TABLE, owned_by_guard=True),
+    ]
+
+
+@hookimpl
+def session_guard_buffer_tables() -> list[BufferTable]:
+    """The guard's inbox: messages that arrived while their session compressed and
+    whose turn has not finished yet (buffered, or handed to the gateway)."""
+    states = ", ".join(f"'{s}'" for s in UNDELIVERED)
+    return [BufferTable(table=INBOX_TABLE, session_column="session_id", pending_where=f"state IN ({states})")]
+
+
+@hookimpl
+def session_guard_after_compression(session_id: str, op_id: str, compressed: list[Any], agent: Any) -> None:
+    """Bounded hand-off to a fresh session after repeated compressions (``handoff:``)."""
+    from ..handoff.writer import after_compression
+    from ..runtime import current_runtime
+
+    runtime = current_runtime()
+    if runtime is not None and runtime.config.handoff.enabled:
+        after_compression(runtime, agent, session_id, op_id, compressed)

@@ -1,0 +1,357 @@
+"""Which of the guard's promises hold for the active context engine.
+
+The guard never takes Hermes's context-engine slot (only one engine can be
+registered, and users of engines such as hermes-lcm keep theirs). It wraps the
+compression entry point around whatever engine ``context.engine`` selected, and
+it reaches the engine itself in two places only:
+
+* ``engine.compress(messages, ...)``: a per-instance shim (see
+  :func:`hermes_session_guard.host_adapter.shim_engine`) sees the list the engine
+  got and the list it returned. From that difference (the head and the tail the
+  engine kept verbatim, matched by position) the guard knows which messages the
+  compaction produced, and tags, records and hides them. This needs a plain
+  method ``compress`` on the engine's class whose first parameter takes the message
+  list (:func:`compress_shape`); an engine without one is not wrapped, and the
+  promises that depend on the shim are reported as not holding.
+* ``engine.on_session_start(sid, boundary_reason="compression", old_session_id=sid)``
+  after a compaction: the same id, so an engine that keeps state per session id
+  keeps finding it.
+
+Everything else (id, snapshot, lock, buffering, recall) the guard does around the
+host's call, whatever the engine. :func:`assess` turns an engine into the list of
+promises with ``holds`` / ``partly`` / ``does not hold`` and a reason;
+``selftest`` prints it for the engine the home's config.yaml selects
+(:func:`report_for_home`, which loads the engine the way Hermes does in a
+subprocess). Nothing here imports Hermes at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("hermes_session_guard")
+
+BUILTIN_ENGINE = "compressor"
+HOLDS, PARTLY, NOT_HELD = "holds", "partly", "does not hold"
+MARKER = "SESSION_GUARD_ENGINE "
+
+#: Every promise of the contract, in the order selftest prints them.
+PROMISES: dict[str, str] = {
+    "id_stable": "session id unchanged across compression",
+    "snapshot": "pre-compression history kept verbatim as a snapshot",
+    "one_compression": "one compression per session",
+    "buffering": "messages arriving mid-compression buffered and delivered in order",
+    "engine_state": "engine's per-session state kept (boundary callback names the same id)",
+    "summaries_tagged": "summaries tagged is_compressed_summary and hidden",
+    "summary_failure": "a failed or empty summary is refused (conversation kept)",
+    "recall_line": "recall line ([Original context: ...]) inside the summary",
+    "recall": "recall over the snapshot (session_guard_recall)",
+}
+
+
+@dataclass(frozen=True)
+class Promise:
+    key: str
+    text: str
+    state: str
+    detail: str = ""
+
+
+@dataclass
+class EngineSupport:
+    name: str
+    engine_class: str
+    kind: str  # "built-in" | "built-in subclass" | "own"
+    wrappable: bool
+    reason: str = ""
+    promises: list[Promise] = field(default_factory=list)
+
+    @property
+    def all_hold(self) -> bool:
+        return all(p.state == HOLDS for p in self.promises)
+
+    def not_held(self) -> list[Promise]:
+        return [p for p in self.promises if p.state != HOLDS]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "all_hold": self.all_hold}
+
+
+def _builtin_class() -> type | None:
+    try:
+        from agent.context_compressor import ContextCompressor
+    except Exception:
+        return None
+    return ContextCompressor
+
+
+def builtin_family(engine: Any) -> bool:
+    """Hermes's own compressor or a subclass of it: its summaries carry Hermes's
+    summary prefix, and the host's failure attributes (``_last_summary_error``)."""
+    cls = _builtin_class()
+    return cls is not None and isinstance(engine, cls)
+
+
+def engine_kind(engine: Any) -> str:
+    cls = _builtin_class()
+    if cls is not None and type(engine) is cls:
+        return "built-in"
+    return "built-in subclass" if builtin_family(engine) else "own"
+
+
+def compress_shape(engine: Any) -> str | None:
+    """``None`` when the guard can wrap ``engine.compress``; otherwise why not.
+
+    Wrappable: a plain (not async) function ``compress`` on the engine's class whose
+    first parameter after ``self`` takes the message list positionally, as every
+    release's ``ContextEngine.compress(messages, current_tokens=None, ...)`` defines."""
+    fn = getattr(type(engine), "compress", None)
+    if fn is None or not callable(fn):
+        return "the engine's class has no compress method"
+    if not inspect.isfunction(fn):
+        return f"compress is a {type(fn).__name__}, not a plain method"
+    if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn):
+        return "compress is async or a generator; Hermes calls it synchronously"
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError) as exc:
+        return f"compress has no readable signature ({exc})"
+    if not params:
+        return "compress takes no message list"
+    first = params[0]
+    if first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD, first.VAR_POSITIONAL):
+        return f"compress's first parameter {first.name!r} is keyword-only; Hermes passes the messages positionally"
+    own = vars(engine).get("compress") if hasattr(engine, "__dict__") else None
+    if own is not None and not getattr(own, "__session_guard_shim__", False):
+        return "compress is replaced on the engine instance by something else"
+    return None
+
+
+def produced_positions(before: list[Any], after: list[Any]) -> list[int]:
+    """Positions in ``after`` (an engine's output for ``before``) of the messages the
+    compaction produced: everything between the head and the tail it kept verbatim
+    (matched by position and content, never by what the text says). Tool results and
+    tool-call turns are the engine's bookkeeping, never a summary."""
+    from ..store import message_text
+
+    def same(a: Any, b: Any) -> bool:
+        return (isinstance(a, dict) and isinstance(b, dict) and a.get("role") == b.get("role")
+                and message_text(a) == message_text(b))
+
+    n, m = len(before), len(after)
+    head = 0
+    while head < min(n, m) and same(before[head], after[head]):
+        head += 1
+    tail = 0
+    while tail < n - head and tail < m - head and same(before[n - 1 - tail], after[m - 1 - tail]):
+        tail += 1
+    return [
+        i for i in range(head, m - tail)
+        if isinstance(after[i], dict) and after[i].get("role") in ("user", "assistant")
+        and not after[i].get("tool_calls")
+    ]
+
+
+def empty_summary(engine: Any, before: list[Any], after: list[Any]) -> str | None:
+    """For an engine outside Hermes's compressor family: the reason to refuse its
+    result when every message it produced is empty (it dropped turns and said nothing)."""
+    from ..store import message_text
+
+    if builtin_family(engine) or not isinstance(after, list) or len(after) >= len(before):
+        return None
+    made = produced_positions(before, after)
+    if made and all(not (message_text(after[i]) or "").strip() for i in made):
+        return f"the context engine {engine_name(engine)!r} returned an empty summary"
+    return None
+
+
+def engine_name(engine: Any) -> str:
+    try:
+        return str(engine.name)
+    except Exception:
+        return type(engine).__name__
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def refuse_shim(engine: Any, reason: str) -> None:
+    """Say once per engine class which promises do not hold because its compress
+    cannot be wrapped."""
+    key = (type(engine).__qualname__, reason)
+    if key in _warned:
+        return
+    _warned.add(key)
+    lost = ", ".join(PROMISES[k] for k in ("summaries_tagged", "summary_failure", "recall_line"))
+    log.warning(
+        "session guard: context engine %r (%s): %s; its compress is not wrapped. Still held: id, snapshot, one "
+        "compression per session, buffering, engine state, recall. NOT held: %s. Run `hermes-session-guard "
+        "selftest`.", engine_name(engine), type(engine).__qualname__, reason, lost,
+    )
+
+
+def assess(engine: Any, host_version: Any = None, *, compression_patched: bool = True,
+           name: str | None = None, handoff: bool = False) -> EngineSupport:
+    """The promises for ``engine`` (``None``: Hermes's built-in compressor). ``handoff``:
+    the home enables ``session_guard.handoff`` (an explicit move to a new session id)."""
+    if engine is None:
+        support = EngineSupport(name or BUILTIN_ENGINE, "ContextCompressor", "built-in", True)
+    else:
+        reason = compress_shape(engine)
+        support = EngineSupport(name or engine_name(engine), type(engine).__qualname__, engine_kind(engine),
+                                reason is None, reason or "")
+    states: dict[str, tuple[str, str]] = {k: (HOLDS, "") for k in PROMISES}
+    states["engine_state"] = (HOLDS, "the guard announces the boundary with the same session id")
+    if support.kind == "own":
+        states["summaries_tagged"] = (HOLDS, "recognised by position: the messages between the head and tail the "
+                                             "engine kept verbatim")
+        states["summary_failure"] = (PARTLY, "an engine exception or an empty summary is refused; a wrong but "
+                                             "non-empty summary cannot be told apart")
+        states["recall_line"] = (NOT_HELD, "the engine writes its own summary format without Hermes's summary "
+                                           "prefix; the system prompt's recall rule tells the model instead")
+    if handoff and support.kind != "built-in":
+        states["engine_state"] = (PARTLY, "held across compressions; session_guard.handoff is enabled, and a hand-off "
+                                          "moves the conversation to a new id: the engine gets on_session_start(new, "
+                                          "boundary_reason='handoff', old_session_id=old) and must carry its state "
+                                          "over itself")
+    if not support.wrappable:
+        for key in ("summaries_tagged", "summary_failure", "recall_line"):
+            states[key] = (NOT_HELD, f"compress not wrapped: {support.reason}")
+    if not compression_patched:
+        states = {k: (NOT_HELD, "the compression seam is not patched on this Hermes (see Seams)") for k in PROMISES}
+    support.promises = [Promise(k, PROMISES[k], *states[k]) for k in PROMISES]
+    return support
+
+
+# -- the engine a home selects --------------------------------------------------------
+
+
+def configured_engine(home: Path) -> str:
+    """``context.engine`` of ``home``/config.yaml (``compressor`` when unset)."""
+    import yaml
+
+    path = Path(home) / "config.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    ctx = data.get("context") if isinstance(data, dict) else None
+    name = ctx.get("engine") if isinstance(ctx, dict) else None
+    return str(name or BUILTIN_ENGINE)
+
+
+def handoff_enabled(home: Path) -> bool:
+    """``session_guard.handoff.enabled`` in ``home``/config.yaml (off by default)."""
+    import yaml
+
+    path = Path(home) / "config.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    guard = data.get("session_guard") if isinstance(data, dict) else None
+    handoff = guard.get("handoff") if isinstance(guard, dict) else None
+    return isinstance(handoff, dict) and handoff.get("enabled") is True
+
+
+def load_engine(name: str) -> tuple[Any, str]:
+    """The engine Hermes would select for ``name`` in this process's HERMES_HOME, the
+    way ``AIAgent`` does (a repo-shipped ``plugins/context_engine/<name>``, then a
+    plugin's ``register_context_engine``), or ``(None, why)``. Runs plugin discovery."""
+    try:
+        from plugins.context_engine import load_context_engine
+
+        engine = load_context_engine(name)
+        if engine is not None:
+            return engine, "plugins/context_engine"
+    except Exception as exc:
+        log.debug("session guard: plugins.context_engine could not load %s: %s", name, exc)
+    from hermes_cli.plugins import discover_plugins, get_plugin_context_engine
+
+    discover_plugins()
+    engine = get_plugin_context_engine()
+    if engine is None:
+        return None, "no plugin registered a context engine (is the plugin listed in plugins.enabled?)"
+    if engine_name(engine) != name:
+        return None, f"the registered context engine is {engine_name(engine)!r}, not {name!r}"
+    return engine, "plugin"
+
+
+def inspect_home(home: Path) -> dict[str, Any]:
+    """In a process whose HERMES_HOME is ``home``: the configured engine and its promises."""
+    name = configured_engine(home)
+    from ..hostinfo import installed_version, parse_version
+
+    raw = installed_version()
+    version = parse_version(raw) if raw else None
+    if name == BUILTIN_ENGINE:
+        return {"configured": name, "found": True, **assess(None, version).as_dict()}
+    engine, source = load_engine(name)
+    handoff = handoff_enabled(home)
+    if engine is None:
+        support = assess(None, version, name=BUILTIN_ENGINE).as_dict()
+        return {"configured": name, "found": False,
+                "detail": f"{source}; Hermes falls back to its built-in compressor", **support}
+    return {"configured": name, "found": True, "source": source,
+            **assess(engine, version, name=name, handoff=handoff).as_dict()}
+
+
+def report_for_home(home: Path, timeout: float = 60.0) -> dict[str, Any]:
+    """:func:`inspect_home` in a subprocess (plugin discovery imports the home's plugins)."""
+    name = configured_engine(home)
+    if name == BUILTIN_ENGINE:
+        return {"configured": name, "found": True, **assess(None).as_dict()}
+    env = dict(os.environ, HERMES_HOME=str(home))
+    env.pop("HERMES_SESSION_ID", None)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hermes_session_guard.host.engines", str(home)], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"configured": name, "found": False, "error": f"loading the engine timed out after {timeout:.0f}s"}
+    for line in proc.stdout.splitlines():
+        if MARKER in line:
+            found: dict[str, Any] = json.loads(line.split(MARKER, 1)[1])
+            return found
+    return {"configured": name, "found": False, "error": "could not load the engine: " + proc.stderr[-2000:]}
+
+
+def print_report(report: dict[str, Any], emit: Callable[[str], None] = print) -> None:
+    name = report.get("configured") or BUILTIN_ENGINE
+    if report.get("builtin"):
+        emit(f"Context engine {name!r} (Hermes's built-in): the live probe above checks the contract with it")
+        return
+    if report.get("error"):
+        emit(f"Context engine {name!r}: UNKNOWN ({report['error']}); the promises below cannot be confirmed")
+        return
+    where = f" (class {report.get('engine_class')}, {report.get('kind')})" if report.get("found") else ""
+    emit(f"Context engine {name!r}{where}:" + ("" if report.get("found") else f" NOT FOUND - {report.get('detail')}"))
+    if name != BUILTIN_ENGINE:
+        emit("  (the live probe above runs Hermes's built-in compressor; below, what holds with this engine, "
+             "from its shape)")
+    if report.get("reason"):
+        emit(f"  compress not wrapped: {report['reason']}")
+    for p in report.get("promises", []):
+        detail = f"  ({p['detail']})" if p.get("detail") and p["state"] != HOLDS else ""
+        emit(f"  [{p['state'].upper()}] {p['text']}{detail}")
+    if not report.get("all_hold", True):
+        emit("  Not every promise holds with this engine (see above).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hermes_session_guard.host.engines")
+    parser.add_argument("home")
+    args = parser.parse_args(argv)
+    try:
+        out = inspect_home(Path(args.home))
+    except Exception as exc:
+        out = {"configured": "?", "found": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(MARKER + json.dumps(out, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Who may run now: one compression per session, turn order, repair exclusivity, lock-holder liveness, presence."""

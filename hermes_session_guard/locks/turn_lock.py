@@ -1,0 +1,323 @@
+"""One turn per session at a time, in arrival order, across threads and processes.
+
+A *turn* is one ``AIAgent.run_conversation`` on a session that has a SessionDB
+(every entry point: CLI, platform gateway, API server, TUI, ACP, cron). Turns of
+one session are taken in two steps, both inside one wait budget
+(``session_guard.turns.wait_seconds``):
+
+1. the in-process queue: a ticket per turn, appended on arrival; only the ticket at
+   the head of its session's queue may go on, so threads of one process run their
+   turns in the order they arrived (FIFO, not whoever wakes first);
+2. the cross-process lease: a row of ``session_guard_turn_locks`` (expiry
+   ``session_guard.turns.lease_seconds``, refreshed while held), so a CLI and an API
+   server on one ``HERMES_HOME`` take turns too. Across processes the order is
+   "one at a time", not strict arrival order.
+
+A compression runs *inside* a turn and takes its own lock (:mod:`.session_lock`,
+another table), so the two never wait on each other. A turn that cannot get in
+within the budget raises :class:`TurnBusy` before anything is written.
+
+The API server reserves a turn before its handler runs (the wait happens on the
+event loop, a refusal can still be an HTTP status); the ``run_conversation`` that
+handler starts *claims* that reservation instead of queueing behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..store import GuardStore
+from .session_lock import LockBusy, LockUnavailable, SessionLocks
+
+log = logging.getLogger("hermes_session_guard")
+
+TURN_TABLE = "session_guard_turn_locks"
+_TURN_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TURN_TABLE} (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+)"""
+
+
+class TurnBusy(RuntimeError):
+    """A turn waited the whole budget for the turns before it (nothing was written)."""
+
+    def __init__(self, session_id: str, waited: float, retry_after: int, scope: str) -> None:
+        self.session_id = session_id
+        self.waited = waited
+        self.retry_after = retry_after
+        self.scope = scope
+        super().__init__(
+            f"session {session_id} is busy: an earlier turn or a compression of it is still running "
+            f"after {waited:.0f}s (session_guard.turns.wait_seconds); nothing was written, "
+            f"retry in {retry_after}s"
+        )
+
+
+class TurnLeases:
+    """Turn leases in the guard's own ``session_guard_turn_locks`` table (created on first use)."""
+
+    name = "turn"
+
+    def __init__(self, store: GuardStore) -> None:
+        self.store = store
+        self._ready = False
+
+    def _ensure(self) -> None:
+        if not self._ready:
+            with self.store.transaction() as conn:
+                conn.execute(_TURN_SCHEMA)
+            self._ready = True
+
+    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        self._ensure()
+        now = time.time()
+        with self.store.transaction() as conn:
+            conn.execute(f"DELETE FROM {TURN_TABLE} WHERE session_id = ? AND expires_at < ?", (session_id, now))
+            conn.execute(
+                f"INSERT OR IGNORE INTO {TURN_TABLE}(session_id, holder, acquired_at, expires_at) VALUES (?,?,?,?)",
+                (session_id, holder, now, now + ttl_seconds),
+            )
+            row = conn.execute(f"SELECT holder FROM {TURN_TABLE} WHERE session_id = ?", (session_id,)).fetchone()
+        return row is not None and row[0] == holder
+
+    def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        self._ensure()
+        now = time.time()
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                f"UPDATE {TURN_TABLE} SET expires_at = ? WHERE session_id = ? AND holder = ? AND expires_at >= ?",
+                (now + ttl_seconds, session_id, holder, now),
+            )
+        return cur.rowcount > 0
+
+    def release(self, session_id: str, holder: str) -> None:
+        self._ensure()
+        with self.store.transaction() as conn:
+            conn.execute(f"DELETE FROM {TURN_TABLE} WHERE session_id = ? AND holder = ?", (session_id, holder))
+
+    def holder(self, session_id: str) -> str | None:
+        self._ensure()
+        with self.store.reading() as conn:
+            row = conn.execute(
+                f"SELECT holder FROM {TURN_TABLE} WHERE session_id = ? AND expires_at >= ?", (session_id, time.time())
+            ).fetchone()
+        return row[0] if row else None
+
+
+@dataclass(eq=False)
+class TurnTicket:
+    """One turn's place in its session's queue; holds the turn once ``grant`` is set."""
+
+    session_id: str
+    arrived: float
+    grant: Any = None  # a LockGrant, or _PROCESS_ONLY without a lease table
+    waited: float = 0.0
+    queued_behind: int = 0  # turns ahead of it on arrival (this process)
+    owner_thread: int | None = None
+    delegated: bool = False  # reserved by an HTTP handler for the run_conversation it starts
+    claimed: bool = False
+    refs: int = 0
+    done: bool = False
+    wake: Callable[[], None] | None = None  # an event-loop waiter's wake-up (called when it reaches the head)
+
+    @property
+    def held(self) -> bool:
+        return self.grant is not None and not self.done
+
+
+@dataclass
+class _Session:
+    queue: deque[TurnTicket] = field(default_factory=deque)
+
+
+class TurnLocks:
+    """The turn queues of one state.db in this process."""
+
+    def __init__(self, leases: TurnLeases | None, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._leases = leases
+        self._monotonic = monotonic
+        self._cond = threading.Condition(threading.Lock())
+        self._sessions: dict[str, _Session] = {}
+        self._locks = SessionLocks()
+
+    # -- queueing --------------------------------------------------------------------
+    def enqueue(self, session_id: str) -> TurnTicket:
+        with self._cond:
+            s = self._sessions.setdefault(session_id, _Session())
+            ticket = TurnTicket(session_id, self._monotonic(), queued_behind=len(s.queue))
+            s.queue.append(ticket)
+            return ticket
+
+    def held_by_thread(self, session_id: str) -> TurnTicket | None:
+        """The ticket this thread already holds on ``session_id`` (a nested turn)."""
+        me = threading.get_ident()
+        with self._cond:
+            s = self._sessions.get(session_id)
+            if s and s.queue and s.queue[0].held and s.queue[0].owner_thread == me:
+                return s.queue[0]
+        return None
+
+    def claim_delegated(self, session_id: str) -> TurnTicket | None:
+        """The held, not yet claimed reservation of an HTTP handler on ``session_id``."""
+        with self._cond:
+            s = self._sessions.get(session_id)
+            if s and s.queue:
+                head = s.queue[0]
+                if head.held and head.delegated and not head.claimed:
+                    head.claimed = True
+                    head.refs += 1
+                    head.owner_thread = threading.get_ident()
+                    return head
+        return None
+
+    def _at_head(self, ticket: TurnTicket) -> bool:
+        s = self._sessions.get(ticket.session_id)
+        return bool(s and s.queue and s.queue[0] is ticket)
+
+    def _leave(self, ticket: TurnTicket) -> None:
+        with self._cond:
+            ticket.done = True
+            s = self._sessions.get(ticket.session_id)
+            if s is not None:
+                try:
+                    s.queue.remove(ticket)
+                except ValueError:
+                    pass
+                if not s.queue:
+                    del self._sessions[ticket.session_id]
+                elif s.queue[0].wake is not None:
+                    s.queue[0].wake()
+            self._cond.notify_all()
+
+    def _lease(self, ticket: TurnTicket, remaining: float, lease_seconds: float, retry: int) -> None:
+        """At the head of the in-process queue: take the cross-process lease (or raise)."""
+        if self._leases is None:
+            return
+        try:
+            got = self._locks.acquire(ticket.session_id, f"turn-{uuid.uuid4().hex[:8]}",
+                                      wait_seconds=remaining, lease_seconds=lease_seconds, lease=self._leases)
+        except LockUnavailable:
+            self._leave(ticket)
+            raise
+        if isinstance(got, LockBusy):
+            self._leave(ticket)
+            raise TurnBusy(ticket.session_id, self._monotonic() - ticket.arrived, retry, got.scope)
+        ticket.grant = got
+
+    def _granted(self, ticket: TurnTicket) -> TurnTicket:
+        if ticket.grant is None:  # no lease table: the in-process queue alone
+            ticket.grant = _PROCESS_ONLY
+        ticket.waited = self._monotonic() - ticket.arrived
+        ticket.refs += 1
+        return ticket
+
+    def wait(self, ticket: TurnTicket, wait_seconds: float, lease_seconds: float, retry: int) -> TurnTicket:
+        """Block this thread until ``ticket`` holds its session's turn."""
+        deadline = ticket.arrived + max(0.0, wait_seconds)
+        with self._cond:
+            while not self._at_head(ticket):
+                remaining = deadline - self._monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            at_head = self._at_head(ticket)
+        if not at_head:
+            self._leave(ticket)
+            raise TurnBusy(ticket.session_id, self._monotonic() - ticket.arrived, retry, "process")
+        self._lease(ticket, max(0.0, deadline - self._monotonic()), lease_seconds, retry)
+        ticket.owner_thread = threading.get_ident()
+        return self._granted(ticket)
+
+    async def wait_async(self, ticket: TurnTicket, wait_seconds: float, lease_seconds: float,
+                         retry: int) -> TurnTicket:
+        """Wait on the event loop (no worker thread per waiter) until ``ticket`` holds the turn."""
+        deadline = ticket.arrived + max(0.0, wait_seconds)
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(woken.set)
+
+        try:
+            while True:
+                with self._cond:
+                    if self._at_head(ticket):
+                        ticket.wake = None
+                        break
+                    ticket.wake = wake
+                remaining = deadline - self._monotonic()
+                if remaining <= 0:
+                    self._leave(ticket)
+                    raise TurnBusy(ticket.session_id, self._monotonic() - ticket.arrived, retry, "process")
+                try:  # woken when the turn before it ends; polled now and then all the same
+                    await asyncio.wait_for(woken.wait(), timeout=min(remaining, 0.5))
+                except TimeoutError:
+                    pass
+                woken.clear()
+            await asyncio.to_thread(self._lease, ticket, max(0.0, deadline - self._monotonic()), lease_seconds,
+                                    retry)
+        except asyncio.CancelledError:
+            self._leave(ticket)
+            if ticket.grant is not None and ticket.grant is not _PROCESS_ONLY:
+                ticket.grant.release()
+            raise
+        ticket.delegated = True
+        return self._granted(ticket)
+
+    def release(self, ticket: TurnTicket) -> None:
+        """Drop one reference; the last one gives the turn to the next ticket."""
+        with self._cond:
+            ticket.refs -= 1
+            if ticket.refs > 0 or ticket.done:
+                return
+        grant = ticket.grant
+        if grant is not None and grant is not _PROCESS_ONLY:
+            grant.release()
+        self._leave(ticket)
+
+    def cancel(self, ticket: TurnTicket) -> None:
+        """A reservation that was never granted (its request failed before waiting)."""
+        if ticket.grant is None:
+            self._leave(ticket)
+
+    def queued(self, session_id: str) -> int:
+        with self._cond:
+            s = self._sessions.get(session_id)
+            return len(s.queue) if s else 0
+
+    def close(self) -> None:
+        self._locks.close()
+
+
+_PROCESS_ONLY: Any = object()  # marker: held without a lease table
+
+_registry: dict[Path, TurnLocks] = {}
+_registry_lock = threading.Lock()
+
+
+def turn_locks_for(db_path: Path, store: GuardStore | None) -> TurnLocks:
+    """The process's turn queues for one state.db (one per database per process)."""
+    key = Path(db_path).resolve()
+    with _registry_lock:
+        locks = _registry.get(key)
+        if locks is None:
+            locks = _registry[key] = TurnLocks(TurnLeases(store) if store is not None else None)
+        return locks
+
+
+def retry_after(wait_seconds: float) -> int:
+    """The ``Retry-After`` a refused turn is given: a quarter of the wait, 1-30 s."""
+    return max(1, min(30, math.ceil(wait_seconds / 4)))

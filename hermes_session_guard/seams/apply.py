@@ -1,0 +1,430 @@
+"""Apply and remove the seam table's patches: idempotent ``install`` / ``uninstall``.
+
+Which row a seam gets: on a release the seam table covers, the row for that
+release; on a newer release (or one between rows) the newest row whose target
+exists with the declared leading parameters and whose ``requires`` names exist
+("verified by signature"); on an older release, none. Every row is verified
+before it is applied, on any release.
+
+A row is patched as soon as its module is fully imported. Two cases wait:
+
+* the module is *being* imported when the guard installs (Hermes discovers plugins
+  while ``run_agent`` imports ``model_tools``, so ``run_agent`` is still half built):
+  the row is ``pending`` and is patched as soon as the import finishes (checked on
+  every later import through a no-op ``sys.meta_path`` finder, and every few
+  milliseconds by a short-lived watcher thread, for a caller that uses the module
+  before importing anything else);
+* the row is ``lazy`` (display modules such as ``cli`` or ``tui_gateway.server``
+  that the guard must never import itself): it is patched by a post-import hook
+  when Hermes imports the module, and stays ``pending`` in processes that never do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import wrapt
+
+from ..config import GuardConfig
+from ..host_adapter import close_readers, unshim_adapters, unshim_engines
+from ..hostinfo import installed_version, parse_version
+from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
+from .table import (
+    TESTED_RELEASES,
+    SeamRow,
+    fallback_rows,
+    host_in_table,
+    oldest_supported,
+    seam_names,
+    select_row,
+    version_text,
+)
+
+log = logging.getLogger("hermes_session_guard")
+
+
+@dataclass
+class _Applied:
+    row: SeamRow
+    parent: Any
+    name: str
+    original: Any
+
+
+@dataclass
+class _Candidates:
+    """The rows a pending seam may get, best first: one row on a tested release,
+    the fallback order on a release outside the table."""
+
+    rows: list[SeamRow]
+    by_signature: bool
+
+    @property
+    def modules(self) -> list[str]:
+        return list(dict.fromkeys(row.module for row in self.rows))
+
+    @property
+    def first(self) -> SeamRow:
+        return self.rows[0]
+
+
+_lock = threading.RLock()
+_applied: dict[str, _Applied] = {}
+_pending: dict[str, _Candidates] = {}
+_imported: set[str] = set()  # modules a post-import hook saw complete (still flagged as importing)
+_generation = 0
+_busy = threading.local()
+_reported: set[str] = set()
+
+
+def _resolve(module_name: str, attribute: str) -> tuple[Any, str, Any]:
+    parent: Any = importlib.import_module(module_name)
+    path = attribute.split(".")
+    for part in path[:-1]:
+        parent = getattr(parent, part)
+    return parent, path[-1], getattr(parent, path[-1])
+
+
+def _signature_matches(func: Any, params: tuple[str, ...]) -> bool:
+    try:
+        names = list(inspect.signature(inspect.unwrap(func)).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[: len(params)] == list(params)
+
+
+def module_state(name: str) -> str:
+    """``ready`` (fully imported), ``importing`` (half built, in ``sys.modules``) or ``absent``."""
+    module = sys.modules.get(name)
+    if module is None:
+        return "absent"
+    spec = getattr(module, "__spec__", None)
+    return "importing" if spec is not None and getattr(spec, "_initializing", False) else "ready"
+
+
+def _ready(module: str) -> bool:
+    return module in _imported or module_state(module) == "ready"
+
+
+def verify_row(row: SeamRow) -> str | None:
+    """``None`` when the installed host has what the row relies on: its target with
+    the declared leading parameters (rows that wrap something) and every name in
+    ``requires``; else why not. Imports the target's module (callers do not call it
+    for a lazy row whose module Hermes has not imported)."""
+    if row.wrapper is not None:
+        try:
+            _, _, current = _resolve(row.module, row.attribute)
+        except (ImportError, AttributeError) as exc:
+            return f"target {row.target} not found ({exc})"
+        if not _signature_matches(current, row.params):
+            return f"{row.target} signature differs from the declared ({', '.join(row.params)}, ...)"
+    for name in row.requires:
+        module_name, _, attribute = name.partition(":")
+        try:
+            _resolve(module_name, attribute)
+        except (ImportError, AttributeError):
+            return f"required host name {name} not found"
+    return None
+
+
+def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
+    problem = verify_row(row)
+    if problem is not None:
+        return SeamStatus(row.seam, row.target, "skipped", problem, row.failure_policy, row.range_text)
+    runtime.behaviour[row.seam] = dict(row.behaviour)
+    if row.wrapper is None:
+        # The host already does what this seam would add; the row's note says how.
+        return SeamStatus(row.seam, row.target, "not-needed", reason, "", row.range_text)
+    parent, name, current = _resolve(row.module, row.attribute)
+    original = parent.__dict__.get(name, current) if isinstance(parent, type) else current
+    wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
+    _applied[row.seam] = _Applied(row, parent, name, original)
+    return SeamStatus(row.seam, row.target, "patched", reason, row.failure_policy, row.range_text)
+
+
+def _signature_reason(runtime: Runtime, row: SeamRow) -> str:
+    return (f"Hermes {runtime.host_version} is not in the seam table; target verified by signature, "
+            f"using the row for {row.range_text}")
+
+
+def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
+    """Apply the row for a seam: the single row of a tested release, or the newest
+    candidate that verifies (skipping lazy rows whose module Hermes has not imported)."""
+    if not candidates.by_signature:
+        row = candidates.first
+        return _apply(row, runtime, row.note)
+    tried: list[str] = []
+    for row in candidates.rows:
+        if row.lazy and row.wrapper is not None and not _ready(row.module):
+            tried.append(f"row {row.range_text}: {row.module} not imported by Hermes")
+            continue
+        problem = verify_row(row)
+        if problem is None:
+            return _apply(row, runtime, _signature_reason(runtime, row))
+        tried.append(f"row {row.range_text}: {problem}")
+    seam = candidates.first.seam
+    return SeamStatus(seam, "-", "skipped",
+                      f"Hermes {runtime.host_version} is not in the seam table and no row's target verifies "
+                      f"({'; '.join(tried)}); not patched", "")
+
+
+def _apply_logged(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
+    row = candidates.first
+    try:
+        status = _apply_candidates(candidates, runtime)
+    except Exception as exc:
+        status = SeamStatus(row.seam, row.target, "failed", f"{type(exc).__name__}: {exc}", row.failure_policy)
+    if status.state not in ("patched", "not-needed") and not candidates.by_signature:
+        log.warning("session guard: seam %s %s: %s", status.name, status.state, status.reason)
+    return status
+
+
+def _set_status(runtime: Runtime, status: SeamStatus) -> None:
+    for i, existing in enumerate(runtime.seams):
+        if existing.name == status.name:
+            runtime.seams[i] = status
+            break
+    else:
+        runtime.seams.append(status)
+    if runtime.host_version is not None and not runtime.host_in_table:
+        runtime.compat_note = _untested_note(runtime.host_version, runtime.seams)
+
+
+def _pending_status(row: SeamRow, why: str) -> SeamStatus:
+    return SeamStatus(row.seam, row.target, "pending", why, row.failure_policy)
+
+
+def apply_pending() -> None:
+    """Patch every pending seam whose module is now fully imported. Never blocks:
+    it runs inside the import machinery, so it gives up if another thread holds the lock."""
+    if not _pending or getattr(_busy, "active", False):
+        return
+    if not _lock.acquire(blocking=False):
+        return
+    _busy.active = True
+    try:
+        runtime = current_runtime()
+        while runtime is not None:
+            ready = [(seam, c) for seam, c in _pending.items() if any(_ready(m) for m in c.modules)]
+            if not ready:
+                break
+            for seam, candidates in ready:
+                del _pending[seam]
+                status = _apply_logged(candidates, runtime)
+                _set_status(runtime, status)
+                if candidates.by_signature and status.state not in ("patched", "not-needed"):
+                    _report_untested(runtime)
+        if not _half_built_pending():
+            _remove_finder()  # what is left waits for a post-import hook
+    finally:
+        _busy.active = False
+        _lock.release()
+
+
+class _PendingSeamFinder:
+    """A ``sys.meta_path`` entry that finds nothing; each import lookup gives the
+    guard a chance to patch rows whose module has finished importing since."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        apply_pending()
+        return None
+
+
+_finder = _PendingSeamFinder()
+_WATCH_INTERVAL = 0.002
+_WATCH_LIMIT = 300.0
+
+
+def _half_built_pending() -> bool:
+    return any(m in sys.modules for c in _pending.values() for m in c.modules)
+
+
+def _watch(generation: int) -> None:
+    deadline = time.monotonic() + _WATCH_LIMIT
+    while generation == _generation and _half_built_pending() and time.monotonic() < deadline:
+        time.sleep(_WATCH_INTERVAL)
+        apply_pending()
+
+
+def _start_watcher() -> None:
+    threading.Thread(target=_watch, args=(_generation,), name="session-guard-seams", daemon=True).start()
+
+
+def _add_finder() -> None:
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)  # first, or the path finder answers before it is asked
+
+
+def _remove_finder() -> None:
+    try:
+        sys.meta_path.remove(_finder)
+    except ValueError:
+        pass
+
+
+def _when_imported(seam: str, module_name: str, generation: int) -> Any:
+    def hook(module: Any) -> None:
+        if generation != _generation or seam not in _pending:
+            return
+        _imported.add(getattr(module, "__name__", module_name))
+        _add_finder()  # in case the lock is busy right now
+        apply_pending()
+
+    return hook
+
+
+def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus:
+    """Apply now, or wait for Hermes to (finish) import(ing) the module."""
+    if isinstance(candidates, SeamRow):
+        candidates = _Candidates([candidates], by_signature=False)
+    row = candidates.first
+    seam = row.seam
+    wraps = [r for r in candidates.rows if r.wrapper is not None]
+    if not wraps:
+        return _apply_logged(candidates, runtime)
+    states = {m: module_state(m) for m in candidates.modules}
+    if all(r.lazy for r in wraps) and all(s == "absent" for s in states.values()):
+        _pending[seam] = candidates
+        for module_name in candidates.modules:
+            wrapt.register_post_import_hook(_when_imported(seam, module_name, _generation), module_name)
+        if seam in _pending:
+            return _pending_status(row, f"patched when Hermes imports {' or '.join(candidates.modules)}")
+        return next(s for s in runtime.seams if s.name == seam)
+    for module_name, state in states.items():
+        if state == "absent" and not all(r.lazy for r in wraps if r.module == module_name):
+            try:
+                importlib.import_module(module_name)
+            except Exception:
+                continue  # verification says why, for the rows that needed it
+            states[module_name] = module_state(module_name)
+    if any(state == "importing" for state in states.values()):
+        first = not _half_built_pending()
+        _pending[seam] = candidates
+        _add_finder()
+        if first:
+            _start_watcher()
+        return _pending_status(row, f"patched once {' or '.join(candidates.modules)} finishes importing")
+    return _apply_logged(candidates, runtime)
+
+
+def _candidates_for(seam: str, runtime: Runtime) -> _Candidates | SeamStatus:
+    host_version = runtime.host_version
+    if host_version is None:
+        return SeamStatus(seam, "-", "skipped", "hermes-agent is not installed", "")
+    parsed = parse_version(host_version)
+    row = select_row(seam, parsed)
+    if row is not None:
+        return _Candidates([row], by_signature=False)
+    if runtime.host_in_table:
+        return SeamStatus(seam, "-", "skipped", f"the seam table has no {seam} row for Hermes {host_version}", "")
+    oldest = oldest_supported(seam)
+    if oldest is not None and parsed < oldest:
+        return SeamStatus(seam, "-", "skipped",
+                          f"Hermes {host_version} is older than the oldest supported release "
+                          f"{version_text(oldest)}; not patched", "")
+    return _Candidates(fallback_rows(seam), by_signature=True)
+
+
+def _report_untested(runtime: Runtime) -> None:
+    """One warning line per process and outcome for a release outside the table."""
+    key = f"{runtime.host_version}|" + "|".join(f"{s.name}={s.state}" for s in runtime.seams)
+    if key in _reported:
+        return
+    _reported.add(key)
+    log.warning("session guard: %s", runtime.compat_note)
+
+
+def install(config: GuardConfig | None = None, *, version: str | None = None) -> Runtime:
+    """Patch every seam the installed Hermes supports. Calling it again only
+    updates the configuration; seams are never wrapped twice. ``version``
+    overrides the installed version (tests; embedders that vendor Hermes)."""
+    with _lock:
+        config = config or GuardConfig()
+        current = current_runtime()
+        if current is not None:
+            current.config = config
+            apply_pending()
+            return current
+        host_version = version or installed_version()
+        runtime = Runtime(config=config, host_version=host_version)
+        set_current_runtime(runtime)
+        parsed = parse_version(host_version) if host_version else None
+        runtime.host_in_table = parsed is not None and host_in_table(parsed)
+        for seam in seam_names():
+            found = _candidates_for(seam, runtime)
+            if isinstance(found, SeamStatus):
+                _set_status(runtime, found)
+                if runtime.host_in_table or host_version is None:
+                    log.warning("session guard: seam %s skipped: %s", seam, found.reason)
+                continue
+            _set_status(runtime, _pending_status(found.first, "installing"))
+            _set_status(runtime, _schedule(found, runtime))
+        if host_version is not None and not runtime.host_in_table:
+            _report_untested(runtime)
+        runtime.audit.logger(session_id=None, op_id=None).info(
+            "guard.installed", host_version=host_version, host_in_table=runtime.host_in_table,
+            seams={s.name: s.state for s in runtime.seams},
+        )
+        return runtime
+
+
+def _untested_note(host_version: str, statuses: list[SeamStatus]) -> str:
+    """One short line: the compression seam's row, how many others were patched by
+    signature, and which were skipped or wait for an import (the per-seam reasons are
+    in the seam list ``selftest`` prints)."""
+    patched = [s for s in statuses if s.state in ("patched", "not-needed")]
+    waiting = [s.name for s in statuses if s.state == "pending"]
+    skipped = [f"{s.name} ({_short(s.reason)})" for s in statuses
+               if s.state not in ("patched", "not-needed", "pending")]
+    compression = next((s for s in patched if s.name == "compression"), None)
+    others = len(patched) - (compression is not None)
+    used = f"compression -> {compression.target} (row {compression.row}) and {others} more" if compression \
+        else f"{others} seams" if others else "none"
+    note = (f"Hermes {host_version} is not a tested release ({TESTED_RELEASES[0]} - {TESTED_RELEASES[-1]}); "
+            f"patched by signature: {used}. Skipped: {', '.join(skipped) or 'none'}.")
+    if waiting:
+        note += f" Verified on import: {', '.join(waiting)}."
+    return note
+
+
+def _short(reason: str) -> str:
+    """A skipped seam's reason in a few words: for a release outside the table, the
+    first row tried and why it did not verify (the full list is in the seam's status)."""
+    if "no row's target verifies (" not in reason:
+        return reason if len(reason) <= 90 else reason[:87] + "..."
+    first = reason.split("no row's target verifies (", 1)[1].split("; ")[0]
+    problem = first.split(": ", 1)[-1].split(" (", 1)[0]
+    return f"no row verifies: {problem}"
+
+
+def uninstall() -> None:
+    """Restore every patched host attribute exactly as it was."""
+    global _generation
+    with _lock:
+        _generation += 1
+        _pending.clear()
+        _imported.clear()
+        _remove_finder()
+        # Last applied first: two seams may wrap one attribute (the later one wraps the
+        # earlier one's wrapper), and each restores what it found.
+        for seam in reversed(list(_applied)):
+            applied = _applied.pop(seam)
+            setattr(applied.parent, applied.name, applied.original)
+        unshim_engines()
+        unshim_adapters()
+        close_readers()
+        current = current_runtime()
+        if current is not None:
+            current.close()
+        set_current_runtime(None)
+
+
+def is_installed() -> bool:
+    return current_runtime() is not None

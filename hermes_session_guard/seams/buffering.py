@@ -1,0 +1,307 @@
+"""Messages that arrive while a session is compressing: buffered durably, answered in order.
+
+The gateway seams call these functions; they reach the runner, its adapters and
+MessageEvent only through :mod:`hermes_session_guard.host_adapter`, and keep the
+messages in the :class:`~hermes_session_guard.inbox.repository.Inbox`.
+
+Buffering (busy-message seam). A message for a busy session is appended to the
+session's inbox, instead of interrupting the agent or replacing the one queued
+before it, when
+
+* the session is compressing: this process's registry, a durable
+  ``session_guard_compressions`` row younger than ``lock.lease_seconds``, or a
+  compression lease held on the session (the guard's ``session_guard_locks``, or
+  Hermes's ``compression_locks``, which the guard holds for a whole compression
+  from 0.18.2), or
+* earlier buffered messages of the session are not delivered yet (a later
+  message must not overtake them).
+
+The sender's receipt goes out only after the row is committed. Slash commands,
+synthetic events, unauthorised senders, a draining gateway, and the answer to a
+pending approval go to Hermes as before.
+
+Delivery, in arrival order, to the session's live id:
+
+* drain seam: where the gateway picks the follow-up for the next turn after a
+  turn ends (``_promote_queued_event``), an empty pick becomes the oldest
+  buffered message; the turn it starts runs on the same session id;
+* handler seam: when a message's handling ends with messages still buffered and
+  nothing else queued (``/compress``, a failed turn), the oldest is put in the
+  adapter's next-up slot, which the adapter runs next;
+* startup seam: a new gateway runner replays what a previous one left behind
+  (a dispatched message is first looked up in the transcript, so it runs once).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import host_adapter as host
+from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
+from ..locks import liveness, presence
+from ..locks.session_lock import op_of_holder
+from ..runtime import Runtime
+
+log = logging.getLogger("hermes_session_guard")
+
+
+@dataclass
+class _RunnerState:
+    """What one gateway runner has in flight: its owner token, the messages it
+    handed to an adapter that has not started them yet, and its inbox."""
+
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    handed: set[int] = field(default_factory=set)
+    inbox: Inbox | None = None
+    runtime: Runtime | None = None
+
+
+_states: weakref.WeakKeyDictionary[Any, _RunnerState] = weakref.WeakKeyDictionary()
+
+
+def runner_state(runner: Any) -> _RunnerState:
+    state = _states.get(runner)
+    if state is None:
+        state = _states[runner] = _RunnerState()
+    return state
+
+
+def inbox_for(runtime: Runtime, runner: Any) -> Inbox:
+    state = runner_state(runner)
+    if state.inbox is None or state.runtime is not runtime:
+        state.inbox = Inbox(runtime.store_for(host.runner_db_path(runner)))
+        state.runtime = runtime
+        presence.announce_quietly(state.inbox.store.db_path, kind="gateway")  # operators' commands see a gateway
+    return state.inbox
+
+
+def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | None:
+    """The op id of a compression running on the session behind ``session_key``."""
+    ids = [i for i in (host.gateway_session_id(runner, session_key),
+                       host.running_agent_session_id(runner, session_key)) if i]
+    for sid in ids:
+        op = runtime.compressing.op_for(sid)
+        if op:
+            return op
+    store = inbox_for(runtime, runner).store
+    for sid in dict.fromkeys(ids):
+        op = store.compression_in_flight(sid, runtime.config.lock.lease_seconds)
+        if op:
+            return op
+        # A compression in another process holds the session's lock (the guard's lease
+        # table, or Hermes's compression_locks that the guard holds from 0.18.2).
+        holder = store.lease_holder(sid) or host.runner_lock_holder(runner, sid)
+        if holder and not liveness.holder_dead(holder):
+            return op_of_holder(holder) or holder
+    return None
+
+
+def _entry_audit(runtime: Runtime, entry: InboxEntry) -> Any:
+    return runtime.audit.operation(entry.session_id or entry.session_key, entry.op_id)
+
+
+def _overflow_text(template: str, waiting: int, limit: int) -> str:
+    try:
+        return template.format(waiting=waiting, limit=limit)
+    except (KeyError, IndexError, ValueError):
+        return template
+
+
+async def on_busy_message(
+    runtime: Runtime, runner: Any, event: Any, session_key: str, call_host: Callable[[], Awaitable[bool]]
+) -> bool:
+    """The busy-message seam: buffer ``event`` or hand it to Hermes (``call_host``).
+    Once a message is stored this never raises and never calls the host."""
+    cfg = runtime.config.buffer
+    seq = host.event_inbox_seq(event)
+    if seq is not None:
+        # A replayed message found its session busy again: back in the queue; the
+        # running turn's drain takes it in order.
+        runner_state(runner).handed.discard(seq)
+        inbox_for(runtime, runner).requeue(seq)
+        return True
+    if (
+        not cfg.enabled
+        or not session_key
+        or not host.event_is_plain_message(event)
+        or host.runner_draining(runner)
+        or not host.user_authorized(runner, event)
+    ):
+        return await call_host()
+    inbox = inbox_for(runtime, runner)
+    op_id = compressing_op(runtime, runner, session_key)
+    compressing = op_id is not None
+    if not compressing:
+        if host.approval_pending(session_key) or not inbox.has_undelivered(session_key):
+            return await call_host()
+        op_id = inbox.latest_op(session_key)
+    sid = host.gateway_session_id(runner, session_key) or host.running_agent_session_id(runner, session_key)
+    adapter = host.adapter_for(runner, event.source)
+    audit = runtime.audit.operation(sid or session_key, op_id)
+    try:
+        entry = inbox.append(
+            session_key=session_key,
+            session_id=sid,
+            op_id=op_id,
+            payload=host.event_payload(event),
+            text=host.event_text(event),
+            user_id=host.event_user_id(event),
+            max_messages=cfg.max_messages,
+        )
+    except InboxFull as full:
+        audit.warning("message.refused", session_key=session_key, user_id=host.event_user_id(event),
+                      waiting=full.waiting, limit=full.limit, reason="buffer.max_messages reached")
+        log.warning(
+            "session guard: message from %s to %s REFUSED while compressing: %d messages already buffered "
+            "(session_guard.buffer.max_messages=%d); the sender was told to resend.",
+            host.event_user_id(event), session_key, full.waiting, full.limit,
+        )
+        await _notify(runner, adapter, event, _overflow_text(cfg.overflow_text, full.waiting, full.limit))
+        return True
+    except Exception as exc:
+        log.error(
+            "session guard: could not store a message for %s in session_guard_inbox (%s: %s); failing open, "
+            "Hermes queues it in memory as it would without the guard.", session_key, type(exc).__name__, exc,
+        )
+        return await call_host()
+    try:
+        audit.info("message.buffered", seq=entry.seq, position=entry.position, session_key=session_key,
+                   user_id=entry.user_id, while_compressing=compressing)
+    except Exception as exc:  # stored: it must not also go to Hermes
+        log.warning("session guard: message #%d for %s is buffered but its audit event failed: %s",
+                    entry.seq, session_key, exc)
+    if cfg.receipt and adapter is not None:
+        await _notify(runner, adapter, event, cfg.receipt_text)
+    return True
+
+
+async def _notify(runner: Any, adapter: Any, event: Any, text: str) -> None:
+    if adapter is None or not text:
+        return
+    try:
+        await host.send_notice(runner, adapter, event, text)
+    except Exception as exc:
+        log.warning("session guard: could not send a notice to chat %s: %s", host.event_chat_id(event), exc)
+
+
+def _event_for(runtime: Runtime, inbox: Inbox, entry: InboxEntry) -> Any | None:
+    try:
+        return host.event_from_payload(entry.payload, entry.seq)
+    except Exception as exc:
+        inbox.fail(entry.seq)
+        _entry_audit(runtime, entry).error("message.undeliverable", seq=entry.seq, position=entry.position,
+                                           reason=f"{type(exc).__name__}: {exc}")
+        log.error(
+            "session guard: buffered message #%d for %s cannot be rebuilt for this Hermes (%s: %s); it is kept "
+            "in session_guard_inbox with state 'failed'.", entry.seq, entry.session_key, type(exc).__name__, exc,
+        )
+        return None
+
+
+def _settled(runtime: Runtime, entries: list[InboxEntry]) -> None:
+    for entry in entries:
+        _entry_audit(runtime, entry).info("message.delivered", seq=entry.seq, position=entry.position,
+                                          session_key=entry.session_key)
+
+
+def _next_event(runtime: Runtime, inbox: Inbox, session_key: str, owner: str, keep: set[int],
+                dispatch: bool, via: str) -> Any | None:
+    """Settle what this runner finished, then dispatch the oldest buffered message."""
+    while True:
+        settled, nxt = inbox.settle_and_dispatch(session_key, owner, keep=keep, dispatch=dispatch)
+        _settled(runtime, settled)
+        if nxt is None:
+            return None
+        event = _event_for(runtime, inbox, nxt)
+        if event is not None:
+            _entry_audit(runtime, nxt).info("message.dispatched", seq=nxt.seq, position=nxt.position,
+                                            session_key=session_key, via=via)
+            return event
+
+
+def on_drain(runtime: Runtime, runner: Any, session_key: str | None, pending_event: Any) -> Any:
+    """The drain seam: after Hermes picked (or did not pick) the next follow-up of
+    ``session_key``, settle the buffered messages whose turns ended and, if Hermes has
+    nothing queued, return the oldest buffered message as the next turn."""
+    if not session_key:
+        return pending_event
+    inbox = inbox_for(runtime, runner)
+    if not inbox.has_undelivered(session_key):
+        return pending_event
+    state = runner_state(runner)
+    event = _next_event(runtime, inbox, session_key, state.owner, state.handed,
+                        dispatch=pending_event is None, via="drain")
+    return event if event is not None else pending_event
+
+
+def on_handler_start(runner: Any, event: Any) -> None:
+    seq = host.event_inbox_seq(event)
+    if seq is not None:
+        runner_state(runner).handed.discard(seq)
+
+
+def on_handler_done(runtime: Runtime, runner: Any, event: Any) -> None:
+    """The handler seam: a message's handling ended. If the session is idle with
+    messages still buffered, put the oldest in the adapter's next-up slot."""
+    source = getattr(event, "source", None)
+    if source is None:
+        return
+    session_key = host.session_key_for(runner, source)
+    inbox = inbox_for(runtime, runner)
+    if not inbox.has_undelivered(session_key) or host.session_running(runner, session_key):
+        return
+    adapter = host.adapter_for(runner, source)
+    if adapter is None or host.adapter_has_pending(adapter, session_key):
+        return
+    state = runner_state(runner)
+    nxt = _next_event(runtime, inbox, session_key, state.owner, state.handed, dispatch=True, via="handoff")
+    if nxt is not None:
+        state.handed.add(host.event_inbox_seq(nxt) or 0)
+        host.stage_pending(adapter, session_key, nxt)
+
+
+def replay(runtime: Runtime, runner: Any, platform: Any = None) -> int:
+    """The startup seam: deliver what an earlier gateway runner left in the inbox.
+    Returns the number of sessions whose queue was restarted."""
+    inbox = inbox_for(runtime, runner)
+    state = runner_state(runner)
+    wanted = host.platform_value(platform)
+    started = 0
+    for session_key in inbox.undelivered_keys():
+        for entry in inbox.entries(session_key, states=(DISPATCHED,)):
+            if entry.owner == state.owner:
+                continue  # in flight in this runner
+            if host.transcript_has_user_text(runner, entry.session_id, entry.text, entry.dispatched_at):
+                inbox.mark_delivered([entry.seq])
+                _entry_audit(runtime, entry).info("message.delivered", seq=entry.seq, position=entry.position,
+                                                  session_key=session_key, found_in_transcript=True)
+            else:
+                inbox.requeue(entry.seq)
+        waiting = inbox.entries(session_key, states=(BUFFERED,))
+        if not waiting:
+            continue
+        plat = host.event_platform(waiting[0].payload)
+        if wanted is not None and plat != wanted:
+            continue
+        adapter = host.adapter_for_platform(runner, plat)
+        if adapter is None:
+            log.warning("session guard: %d buffered message(s) for %s wait for platform %s to connect",
+                        len(waiting), session_key, plat)
+            continue
+        if host.adapter_busy(adapter, session_key) or host.session_running(runner, session_key):
+            continue  # the running turn's drain takes them in order
+        event = _next_event(runtime, inbox, session_key, state.owner, state.handed, dispatch=True, via="replay")
+        if event is None:
+            continue
+        state.handed.add(host.event_inbox_seq(event) or 0)
+        runtime.audit.operation(waiting[0].session_id or session_key, waiting[0].op_id).info(
+            "message.replayed", session_key=session_key, waiting=len(waiting), first_seq=waiting[0].seq,
+        )
+        host.redeliver(runner, adapter, event)
+        started += 1
+    return started

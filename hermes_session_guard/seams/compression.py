@@ -1,0 +1,684 @@
+"""The session-stability contract for one compression, as a plain function.
+
+``guarded_compression`` knows nothing about wrapt; the seam wrapper hands it the
+agent, the message list and a ``call_host`` callable that runs Hermes's own
+compression. How the host is kept from rotating the id is a *strategy* named by
+the seam table row for the installed version:
+
+``detach_db``
+    (0.13-0.17) the host runs with its SessionDB detached, so its rotation block
+    cannot run; the guard then persists the compacted transcript under the same
+    id, re-bases the flush cursor (the row's ``flush_cursor``; on 0.17, whose
+    transcript loads ``ORDER BY timestamp``, with timestamps that keep it first)
+    and sends the boundary notifications. On 0.16-0.17 the lock it holds is the
+    host's own ``compression_locks`` row, which the detached host never asks for.
+``host_in_place``
+    (0.18.2+) the host's own in-place path is forced on; it keeps the id and
+    archives the old rows. The guard holds the host's native lock for the whole
+    operation and the host's own acquire of it re-enters.
+
+In both cases the pre-compression transcript is stored verbatim as a snapshot
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall
+index on the first recall after it), and the audit log gets one ``compression.*`` event per step, all naming
+the same session id. The snapshot is written before the live transcript changes
+(write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
+it is written when the context engine returns its compaction, before the host's
+``archive_and_compact``. A process killed between the two writes leaves the
+history live and in the snapshot. If the host then compacts nothing (it raised,
+made no progress, or its own in-place write failed) a snapshot written ahead
+stays, a verbatim copy of a transcript still live, and the outcome event names
+it (``snapshot_written_ahead``).
+
+One compression per session at a time: the whole operation runs under the
+session's lock (:mod:`~hermes_session_guard.locks.session_lock`; which lease table is
+the row's ``lock`` behaviour). A contender that cannot get it within
+``session_guard.lock.wait_seconds`` skips (``compression.skipped`` names the
+holder). One that gets it after a compaction it did not see (its list predates
+the session's latest generation, :mod:`~hermes_session_guard.contract.generations`) does
+not compact again: it adopts the live transcript plus its own new messages
+(``compression.adopted``). Turns other agents appended to the session meanwhile
+stay live after the new compacted block.
+
+Summaries: before the host persists the compacted list, every summary in it is
+tagged ``is_compressed_summary`` (plus the host's own flag where it has one) and
+each new summary gets the line ``[Original context: session <id>, turns <a>–<b>,
+snapshot <snapshot_id>]`` after its first line. The snapshot id is fixed under
+the lock, before the host runs. The tags are recorded in
+``session_guard_summaries`` so a reload can put them back.
+
+While the operation runs (from before the lock is requested until it is released)
+the session is registered in ``runtime.compressing`` and has a
+``session_guard_compressions`` row in phase ``started``; the row ends in the
+outcome (``done``, ``adopted``, ``skipped``, ``failed``) on every exit path. The
+gateway's busy-message seam reads both (and the lease) to buffer messages that
+arrive meanwhile (:mod:`~hermes_session_guard.seams.buffering`). A failure to write the
+row is logged and never fails the compression.
+
+The after-compression hook (the bounded hand-off) runs once the lock is released
+and outside the operation's pinned log context.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from .. import host_adapter as host
+from ..audit import new_op_id
+from ..contract.generations import (
+    Assessment,
+    Keyed,
+    assess,
+    block_digest,
+    foreign_messages,
+    genuinely_new,
+    keys_of,
+    own_turn_apart,
+    turn_in_progress,
+    turn_last,
+)
+from ..hooks.manager import get_plugin_manager
+from ..host import engines as engine_support
+from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
+from ..runtime import Runtime
+from ..store import message_text, text_hash
+from ..summaries.tags import (
+    compacted_range,
+    decorate_summaries,
+    has_summary_block,
+    remember_summary,
+    summary_indices,
+    tag,
+)
+
+DETACH_DB = "detach_db"
+HOST_IN_PLACE = "host_in_place"
+STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
+
+log = logging.getLogger("hermes_session_guard")
+
+
+@dataclass(frozen=True)
+class LockPolicy:
+    """How a seam row locks: which lease table (``lock`` behaviour) and what happens
+    when the lock itself cannot be taken because the table fails (``lock_failure``):
+    ``closed`` skips this compression (nothing changes; Hermes retries later),
+    ``open`` compresses without the lock."""
+
+    mode: str = LOCK_GUARD
+    on_failure: str = "closed"
+
+
+@dataclass
+class CompressionOutcome:
+    session_id: str
+    session_id_after: str
+    op_id: str
+    status: str  # "done" | "adopted" | "skipped" | "failed"
+    snapshot_id: str | None
+    messages_before: int
+    messages_after: int
+    reason: str = ""
+
+
+def _no_progress(before: list[Any], after: list[Any], original: list[Any]) -> bool:
+    return after is original or len(after) >= len(before) and after == before
+
+
+def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
+    """The caller's own list, restored if the host mutated it (identity is kept:
+    later hosts track flushed messages by ``id()``)."""
+    if messages != before:
+        messages[:] = before
+    return messages
+
+
+_active = threading.local()
+
+
+def compressing_session() -> str | None:
+    """The session whose compression this thread is running (the host rebuilds the
+    system prompt inside it, before the snapshot exists)."""
+    return getattr(_active, "session_id", None)
+
+
+def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], bool]) -> str:
+    """The derived snapshot id; a numeric suffix keeps it unique when two
+    compressions of one session share a timestamp (frozen clocks, fast hosts)."""
+    base = get_plugin_manager().hook.session_guard_snapshot_id(session_id=session_id, created_at=created_at)
+    candidate, n = base, 1
+    while exists(candidate):
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any, strategy: str) -> LeaseTable:
+    """Hermes's own lock where the row says so and the host either can re-enter it
+    (0.18.2+, which takes it itself inside the call) or never asks for it (0.16-0.17:
+    the detached host skips its lock); otherwise (0.13-0.15, or an agent without a
+    SessionDB) the guard's table."""
+    if mode == LOCK_NATIVE and (strategy == DETACH_DB or runtime.seam_patched("native_lock_reentry")):
+        native = host.native_leases(agent)
+        if native is not None:
+            return native
+    return GuardLeases(store)
+
+
+def _host_may_reenter(grant: LockGrant | None) -> AbstractContextManager[None]:
+    if grant is not None and isinstance(grant.lease, host.NativeLeases):
+        return host.native_lock_reentry(grant.lease, grant.session_id)
+    return nullcontext()
+
+
+def guarded_compression(
+    runtime: Runtime,
+    strategy: str,
+    agent: Any,
+    messages: list[Any],
+    call_host: Callable[[], tuple[list[Any], str]],
+    *,
+    native_summary_key: str | None = None,
+    system_message: str | None = None,
+    lock: LockPolicy | None = None,
+    behaviour: Mapping[str, str] | None = None,
+) -> tuple[list[Any], str]:
+    """Run one host compression under the contract; returns the host's result shape.
+    ``native_summary_key`` is the host's own summary flag, on hosts that have one;
+    ``behaviour`` is the seam row's other version data (``flush_cursor``,
+    ``transcript_order``)."""
+    sid = host.session_id(agent)
+    if not sid or not isinstance(messages, list):
+        return call_host()
+    op = _Operation(runtime, strategy, agent, sid, messages, call_host, system_message, native_summary_key,
+                    behaviour or {})
+    return op.run(lock or LockPolicy())
+
+
+class _Operation:
+    """One guarded compression of one session: every audit line names ``sid``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        strategy: str,
+        agent: Any,
+        sid: str,
+        messages: list[Any],
+        call_host: Callable[[], tuple[list[Any], str]],
+        system_message: str | None,
+        native_summary_key: str | None,
+        behaviour: Mapping[str, str],
+    ) -> None:
+        self.runtime, self.strategy, self.agent, self.sid = runtime, strategy, agent, sid
+        self.messages, self.call_host, self.system_message = messages, call_host, system_message
+        self.native_summary_key = native_summary_key
+        self.flush_cursor = behaviour.get("flush_cursor")
+        self.transcript_order = behaviour.get("transcript_order")
+        self.op_id = new_op_id()
+        self.audit = runtime.audit.operation(sid, self.op_id)
+        self.pm = get_plugin_manager()
+        self.before = [dict(m) if isinstance(m, dict) else m for m in messages]
+        self.started = time.perf_counter()
+        self.db_path = host.db_path(agent)
+        self.store = runtime.store_for(self.db_path)
+        runtime.remember_session(sid, self.db_path)
+        self.grant: LockGrant | None = None
+        self.lock_fields: dict[str, Any] = {}
+        # Set once the compaction stands: (snapshot id, the list the conversation continues with).
+        self.done: tuple[str | None, list[Any]] | None = None
+        self.persisted: list[Any] | None = None  # the list state.db holds live once the compaction is written
+        # 0.18.2+: the snapshot id once stored ahead of the host's own live write (never written twice).
+        self.written_ahead: str | None = None
+        self.phase_error: str | None = None  # the first failure to write this operation's phase row
+        self.phase_warned = False
+        self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
+        # Content hashes of the summaries an engine of its own produced (known by position).
+        self.produced: set[str] = set()
+
+    # -- audit ----------------------------------------------------------------------
+    def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """Write the durable op row; a failure here must not fail the compression. Said
+        once per operation: in the outcome event when it is still to come and reports a
+        problem itself, otherwise in one WARNING line."""
+        try:
+            write(*args, **kwargs)
+        except Exception as exc:
+            if self.phase_error is None:
+                self.phase_error = f"{type(exc).__name__}: {exc}"
+
+    def warn_phase(self) -> None:
+        if self.phase_warned:
+            if self.phase_error is not None:
+                log.debug("session guard: compression phase not recorded (%s)", self.phase_error)
+            return
+        self.phase_warned = True
+        log.warning("session guard: could not record the compression phase in session_guard_compressions "
+                    "(%s); compression continues", self.phase_error)
+
+    def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
+        self.last = outcome
+        if level != "info":
+            # This outcome reports a problem: a phase row that fails to record it is the
+            # same fault, and is not said again.
+            self.phase_warned = True
+        if self.phase_error is not None:
+            extra.setdefault("phase_row", f"not recorded: {self.phase_error}")
+            self.warn_phase()  # no-op unless the outcome reports no problem
+        if self.written_ahead is not None and outcome.snapshot_id != self.written_ahead:
+            # Stored before the host's live write of an operation that then did not compact
+            # (or whose outcome cannot name it): it stays, a verbatim copy of a transcript still live.
+            extra.setdefault("snapshot_written_ahead", self.written_ahead)
+        getattr(self.audit, level)(
+            f"compression.{outcome.status}",
+            session_id_after=outcome.session_id_after,
+            messages_before=outcome.messages_before,
+            messages_after=outcome.messages_after,
+            snapshot_id=outcome.snapshot_id,
+            duration_ms=round((time.perf_counter() - self.started) * 1000, 2),
+            reason=outcome.reason or None,
+            **self.lock_fields,
+            **extra,
+        )
+
+    def outcome(self, status: str, reason: str = "", *, after: int | None = None,
+                snapshot_id: str | None = None) -> CompressionOutcome:
+        n = len(self.before)
+        return CompressionOutcome(self.sid, host.session_id(self.agent), self.op_id, status, snapshot_id, n,
+                                  n if after is None else after, reason)
+
+    def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
+                        system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
+        self.finish(self.outcome(status, reason), level, **extra)
+        if status == "failed":
+            self.pm.hook.session_guard_compression_failed(session_id=self.sid, op_id=self.op_id, reason=reason)
+        if system_prompt is None:
+            system_prompt = host.current_system_prompt(self.agent, self.system_message)
+        return _unchanged(self.messages, self.before), system_prompt
+
+    # -- the operation --------------------------------------------------------------
+    def run(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        with host.pinned_log_context(self.sid):
+            result = self.run_locked(lock)
+        if self.done is not None:
+            snapshot_id, continued = self.done
+            # After the lock is released and outside the pinned log context: an
+            # extension may move the conversation on (an explicit, logged hand-off
+            # fork), and the tag must then follow it.
+            try:
+                self.pm.hook.session_guard_after_compression(
+                    session_id=self.sid, op_id=self.op_id, snapshot_id=snapshot_id, compressed=continued,
+                    agent=self.agent,
+                )
+            except Exception as exc:
+                log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
+                          "stands.", type(exc).__name__, exc, self.sid)
+        return result
+
+    def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
+                        host_version=self.runtime.host_version)
+        self.runtime.compressing.begin(self.sid, self.op_id)
+        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
+        try:
+            return self.lock_and_compress(lock)
+        finally:
+            self.runtime.compressing.end(self.sid, self.op_id)
+            last = self.last
+            self.record_phase(
+                self.store.set_compression_phase, self.op_id, last.status if last else "failed",
+                snapshot_id=last.snapshot_id if last else None,
+                messages_after=last.messages_after if last else None,
+                detail=(last.reason or None) if last else "interrupted", finished=True,
+            )
+            if self.phase_error is not None:
+                self.warn_phase()
+
+    def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        cfg = self.runtime.config.lock
+        try:
+            lease = _lease_table(self.runtime, lock.mode, self.agent, self.store, self.strategy)
+            taken = self.runtime.locks_for(self.db_path).acquire(
+                self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
+                lease=lease,
+            )
+        except LockUnavailable as exc:
+            if lock.on_failure == "closed":
+                # One loud line: the outcome event itself, at ERROR.
+                return self.leave_unchanged(
+                    "skipped", f"compression lock unavailable: {exc}", "error",
+                    hint="skipped so it cannot fork the session; Hermes retries at its next threshold check. "
+                         "Check that state.db is writable (disk space, permissions, a process holding it) and "
+                         "run `hermes-session-guard selftest` if it persists.",
+                )
+            self.audit.warning("lock.unavailable", reason=str(exc))
+            taken = None
+        if isinstance(taken, LockBusy):
+            return self.leave_unchanged(
+                "skipped", "another operation holds this session's compression lock",
+                holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
+            )
+        self.grant = taken
+        self.lock_fields = (
+            {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
+             "waited_for": taken.waited_for}
+            if taken is not None else {"lock": "none"}
+        )
+        if taken is not None and taken.took_over:
+            self.lock_fields["took_over_from"] = taken.took_over
+            self.audit.warning("lock.taken_over", dead_holder=taken.took_over, lock=taken.scope)
+        try:
+            with _host_may_reenter(taken):
+                return self.compress_locked()
+        finally:
+            if taken is not None:
+                taken.release()
+
+    def compress_locked(self) -> tuple[list[Any], str]:
+        sid, agent, strategy, store = self.sid, self.agent, self.strategy, self.store
+        self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
+
+        foreign, adopted = self.check_generation()
+        if adopted is not None:
+            return adopted
+
+        # The snapshot id is fixed before the host runs: the summary's recall line names
+        # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
+        # no other compression of this session can take the same id meanwhile.
+        created_at = time.time()
+        snapshot_id: str | None = snapshot_id_for(sid, created_at, store.snapshot_exists)
+        summaries_cfg = self.runtime.config.summaries
+        native_key = self.native_summary_key
+        span: list[tuple[int, int] | None] = [None]
+        arrived: list[list[Any]] = [foreign]
+
+        def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
+                # Hermes archives every live row of the session right after its engine
+                # returns, including what other writers stored during the summary call:
+                # those are carried over after the compacted block like the ones found before.
+                arrived[0] = self.arrived_meanwhile(arrived[0])
+            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input \
+                    and self.written_ahead is None:
+                # Write-ahead: the host archives the old rows and writes the compacted ones
+                # right after its engine returns, so the snapshot goes first. A process
+                # killed between the two writes then leaves the history in the snapshot and
+                # still live, never only in Hermes's archived rows.
+                try:
+                    self.write_snapshot(snapshot_id, created_at)
+                    self.written_ahead = snapshot_id
+                except Exception as exc:
+                    # Retried once the host returned. Not a problem yet: if the retry fails
+                    # (snapshot.failed) or Hermes's own write fails too (compression.failed,
+                    # usually the same state.db fault), that event is the one loud line.
+                    self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
+            span[0] = compacted_range(engine_input, engine_output)
+            # An engine of its own (not Hermes's compressor family) writes summaries in its
+            # own format: the guard knows them by position, as what the engine produced.
+            made = [] if engine_support.builtin_family(host.context_engine(agent)) \
+                else engine_support.produced_positions(engine_input, engine_output)
+            decorate_summaries(
+                engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
+                header=summaries_cfg.recall_header, native_key=native_key, produced=made,
+            )
+            self.produced = {text_hash(message_text(engine_output[i])) for i in made}
+
+        previous = compressing_session()
+        _active.session_id = sid
+        try:
+            with host.watching_engine(agent, decorate) as verdict:
+                if strategy == DETACH_DB:
+                    with host.detached_session_db(agent):
+                        compressed, system_prompt = self.call_host()
+                else:
+                    with host.forced_in_place(agent):
+                        compressed, system_prompt = self.call_host()
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            self.finish(self.outcome("failed", reason), "warning")
+            self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
+            raise
+        finally:
+            _active.session_id = previous
+
+        try:
+            return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
+                               arrived[0])
+        except Exception as exc:
+            return self.guard_failed_after_host(exc, compressed, system_prompt)
+
+    def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, snapshot_id: str | None,
+               created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
+        """Everything after the host's compression returned: keep or refuse its result,
+        snapshot (unless it was written ahead), persist (0.14), record."""
+        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
+        native_key = self.native_summary_key
+        if failure:
+            return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
+        if _no_progress(before, compressed, self.messages):
+            # Nothing was persisted (detached) or the host left the rows alone.
+            return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
+                                        system_prompt=system_prompt)
+        if strategy == HOST_IN_PLACE and host.session_db(agent) is not None and not host.compacted_in_place(agent):
+            # Hermes logs a failed archive_and_compact (locked, read-only or full state.db) and still
+            # returns the compacted list; continuing with it would append the summary and tail after
+            # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
+            # A snapshot written ahead stays (the outcome names it): a verbatim copy of what is live.
+            return self.leave_unchanged(
+                "failed", "Hermes could not write the compacted transcript to state.db (see its warning); "
+                "the conversation continues uncompressed", "warning", system_prompt=system_prompt,
+            )
+        if strategy == HOST_IN_PLACE:
+            self.persisted = compressed
+
+        if self.grant is not None and not self.grant.still_held():
+            reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
+            if strategy == DETACH_DB:
+                # Fail closed: another process may own the session now; write nothing.
+                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
+            self.audit.warning("lock.lost", reason=reason)
+
+        # The host may have copied the dicts after the engine returned them.
+        # The summaries are what the compressor wrote (or what was tagged already), not
+        # a kept message that merely quotes the prefix.
+        marks = []
+        produced = [i for i, m in enumerate(compressed)
+                    if self.produced and isinstance(m, dict) and text_hash(message_text(m)) in self.produced]
+        for i in sorted({*summary_indices(compressed, self.before), *produced}):
+            tag(compressed[i], native_key)
+            remember_summary(message_text(compressed[i]))
+            marks.append((i, text_hash(message_text(compressed[i]))))
+        block = list(compressed)  # what this compaction wrote; carried-over turns follow it
+        final = compressed
+        if strategy == DETACH_DB:
+            foreign = self.arrived_meanwhile(foreign)
+        try:
+            if self.written_ahead is None:  # 0.14, a deferred write-ahead, or an engine the shim did not reach
+                self.write_snapshot(snapshot_id, created_at)
+            if strategy == DETACH_DB:
+                final = compressed + foreign
+                host.commit_memory(agent, before)
+                host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.flush_cursor,
+                                      transcript_order=self.transcript_order)
+                self.persisted = final
+        except Exception as exc:
+            reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
+            if strategy == DETACH_DB:
+                # Fail closed: nothing reached the live transcript, so keep the
+                # uncompressed conversation rather than a compaction that was never stored.
+                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
+            # The host already compacted in place and archived the old rows itself.
+            self.audit.warning("snapshot.failed", reason=reason)
+            snapshot_id = None
+        if strategy == HOST_IN_PLACE and foreign:
+            try:
+                host.append_messages(agent, sid, foreign)
+                compressed.extend(foreign)
+                host.rebase_flush(agent, sid, compressed, self.flush_cursor)
+            except Exception as exc:
+                self.audit.warning("carry_over.failed", reason=f"{type(exc).__name__}: {exc}",
+                                   messages=len(foreign))
+        # Turns that other agents of the session persisted meanwhile stay after the
+        # compacted block in state.db (in arrival order), but in the list this agent
+        # continues with they go before its own turn in progress, which it is answering.
+        ongoing = turn_in_progress(block, has_summary_block) if len(final) > len(block) else 0
+        if ongoing:
+            final = [*block[:-ongoing], *final[len(block):], *block[-ongoing:]]
+            # another turn's prompt still waiting for its answer is not put next to this one
+            final = own_turn_apart(final, keys_of(final), keys_of(block[-ongoing:]), has_summary_block,
+                                   start=len(block) - ongoing)
+            host.rebase_flush(agent, sid, final, self.flush_cursor)
+            block = block[:-ongoing]  # the generation's block: what both lists start with
+        if strategy == DETACH_DB:
+            host.notify_boundary(agent, sid)
+        if snapshot_id is not None:
+            self.runtime.note_snapshot(sid, self.db_path)
+        try:
+            first, last = span or (None, None)
+            store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
+        except Exception as exc:  # the tags stay on the live list; only a reload loses them
+            self.audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
+        generation: int | None = None
+        try:
+            record = store.record_generation(
+                sid, block_len=len(block), block_digest=block_digest(keys_of(block)), op_id=self.op_id,
+                snapshot_id=snapshot_id,
+            )
+            generation = record.generation
+        except Exception as exc:
+            self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
+        self.runtime.compactions.record(sid, final)
+        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id), generation=generation,
+                    carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
+        self.done = (snapshot_id, final)
+        return final, system_prompt
+
+    def arrived_meanwhile(self, foreign: list[Any]) -> list[Any]:
+        """Other writers of the session may store messages while the summary runs
+        (another agent finishing a turn, another process storing a platform message).
+        The live transcript is read again right before the compacted one replaces it
+        (detached hosts, 0.13-0.17: before the guard persists; in place, 0.18.2+: when
+        the engine returns, before Hermes archives), so whatever arrived during the
+        summary call stays live after the compacted block, in order. On a failed read
+        the messages found before the summary call are kept as they were."""
+        if host.session_db(self.agent) is None:
+            return foreign
+        try:
+            return foreign_messages(Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid)))
+        except Exception as exc:
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
+                               stage="before persisting the compaction")
+            return foreign
+
+    def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
+        """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
+        self.store.write_snapshot(
+            snapshot_id=snapshot_id,
+            session_id=self.sid,
+            messages=self.before,
+            op_id=self.op_id,
+            host_version=self.runtime.host_version,
+            host_mode=self.strategy,
+            created_at=created_at,
+        )
+
+    def guard_failed_after_host(self, exc: Exception, compressed: list[Any],
+                                system_prompt: str) -> tuple[list[Any], str]:
+        """A guard error once the host's compression has run: it is never run again, and
+        the caller continues with what state.db holds (the compaction, once persisted;
+        its own list otherwise), so the next flush neither duplicates nor drops turns."""
+        reason = f"guard error after Hermes compressed: {type(exc).__name__}: {exc}"
+        hint = "Run `hermes-session-guard selftest`."
+        persisted = self.persisted
+        if persisted is None and self.strategy == HOST_IN_PLACE:
+            try:  # failed before the guard looked: whether Hermes wrote in place decides
+                if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
+                    persisted = compressed
+            except Exception:
+                pass
+        try:
+            if persisted is None:
+                return self.leave_unchanged("failed", reason, "error", system_prompt=system_prompt, hint=hint)
+            self.finish(self.outcome("done", reason + "; the compaction stands", after=len(persisted)), "error",
+                        hint=hint)
+        except Exception as audit_exc:  # the audit itself is what failed: still say so once
+            log.error("session guard: %s (%s: %s). %s", reason, type(audit_exc).__name__, audit_exc, hint)
+            if persisted is None:
+                return _unchanged(self.messages, self.before), system_prompt
+        return persisted if persisted is not None else self.messages, system_prompt
+
+    def check_generation(self) -> tuple[list[Any], tuple[list[Any], str] | None]:
+        """Where this list stands against the live transcript: the turns other agents
+        appended meanwhile (carried over after the compacted block), or, when the list
+        predates the latest compaction, the adopted result instead of a compaction.
+        The live read is a second copy of every text of the transcript; it ends with
+        this call, before the long summary call during which many sessions may be
+        compressing at once (13 sessions of 48 messages: ~6 MB less at the peak)."""
+        if host.session_db(self.agent) is None:
+            return [], None
+        try:
+            mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
+            standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
+            foreign = [] if standing.stale else foreign_messages(mine, live)
+        except Exception as exc:
+            # Compress as before, under the lock, without the generation check.
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
+            return [], None
+        if standing.stale:
+            return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
+        return foreign, None
+
+    def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
+        """The list predates the latest compaction: take the live transcript plus the
+        messages only this list has, instead of summarising the same turns again."""
+        sid, store = self.sid, self.store
+        try:
+            versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
+            new = genuinely_new(mine, [*versions, live], live, standing.block_len)
+        except Exception as exc:
+            return self.leave_unchanged("failed", f"reading earlier transcripts failed: {type(exc).__name__}: {exc}",
+                                        "warning", generation=standing.generation)
+        if new is None:
+            return self.leave_unchanged(
+                "skipped",
+                "the message list predates the latest compaction and lines up with no earlier transcript; "
+                "left as it is rather than compacted again",
+                "warning", generation=standing.generation, basis=standing.basis,
+            )
+        adopted = [*live.messages, *new]
+        new_keys = keys_of(new)
+        ongoing = turn_in_progress(mine.messages, has_summary_block)
+        own = [*new_keys, *mine.keys[len(mine.keys) - ongoing:]]
+        if ongoing:  # its own turn in progress ends the list, after what others persisted meanwhile
+            adopted = turn_last(adopted, [*live.keys, *new_keys], mine.keys[-ongoing:])
+        # Each of its own messages stays a message of its own: another turn's prompt still
+        # waiting for its answer is not put next to it (Hermes would fold the two into one).
+        # (The compacted block itself may end with the compressing turn's prompt, not answered yet.)
+        block = standing.block_len - turn_in_progress(live.messages[:standing.block_len], has_summary_block)
+        adopted = own_turn_apart(adopted, keys_of(adopted), own, has_summary_block, start=block)
+        try:
+            host.append_messages(self.agent, sid, new)
+        except Exception as exc:
+            return self.leave_unchanged("failed", f"adopting the live transcript failed: {type(exc).__name__}: {exc}",
+                                        "warning", generation=standing.generation)
+        host.rebase_flush(self.agent, sid, adopted, self.flush_cursor)
+        if self.strategy == HOST_IN_PLACE:
+            host.mark_compacted_in_place(self.agent)
+        # The conversation continues with a different list: on 0.14 the gateway's own
+        # transcript bookkeeping (JSONL copy, history offset) must follow it, as after a compaction.
+        self.runtime.compactions.record(sid, adopted)
+        reason = (
+            f"message list predates compaction generation {standing.generation or '?'}; "
+            "adopted the live transcript instead of compacting again"
+        )
+        self.finish(self.outcome("adopted", reason, after=len(adopted)), generation=standing.generation,
+                    basis=standing.basis, new_messages=len(new))
+        self.pm.hook.session_guard_transcript_adopted(
+            session_id=sid, op_id=self.op_id, generation=standing.generation, adopted=adopted
+        )
+        return adopted, host.current_system_prompt(self.agent, self.system_message)

@@ -1,0 +1,262 @@
+"""Wrappers that keep compacted history where Hermes's own search and export look (0.13-0.17).
+
+``SessionDB.search_messages`` is the one search every surface uses (the
+``session_search`` tool, the dashboard's ``/api/sessions/search``); the wrapper
+adds hits from the guard's snapshots (see :mod:`.search_index`) to Hermes's own,
+in one ranked list cut at Hermes's ``limit`` / ``offset``. ``export_session`` /
+``export_all`` (``hermes sessions export``, the dashboard's export) add each
+session's snapshots under ``session_guard_snapshots``. The tool of 0.13-0.14
+reads the whole conversation of a hit with ``get_messages_as_conversation``: for
+the duration of one tool call, that read puts the session's snapshots before the
+live transcript, as the ended parent's rows were before the guard.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..fail_open import fail_open
+from ..runtime import Runtime
+from ..summaries import search_index
+
+log = logging.getLogger("hermes_session_guard")
+
+Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+
+_signatures: dict[Any, inspect.Signature] = {}
+_whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
+                                                                          default=False)
+
+
+def _bind(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by name, defaults filled in (only the release's own parameters)."""
+    key = getattr(wrapped, "__func__", wrapped)
+    signature = _signatures.get(key)
+    if signature is None:
+        signature = _signatures[key] = inspect.signature(wrapped)
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _as_int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def snapshot_hits(runtime: Runtime, db: Any, call: dict[str, Any], want: int) -> tuple[list[dict[str, Any]], str]:
+    """Snapshot rows for one ``search_messages`` call, and the sanitized FTS query."""
+    query = call.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return [], ""
+    fts_query = type(db)._sanitize_fts5_query(query)
+    if not fts_query:
+        return [], ""
+    store = runtime.store_for(db.db_path)
+    like_terms = None
+    if type(db)._contains_cjk(fts_query):
+        raw = fts_query.strip('"').strip()
+        like_terms = [t for t in raw.split() if t.upper() not in {"AND", "OR", "NOT"}] or [raw]
+    hits = search_index.search(
+        store, fts_query, source_filter=call.get("source_filter"), exclude_sources=call.get("exclude_sources"),
+        role_filter=call.get("role_filter"), limit=want, like_terms=like_terms,
+    )
+    return hits, ("" if like_terms else fts_query)
+
+
+def merge(host: list[dict[str, Any]], guard: list[dict[str, Any]], ranks: dict[int, float],
+          sort: str | None) -> list[dict[str, Any]]:
+    """One list in Hermes's order: by ``sort`` (``newest`` / ``oldest``: timestamp)
+    or else by FTS5 rank (Hermes's rows by their rank in ``messages_fts``; a row
+    whose rank is unknown keeps its place ahead of the snapshot rows)."""
+    if sort in ("newest", "oldest"):
+        return sorted([*host, *guard], key=lambda r: float(r.get("timestamp") or 0.0), reverse=sort == "newest")
+    if not ranks:
+        return [*host, *guard]
+    keyed = [(ranks.get(r.get("id"), float("-inf")), 0, i, r) for i, r in enumerate(host)]
+    keyed += [(r.get("_rank", 0.0), 1, i, r) for i, r in enumerate(guard)]
+    return [r for *_k, r in sorted(keyed, key=lambda k: (k[0], k[1], k[2]))]
+
+
+_UNKNOWN = object()
+_ANALYSED_CAP = 1024
+_analysed: dict[str, tuple[tuple[str, bool], ...] | None] = {}
+_stores: weakref.WeakKeyDictionary[Any, tuple[Runtime, Any]] = weakref.WeakKeyDictionary()
+
+
+def _store_of(runtime: Runtime, db: Any) -> Any:
+    """The guard's store for this SessionDB (looked up once per instance)."""
+    try:
+        held = _stores.get(db)
+    except TypeError:
+        held = None
+    if held is not None and held[0] is runtime:
+        return held[1]
+    store = runtime.store_for(db.db_path)
+    try:
+        _stores[db] = (runtime, store)
+    except TypeError:
+        pass
+    return store
+
+
+def no_snapshot_can_match(runtime: Runtime, db: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when this call's query needs a term no indexed snapshot holds (the query's
+    terms are read once per query string, the index's vocabulary once per change)."""
+    query = args[0] if args else kwargs.get("query")
+    if not isinstance(query, str):
+        return False
+    terms = _analysed.get(query, _UNKNOWN)
+    if terms is _UNKNOWN:
+        cls = type(db)
+        fts_query = cls._sanitize_fts5_query(query) if query.strip() else ""
+        terms = search_index.required_terms(fts_query) if fts_query and not cls._contains_cjk(fts_query) else None
+        if len(_analysed) >= _ANALYSED_CAP:
+            _analysed.clear()
+        _analysed[query] = terms
+    if not terms:
+        return False
+    return search_index.cannot_match(_store_of(runtime, db), terms)  # type: ignore[arg-type]
+
+
+def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.search_messages``: Hermes's hits plus the snapshot rows of this
+    state.db that match the same query under the same filters. A query that needs a
+    term no snapshot holds goes to Hermes alone, without a second full-text query."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            if no_snapshot_can_match(runtime, instance, args, kwargs):
+                return wrapped(*args, **kwargs)
+        except Exception as exc:
+            log.debug("session guard: snapshot vocabulary unavailable (%s: %s); full snapshot search",
+                      type(exc).__name__, exc)
+        try:
+            call = _bind(wrapped, args, kwargs)
+            limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
+            hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
+        except Exception as exc:
+            fail_open(row, exc, "this search returns Hermes's own rows only (compacted turns are not searched)",
+                      advice="doctor", once=True)
+            return wrapped(*args, **kwargs)
+        if not hits:
+            return wrapped(*args, **kwargs)
+        host = wrapped(**{**call, "limit": limit + offset, "offset": 0})
+        try:
+            ranks = search_index.host_ranks(runtime.store_for(instance.db_path), fts_query,
+                                            [r.get("id") for r in host]) if fts_query and host else {}
+        except Exception as exc:
+            log.debug("session guard: could not rank Hermes's own hits (%s); snapshot hits follow them", exc)
+            ranks = {}
+        merged = merge(list(host or []), hits, ranks, call.get("sort"))[offset:offset + limit]
+        for hit in merged:
+            hit.pop("_rank", None)
+        return merged
+
+    return wrapper
+
+
+def _with_snapshots(runtime: Runtime, db: Any, sessions: list[dict[str, Any]]) -> None:
+    store = runtime.store_for(db.db_path)
+    counts = search_index.snapshot_counts(store)
+    wanted = [s.get("id") for s in sessions if isinstance(s, dict) and s.get("id") in counts]
+    if not wanted:
+        return
+    found = search_index.snapshots_for_export(store, wanted)
+    for session in sessions:
+        if isinstance(session, dict) and session.get("id") in found:
+            session["session_guard_snapshots"] = found[session["id"]]
+
+
+def export_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.export_session`` / ``export_all``: each exported session carries its
+    snapshots (``session_guard_snapshots``: id, time, turns, the messages verbatim)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            if isinstance(result, dict):
+                _with_snapshots(runtime, instance, [result])
+            elif isinstance(result, list):
+                _with_snapshots(runtime, instance, result)
+        except Exception as exc:
+            fail_open(row, exc, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` "
+                                   "lists the compacted history", advice="doctor", once=True)
+        return result
+
+    return wrapper
+
+
+def _mark_whole_conversation() -> contextvars.Token[bool]:
+    return _whole_conversation.set(True)
+
+
+def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``tools.session_search_tool.session_search``: while it runs, the conversation
+    it reads for a hit includes the session's snapshots (see the next wrapper)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            token = _mark_whole_conversation()
+        except Exception as exc:
+            fail_open(row, exc, "session_search reads the live transcript of a hit only", advice="doctor", once=True)
+            return wrapped(*args, **kwargs)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _whole_conversation.reset(token)
+
+    return wrapper
+
+
+def search_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.get_messages_as_conversation`` inside a ``session_search`` call
+    only: the session's snapshot messages, oldest snapshot first, then the live
+    transcript (everywhere else, resume and the rest, it is untouched)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        if not _whole_conversation.get():
+            return result
+        try:
+            sid = args[0] if args else kwargs.get("session_id")
+            store = runtime.store_for(instance.db_path)
+            found = search_index.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
+            if found and isinstance(result, list):
+                older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
+                return [*older, *result]
+        except Exception as exc:
+            fail_open(row, exc, "session_search reads the live transcript only", advice="doctor", once=True)
+        return result
+
+    return wrapper
+
+
+def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.get_messages_around(session_id, around_message_id, window)`` (0.15-0.17:
+    how ``session_search`` opens a hit, directly and through ``get_anchored_view``):
+    a snapshot hit's negative id opens the snapshot around it, verbatim, when the
+    snapshot belongs to ``session_id``. Hermes's own ids go to Hermes unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            call = _bind(wrapped, args, kwargs)
+            anchor = call.get("around_message_id")
+            if isinstance(anchor, int) and anchor < 0:
+                view = search_index.snapshot_window(runtime.store_for(instance.db_path), str(call["session_id"]),
+                                                    anchor, _as_int(call.get("window"), 5))
+                if view is not None:
+                    return view
+        except Exception as exc:
+            fail_open(row, exc, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id",
+                      advice="doctor", once=True)
+        return wrapped(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,273 @@
+"""Wrapper factories for the summary and recall rows of the seam table.
+
+Each wrapper adapts one host call shape to a plain function elsewhere
+(:mod:`summaries`, :mod:`visibility`, :mod:`wire`, :mod:`recall_tool`) and does as
+little as possible itself. All of them fail open (the host's own result goes
+through, with one ERROR line) except ``wire``, which fails closed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from .. import host_adapter as host
+from ..fail_open import fail_open
+from ..runtime import Runtime
+from ..store import message_text, text_hash
+from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, has_compacted_history, offered
+from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
+from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
+from ..summaries.wire import carries_guard_keys, provider_messages
+
+log = logging.getLogger("hermes_session_guard")
+
+Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+# -- summaries inside the host ----------------------------------------------------------
+
+
+def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``ContextCompressor._strip_summary_prefix``: the body the host carries into the
+    next summarisation must not contain the guard's recall line."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            return strip_recall_header(result) if isinstance(result, str) else result
+        except Exception as exc:
+            fail_open(row, exc, "the recall line may reach the next summary prompt")
+            return result
+
+    return wrapper
+
+
+def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.get_messages_as_conversation``: put the summary tags back (state.db
+    has no column for them; the guard's ``session_guard_summaries`` table has)."""
+    native_key = row.behaviour.get("native_summary_key") or None
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            if not isinstance(result, list):
+                return result
+            found = [m for m in result if isinstance(m, dict) and is_summary_text(message_text(m))]
+            sid = _arg(args, kwargs, 0, "session_id")
+            path = getattr(instance, "db_path", None)
+            if not sid or not path:
+                return result
+            if not found:
+                # Summaries in a context engine's own format carry no prefix: the hashes
+                # recorded when the compaction produced them identify them.
+                if not runtime.has_snapshots(str(sid), Path(path)):
+                    return result
+                found = [m for m in result if isinstance(m, dict)]
+            hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
+            tag_recorded(found, hashes, snapshots, native_key)
+        except Exception as exc:
+            fail_open(row, exc, "summaries load untagged")
+        return result
+
+    return wrapper
+
+
+# -- what goes to the provider ------------------------------------------------------------
+
+
+def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``AIAgent._sanitize_api_messages`` (every request path calls it, 0.14 and
+    0.19): drop the guard's message keys from the provider copy. Fails closed for a
+    request that carries them (it is not sent); one without them has nothing to
+    strip and goes out as Hermes built it."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        messages = wrapped(*args, **kwargs)
+        try:
+            return provider_messages(messages)
+        except Exception as exc:
+            if carries_guard_keys(messages):
+                log.error("session guard: seam %s failed (%s: %s); failing closed: this request carries the guard's "
+                          "summary keys and is not sent. Run `hermes-session-guard selftest`.",
+                          row.target, type(exc).__name__, exc)
+                raise
+            fail_open(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
+            return messages
+
+    return wrapper
+
+
+def request_tools_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``AIAgent._build_api_kwargs``: offer ``session_guard_recall`` only to sessions
+    with compacted history; remember which state.db the session lives in."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = host.session_id(instance)
+            runtime.remember_session(sid, host.db_path(instance))
+            hide = set() if RECALL_TOOL not in host.tool_names(instance) or offered(runtime, instance) \
+                else {RECALL_TOOL}
+        except Exception as exc:
+            fail_open(row, exc, "the recall tool is offered as the host configured it")
+            return wrapped(*args, **kwargs)
+        with host.tools_hidden(instance, hide):
+            return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``AIAgent._build_system_prompt``: add the recall rule once the session has
+    compacted history (also while its first compaction runs: the host rebuilds
+    the prompt before the snapshot is written)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        prompt = wrapped(*args, **kwargs)
+        try:
+            from .compression import compressing_session
+
+            sid = host.session_id(instance)
+            if (
+                isinstance(prompt, str) and SYSTEM_RULE not in prompt
+                and RECALL_TOOL in host.tool_names(instance) and runtime.config.recall.enabled
+                and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(instance)))
+            ):
+                return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
+        except Exception as exc:
+            fail_open(row, exc, "the system prompt has no recall rule")
+        return prompt
+
+    return wrapper
+
+
+def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``run_agent.handle_function_call(name, args, task_id, tool_call_id, session_id, ...)``:
+    the host passes the calling agent's ``session_id``; recall reads that, never its arguments."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _arg(args, kwargs, 0, "function_name") != RECALL_TOOL:
+            return wrapped(*args, **kwargs)
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(calling_session(_arg(args, kwargs, 4, "session_id")))
+            except Exception as exc:
+                fail_open(row, exc, "the recall tool gets only the session id Hermes hands it (with none it "
+                                       "reads nothing)")
+            return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+# -- what people see ------------------------------------------------------------------
+
+
+def cli_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``HermesCLI.show_history`` / ``_display_resumed_history``: render a display copy
+    of ``conversation_history`` (the agent keeps the real one)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            history = getattr(instance, "conversation_history", None)
+            shown = display_messages(history, runtime.config.summaries.visible) if isinstance(history, list) else None
+        except Exception as exc:
+            fail_open(row, exc, "history is shown as the host renders it")
+            shown = None
+        if shown is None:
+            return wrapped(*args, **kwargs)
+        instance.conversation_history = shown
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            if instance.conversation_history is shown:
+                instance.conversation_history = history
+
+    return wrapper
+
+
+def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``tui_gateway.server._history_to_messages(history)``: what the TUI shows on
+    resume and ``session.history``."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        mode = runtime.config.summaries.visible
+        try:
+            history = _arg(args, kwargs, 0, "history")
+            if isinstance(history, list) and mode == HIDDEN:
+                return wrapped(display_messages(history, mode))
+        except Exception as exc:
+            fail_open(row, exc, "history is shown as the host renders it")
+            return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
+        try:
+            history = _arg(args, kwargs, 0, "history")
+            return tag_rendered(result, history if isinstance(history, list) else None) \
+                if isinstance(result, list) else result
+        except Exception as exc:
+            fail_open(row, exc, "history is shown as the host renders it")
+            return result
+
+    return wrapper
+
+
+def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``APIServerAdapter._handle_session_messages`` (GET /api/sessions/{id}/messages)."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        response = await wrapped(*args, **kwargs)
+        try:
+            if getattr(response, "status", None) != 200 or not getattr(response, "text", None):
+                return response
+            payload = json.loads(response.text)
+            data = payload.get("data") if isinstance(payload, dict) else None
+            if not isinstance(data, list):
+                return response
+            mode = runtime.config.summaries.visible
+            payload["data"] = display_messages(data, mode, _stored_summary_hashes(runtime, instance, args, data))
+            return host.json_response_like(response, payload)
+        except Exception as exc:
+            fail_open(row, exc, "session messages are returned as the host built them")
+            return response
+
+    return wrapper
+
+
+def _stored_summary_hashes(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> set[str]:
+    """Content hashes of the summaries the guard recorded for the session a
+    ``/api/sessions/{id}/messages`` request names (rows come straight from state.db,
+    untagged). Rows recalling one of its snapshots in the guard's line count too."""
+    if not any(isinstance(m, dict) and is_summary_text(message_text(m)) for m in rows):
+        return set()
+    request = args[0] if args else None
+    sid = getattr(request, "match_info", {}).get("session_id") if request is not None else None
+    path = getattr(getattr(adapter, "_session_db", None), "db_path", None)
+    if not sid or not path:
+        return set()
+    hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
+    copies = [dict(m) for m in rows if isinstance(m, dict) and is_summary_text(message_text(m))]
+    return set(hashes) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
+
+
+def delivery_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``BasePlatformAdapter.set_message_handler``: every adapter the gateway wires up
+    gets its outgoing text filtered (``send``, ``edit_message``, ``send_draft``)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            host.shim_adapter(instance, lambda text: outgoing_text(text, runtime.config.summaries.visible))
+        except Exception as exc:
+            fail_open(row, exc, f"{type(instance).__name__} delivers unfiltered")
+        return result
+
+    return wrapper

@@ -1,0 +1,34 @@
+"""The Hermes releases this package declares support for, and how the installed one compares.
+
+``SUPPORTED_HERMES`` is what ``pyproject.toml`` declares as the optional extra
+``hermes-session-guard[hermes]`` (a unit test keeps the two equal, and both equal
+to the span the seam table covers). It is an extra, not a dependency, so that
+installing the guard never up- or downgrades the Hermes a user already runs;
+``selftest`` prints :func:`describe` instead.
+"""
+
+from __future__ import annotations
+
+from ..hostinfo import parse_version
+
+SUPPORTED_LOW = "0.13"
+SUPPORTED_HIGH = "0.20"
+SUPPORTED_HERMES = f"hermes-agent>={SUPPORTED_LOW},<{SUPPORTED_HIGH}"
+EXTRA = "hermes-session-guard[hermes]"
+
+
+def in_supported_range(version: str) -> bool:
+    return parse_version(SUPPORTED_LOW) <= parse_version(version) < parse_version(SUPPORTED_HIGH)
+
+
+def describe(version: str | None) -> str:
+    """One line for ``selftest``: the installed Hermes against the declared range."""
+    declared = f"Supported Hermes >={SUPPORTED_LOW},<{SUPPORTED_HIGH} ({EXTRA})"
+    if version is None:
+        return f"{declared}: none installed in this environment"
+    if in_supported_range(version):
+        return f"{declared}: installed {version} is inside it"
+    if parse_version(version) < parse_version(SUPPORTED_LOW):
+        return f"{declared}: installed {version} is OUTSIDE it (older than the table; nothing is patched)"
+    return (f"{declared}: installed {version} is OUTSIDE it (newer than the table; seams are patched only "
+            "where their target verifies by signature)")

@@ -1,0 +1,920 @@
+"""The one table of host seams: which Hermes function the guard wraps, per version range.
+
+A row says: for Hermes versions in ``[since, until)``, wrap ``module:attribute``
+(whose parameters must start with ``params``) with the wrapper built by
+``wrapper``; which other host names the row leans on (``requires``, each
+``module:attribute``, verified before anything is patched); what to do when the
+guard itself fails inside it (``failure_policy``); and version-specific
+behaviour as data (``behaviour``).
+
+The table (``SEAMS``) is written one entry per seam with :func:`seam`: the fields
+its rows share, and per release range only what differs there; it expands to one
+:class:`SeamRow` per range. Adding a Hermes release is a table edit (the release
+in ``TESTED_RELEASES``, the end of ``COVERED``, a new range where a target or a
+behaviour changed) plus tests.
+
+Behaviour keys of the ``compression`` rows (every value read off the release's wheel):
+
+``strategy``
+    how the host is kept from rotating the id (:mod:`hermes_session_guard.seams.compression`):
+    ``detach_db`` (0.13-0.17: every rotation step sits under ``if agent._session_db:``)
+    or ``host_in_place`` (0.18+: ``agent.compression_in_place`` -> ``archive_and_compact``).
+``flush_cursor``
+    how the host remembers which messages already reached state.db, i.e. what
+    the guard re-bases after persisting a compacted transcript itself:
+    ``index`` (0.13-0.16: ``_last_flushed_db_idx`` only), ``identity`` (0.17:
+    a persistent ``id()`` set ``_flushed_db_message_ids`` per
+    ``_flushed_db_message_session_id``), ``marker`` (0.18+: a ``_db_persisted``
+    key stamped on each dict; the id set is a one-shot seed).
+``transcript_order``
+    how ``SessionDB.get_messages_as_conversation`` (resume in the CLI and the
+    gateway) orders a transcript: ``id`` everywhere except 0.17, which orders by
+    ``timestamp, id``; there the guard writes the compacted rows with timestamps
+    that keep them before the turn's own messages.
+``lock``
+    which cross-process lease serialises compressions of one session
+    (see :mod:`.session_lock`): ``guard`` (0.13-0.15, no native lock: the guard's
+    ``session_guard_locks``) or ``native`` (0.16+: Hermes's ``compression_locks``,
+    held by the guard for the whole operation; the detached host of 0.16-0.17
+    never asks for it, the in-place host of 0.18+ re-enters it through the
+    ``native_lock_reentry`` seam; 0.16-0.17 cannot refresh a lease).
+``lock_failure``
+    ``closed``: when the lease table itself fails, the compression is skipped
+    (transcript unchanged, Hermes retries on a later turn) instead of running
+    unlocked, because an unlocked compression can fork the session.
+``native_summary_key``
+    ``""`` or ``_compressed_summary`` (0.17+: the host tags its summary message
+    in memory; no DB column).
+``busy_queue``
+    the gateway's follow-up handling while a session runs: ``single_slot``
+    (0.13-0.16: a second text message replaces the first), ``fifo`` (0.17: up to
+    32 in order), ``fifo_demotes_interrupt`` (0.18+: and ``interrupt`` becomes
+    ``queue`` while a compression lock is held).
+``hygiene_session_db``
+    whether gateway session hygiene builds its throwaway agent with the
+    SessionDB: ``absent`` (0.13-0.17: it cannot rotate; the gateway rewrites the
+    transcript itself) or ``passed`` (0.18+).
+
+Failure policies (the ADR explains each choice):
+
+``open``
+    a guard error before the host runs hands the call to the host untouched
+    (with an ERROR log line naming the seam); Hermes keeps working with its own
+    behaviour.
+``closed``
+    a guard error refuses the guarded action (and logs why); used where
+    proceeding would lose or fork data.
+
+A Hermes release outside every row's range is handled by
+:mod:`hermes_session_guard.seams.apply`: newer releases (and gaps between
+rows) get, per seam, the newest row whose target and ``requires`` verify by
+signature; releases older than the table are not patched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import host_adapter as host
+from ..audit import new_op_id
+from ..contract.gateway_transcript import rebase_after_compaction
+from ..fail_open import fail_open as _fail_open
+from ..hostinfo import Version, parse_version
+from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
+from ..runtime import Runtime
+from . import buffering
+from . import search as search_seams
+from . import summaries as ss
+from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
+from .turns import api_turn_wrapper, run_conversation_wrapper
+
+log = logging.getLogger("hermes_session_guard")
+
+Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class SeamRow:
+    seam: str
+    since: Version
+    until: Version
+    module: str
+    attribute: str
+    params: tuple[str, ...]
+    wrapper: Callable[[Runtime, SeamRow], Wrapper] | None
+    failure_policy: str
+    behaviour: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    lazy: bool = False  # patch when Hermes imports the module; never import it for that
+    requires: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}:{self.attribute}"
+
+    def covers(self, version: Version) -> bool:
+        return self.since <= version < self.until
+
+    @property
+    def range_text(self) -> str:
+        return f">={version_text(self.since)},<{version_text(self.until)}"
+
+
+def version_text(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
+def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Adapt the host's compression call shape to :func:`guarded_compression`.
+
+    ``AIAgent._compress_context(self, messages, system_message, ...)`` (method) and
+    ``compress_context(agent, messages, system_message, ...)`` (module function)
+    differ only in where the agent comes from."""
+    strategy = row.behaviour["strategy"]
+    lock = LockPolicy(mode=row.behaviour.get("lock", LOCK_GUARD),
+                      on_failure=row.behaviour.get("lock_failure", "closed"))
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called = False
+
+        def call_host() -> Any:
+            nonlocal called
+            called = True
+            return wrapped(*args, **kwargs)
+
+        try:
+            if instance is not None:
+                agent, rest = instance, args
+            else:
+                agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
+            messages = rest[0] if rest else kwargs.get("messages")
+            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+            return guarded_compression(
+                runtime, strategy, agent, messages, call_host,
+                native_summary_key=row.behaviour.get("native_summary_key") or None,
+                system_message=system_message, lock=lock, behaviour=row.behaviour,
+            )
+        except Exception as exc:
+            if called:
+                raise
+            return skipped_before_host(runtime, row, agent_of(instance, args, kwargs), args, kwargs, instance, exc)
+
+    return wrapper
+
+
+def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if instance is not None:
+        return instance
+    return args[0] if args else kwargs.get("agent")
+
+
+def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
+    """A guard error before the host's compression ran (ADR D4, D15): this compression
+    is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
+    can fork on every release). The caller's messages come back unchanged, with the
+    prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
+    check. One ERROR line and a ``compression.failed`` event name the cause."""
+    rest = args if instance is not None else args[1:]
+    messages = rest[0] if rest else kwargs.get("messages")
+    system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+    cause = f"{type(exc).__name__}: {exc}"
+    sid = None
+    try:
+        sid = host.session_id(agent)
+    except Exception:
+        pass
+    log.error(
+        "session guard: seam %s failed before the host ran (%s); failing closed: compression of %s skipped, "
+        "messages unchanged, Hermes retries at its next threshold check. Run `hermes-session-guard selftest`.",
+        row.target, cause, sid or "(unknown session)",
+    )
+    try:
+        runtime.audit.operation(sid or "-", new_op_id()).error(
+            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
+            messages_before=len(messages) if isinstance(messages, list) else None,
+            messages_after=len(messages) if isinstance(messages, list) else None, session_id_after=sid,
+        )
+    except Exception as audit_exc:
+        log.debug("session guard: could not audit the skipped compression: %s", audit_exc)
+    try:
+        prompt = host.current_system_prompt(agent, system_message)
+    except Exception:
+        prompt = str(getattr(agent, "_cached_system_prompt", None) or system_message or "")
+    return messages, prompt
+
+
+def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
+    without touching the table when this thread's guarded operation already holds
+    the lock on that session; otherwise Hermes's own acquire, unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = args[0] if args else kwargs.get("session_id")
+            if host.native_lock_held_here(instance, sid):
+                return True
+        except Exception as exc:
+            _fail_open(row, exc, "Hermes's own lock decides", advice=None)
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Around one gateway turn: a turn addressed to a session the guard handed off
+    runs in its child; guard notices for the chat (hand-off packet written, fork)
+    are sent as messages of their own, before the turn (decided during gateway
+    hygiene) and after it (decided during the turn); then,
+    where the row says so (``transcript``: ``jsonl_and_offset`` on 0.13-0.14,
+    ``offset`` on 0.15-0.17; ``host`` from 0.18.0, whose gateway re-baselines by
+    itself), bring the gateway's transcript bookkeeping in line after the guard
+    compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
+    the host's own split handling already writes it whole (history offset 0)."""
+    transcript = row.behaviour.get("transcript")
+    rebase = transcript in ("jsonl_and_offset", "offset")
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sid: Any = None
+        source: Any = None
+        try:
+            sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+            source = kwargs["source"] if "source" in kwargs else args[3]
+            target = runtime.compactions.fork_target(sid) if sid else sid
+            if target != sid:
+                # A turn still addressed to a handed-off session (the host drains queued
+                # follow-ups with the id the turn started on): run it in the child.
+                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
+                if "session_id" in kwargs:
+                    kwargs = {**kwargs, "session_id": target}
+                else:
+                    args = (*args[:4], target, *args[5:])
+                sid = target
+            mark = runtime.compactions.mark()
+            notices = runtime.notices.pop(sid) if sid else []
+        except Exception as exc:
+            _fail_open(row, exc, "this turn runs as Hermes routed it, without the guard's notices or "
+                                 "transcript re-base")
+            sid, notices = None, []
+        await _deliver(instance, source, sid, notices)
+        result = await wrapped(*args, **kwargs)
+        if sid:
+            try:
+                after = runtime.notices.pop(sid)
+                moved_to = runtime.compactions.fork_target(sid)
+                if moved_to != sid:
+                    after += runtime.notices.pop(moved_to)
+            except Exception:
+                after = []
+            await _deliver(instance, source, sid, after)
+        if sid and rebase:
+            try:
+                compaction = runtime.compactions.since(sid, mark)
+                if compaction is not None:
+                    forked = runtime.compactions.fork_since(sid, mark) is not None
+                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
+                                            jsonl=transcript == "jsonl_and_offset")
+            except Exception as exc:
+                log.error(
+                    "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
+                    "for %s may still hold pre-compaction history (state.db is correct). Run "
+                    "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
+                )
+        return result
+
+    return wrapper
+
+
+async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
+    for text in notices:
+        try:
+            await host.gateway_send(runner, source, text)
+        except Exception as exc:
+            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
+
+
+def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Remember which chat the message being handled came from, so the guard's
+    ``/handoff-packet`` slash command (whose handler only gets its argument text)
+    knows which session it was typed in."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
+            except Exception as exc:
+                _fail_open(row, exc, "guard slash commands in this message cannot tell which chat they came from")
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """A message for a busy session: buffer it while the session compresses (see buffering)."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called = False
+
+        async def call_host() -> Any:
+            nonlocal called
+            called = True
+            return await wrapped(*args, **kwargs)
+
+        try:
+            event = _arg(args, kwargs, 0, "event")
+            session_key = _arg(args, kwargs, 1, "session_key")
+            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
+        except Exception as exc:
+            if called:
+                raise
+            _fail_open(row, exc, "Hermes handles this message as it would without the guard")
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Where a finished turn picks its follow-up: the oldest buffered message when Hermes has none."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        picked = wrapped(*args, **kwargs)
+        try:
+            session_key = _arg(args, kwargs, 0, "session_key")
+            return buffering.on_drain(runtime, instance, session_key, picked)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+            return picked
+
+    return wrapper
+
+
+def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
+
+    def after(instance: Any, event: Any) -> None:
+        try:
+            buffering.on_handler_done(runtime, instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        event = _arg(args, kwargs, 0, "event")
+        try:
+            buffering.on_handler_start(instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages are still delivered")
+        try:
+            result = await wrapped(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            after(instance, event)
+            raise
+        after(instance, event)
+        return result
+
+    return wrapper
+
+
+def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Gateway startup (and 0.19 platform reconnect): replay what an earlier runner left buffered."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
+        return result
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# The table. One ``seam(...)`` entry per seam: the values its rows share, and ``ranges``
+# mapping each release range to what differs there (any SeamRow field; ``behaviour``
+# is merged key by key over the shared one). A range is ``"since-until"`` (half open:
+# ``"0.15.0-0.16.0"`` is every 0.15.x) or ``"since+"`` (up to the end of the table).
+# Every range is clipped to COVERED, so a range that spans a gap becomes one row per side.
+#
+# Adding a Hermes release: add it to TESTED_RELEASES, move the end of COVERED past it,
+# and add a range to the seams whose target or behaviour changed (``"0.20.0+"``),
+# closing the range before it; then run the matrix for it.
+# ---------------------------------------------------------------------------------------------
+
+# The releases on the package index that every row below was checked against
+# (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
+TESTED_RELEASES: tuple[str, ...] = (
+    "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
+)
+
+# The versions the table covers (half open). Several spans leave a gap, handled like any
+# release outside the table; today the table is one span.
+COVERED: tuple[tuple[str, str], ...] = (("0.13.0", "0.20.0"),)
+
+
+def not_needed(reason: str, **fields: Any) -> dict[str, Any]:
+    """A range where the seam wraps nothing (state ``not-needed``), with the reason."""
+    return {"wrapper": None, "params": (), "failure_policy": "", "lazy": False, "note": f"not needed: {reason}",
+            **fields}
+
+
+def _parse_range(text: str) -> tuple[Version, Version]:
+    since, sep, until = text.partition("-")
+    if text.endswith("+"):
+        since, until = text[:-1], COVERED[-1][1]
+    elif not sep:
+        raise ValueError(f"seam range {text!r}: write 'since-until' or 'since+'")
+    low, high = parse_version(since), parse_version(until)
+    if not low < high:
+        raise ValueError(f"seam range {text!r} is empty")
+    return low, high
+
+
+def _clip(since: Version, until: Version) -> list[tuple[Version, Version]]:
+    spans = []
+    for low_text, high_text in COVERED:
+        low, high = max(since, parse_version(low_text)), min(until, parse_version(high_text))
+        if low < high:
+            spans.append((low, high))
+    return spans
+
+
+def seam(
+    name: str,
+    *,
+    ranges: dict[str, dict[str, Any]],
+    module: str = "",
+    attribute: str = "",
+    params: tuple[str, ...] = (),
+    wrapper: Callable[[Runtime, SeamRow], Wrapper] | None = None,
+    failure_policy: str = "open",
+    behaviour: dict[str, str] | None = None,
+    note: str = "",
+    lazy: bool = False,
+    requires: tuple[str, ...] = (),
+) -> tuple[SeamRow, ...]:
+    """The rows of one seam: ``ranges`` (release range -> fields that differ there) over the shared fields."""
+    shared = SeamRow(seam=name, since=(0, 0, 0), until=(0, 0, 0), module=module, attribute=attribute,
+                     params=params, wrapper=wrapper, failure_policy=failure_policy, behaviour=dict(behaviour or {}),
+                     note=note, lazy=lazy, requires=requires)
+    rows: list[SeamRow] = []
+    for text, changes in ranges.items():
+        fields = {**changes, "behaviour": {**shared.behaviour, **changes.get("behaviour", {})}}
+        for since, until in _clip(*_parse_range(text)):
+            rows.append(replace(shared, since=since, until=until, **fields))
+    return tuple(sorted(rows, key=lambda row: row.since))
+
+
+_COMPRESSION_METHOD_PARAMS = ("self", "messages", "system_message")
+_COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
+_NATIVE_LOCK = "hermes_state:SessionDB.try_acquire_compression_lock"
+_JSONL_TRANSCRIPT = "gateway.session:SessionStore.get_transcript_path"
+_IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
+EVERY_RELEASE: dict[str, dict[str, Any]] = {"0.13.0+": {}}
+
+SEAMS: tuple[SeamRow, ...] = (
+    *seam(
+        "compression",
+        module="agent.conversation_compression",
+        failure_policy="closed",  # a guard error before the host ran skips the compression (ADR D4, D15)
+        attribute="compress_context",
+        params=_COMPRESSION_FUNCTION_PARAMS,
+        wrapper=compression_wrapper,
+        behaviour={
+            "strategy": DETACH_DB,
+            "transcript_order": "id",
+            "flush_cursor": "index",
+            "lock": LOCK_NATIVE,
+            "lock_failure": "closed",
+            "native_summary_key": "",
+            "busy_queue": "single_slot",
+            "hygiene_session_db": "absent",
+        },
+        requires=(_NATIVE_LOCK,),
+        ranges={
+            "0.13.0-0.15.0": {
+                "module": "run_agent", "attribute": "AIAgent._compress_context",
+                "params": _COMPRESSION_METHOD_PARAMS, "behaviour": {"lock": LOCK_GUARD}, "requires": (),
+                "note": "compression lives in the method and always rotates; run it with the SessionDB detached",
+            },
+            "0.15.0-0.16.0": {
+                "behaviour": {"lock": LOCK_GUARD}, "requires": (),
+                "note": "module function (AIAgent._compress_context forwards at call time); rotates; SessionDB "
+                "detached",
+            },
+            "0.16.0-0.17.0": {
+                "note": "rotates; native state.db lock (skipped by the host while its SessionDB is detached)",
+            },
+            "0.17.0-0.18.0": {
+                "behaviour": {"transcript_order": "timestamp", "flush_cursor": "identity",
+                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo"},
+                "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
+            },
+            "0.18.0+": {
+                "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
+                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
+                              "hygiene_session_db": "passed"},
+                "requires": (_NATIVE_LOCK, _IN_PLACE),
+                "note": "host has in-place compaction and a native lock; force in-place on",
+            },
+        },
+    ),
+    *seam(
+        "gateway_turn",
+        module="gateway.run",
+        attribute="GatewayRunner._run_agent",
+        params=("self", "message", "context_prompt", "history", "source", "session_id"),
+        wrapper=gateway_turn_wrapper,
+        ranges={
+            "0.13.0-0.15.0": {
+                "behaviour": {"transcript": "jsonl_and_offset"}, "requires": (_JSONL_TRANSCRIPT,),
+                "note": "gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a "
+                "compaction; hand-off notices and redirects",
+            },
+            "0.15.0-0.18.0": {
+                "behaviour": {"transcript": "offset"},
+                "note": "gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset "
+                "after a compaction; hand-off notices and redirects",
+            },
+            "0.18.0+": {
+                "behaviour": {"transcript": "host"}, "requires": (_IN_PLACE,),
+                "note": "hand-off notices and redirects only; the gateway re-baselines on "
+                "agent._last_compaction_in_place",
+            },
+        },
+    ),
+    *seam(
+        "gateway_message",
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=gateway_message_wrapper,
+        note="tells plugin slash commands which chat (and so which session) they were typed in",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "native_lock_reentry",
+        module="hermes_state",
+        attribute="SessionDB.try_acquire_compression_lock",
+        params=("self", "session_id", "holder"),
+        wrapper=native_lock_reentry_wrapper,
+        ranges={
+            "0.13.0-0.16.0": not_needed("0.13-0.15 have no native compression lock; the guard's "
+                                        "session_guard_locks table is used"),
+            "0.16.0-0.18.0": not_needed("the guard holds Hermes's lock and the host, running with its SessionDB "
+                                        "detached, never asks for it", requires=(_NATIVE_LOCK,)),
+            "0.18.0+": {"note": "the guard holds Hermes's compression lock for the whole operation; the host's "
+                                "acquire re-enters it"},
+        },
+    ),
+    # Summaries carry the recall line; the body the host re-summarises must not.
+    *seam(
+        "summary_strip",
+        module="agent.context_compressor",
+        attribute="ContextCompressor._strip_summary_prefix",
+        params=("summary",),
+        wrapper=ss.summary_strip_wrapper,
+        note="rehydrated summary bodies lose the [Original context] line before the next summary call",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "transcript_load",
+        module="hermes_state",
+        attribute="SessionDB.get_messages_as_conversation",
+        params=("self", "session_id"),
+        wrapper=ss.transcript_load_wrapper,
+        note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
+        ranges={
+            "0.13.0-0.17.0": {"behaviour": {"native_summary_key": ""}},
+            "0.17.0+": {"behaviour": {"native_summary_key": "_compressed_summary"}},
+        },
+    ),
+    *seam(
+        "wire",
+        module="run_agent",
+        attribute="AIAgent._sanitize_api_messages",
+        params=("messages",),
+        wrapper=ss.wire_wrapper,
+        failure_policy="closed",
+        ranges={
+            "0.13.0-0.15.0": {
+                "behaviour": {"host_strips": "nothing"},
+                "note": "0.13-0.14 send every message key: strip is_compressed_summary and _compressed_summary",
+            },
+            "0.15.0+": {
+                "behaviour": {"host_strips": "underscore keys"},
+                "note": "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary "
+                "too",
+            },
+        },
+    ),
+    *seam(
+        "request_tools",
+        module="run_agent",
+        attribute="AIAgent._build_api_kwargs",
+        params=("self", "api_messages"),
+        wrapper=ss.request_tools_wrapper,
+        note="offer session_guard_recall only to sessions with snapshots",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "system_prompt",
+        module="run_agent",
+        attribute="AIAgent._build_system_prompt",
+        params=("self", "system_message"),
+        wrapper=ss.system_prompt_wrapper,
+        note="recall rule once the session has compacted history",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "tool_session",
+        module="run_agent",
+        attribute="handle_function_call",
+        params=("function_name", "function_args", "task_id", "tool_call_id", "session_id"),
+        wrapper=ss.tool_session_wrapper,
+        note="the host passes the calling agent's session_id; recall reads only that session",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "cli_resume_history",
+        module="hermes_cli.cli_agent_setup_mixin",
+        attribute="CLIAgentSetupMixin._display_resumed_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.17.0": {"module": "cli", "attribute": "HermesCLI._display_resumed_history",
+                              "note": "resume recap renders a display copy without summaries"},
+            "0.17.0+": {"note": "resume recap moved to a mixin (0.17); display copy without summaries"},
+        },
+    ),
+    *seam(
+        "cli_history",
+        module="cli",
+        attribute="HermesCLI.show_history",
+        params=("self",),
+        wrapper=ss.cli_history_wrapper,
+        lazy=True,
+        note="/history renders a display copy without summaries",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "tui_history",
+        module="tui_gateway.server",
+        attribute="_history_to_messages",
+        params=("history",),
+        wrapper=ss.tui_history_wrapper,
+        lazy=True,
+        note="session.resume / session.history payloads",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "api_session_messages",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_messages",
+        params=("self", "request"),
+        wrapper=ss.api_messages_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session messages endpoint"),
+            "0.15.0+": {"note": "GET /api/sessions/{id}/messages (from 0.15)"},
+        },
+    ),
+    *seam(
+        "platform_delivery",
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.set_message_handler",
+        params=("self", "handler"),
+        wrapper=ss.delivery_wrapper,
+        lazy=True,
+        note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
+        ranges=EVERY_RELEASE,
+    ),
+    # Messages for a session that is compressing (see buffering). What the host does with
+    # them instead differs (the compression rows' busy_queue); the targets do not.
+    *seam(
+        "busy_message",
+        module="gateway.run",
+        attribute="GatewayRunner._handle_active_session_busy_message",
+        params=("self", "event", "session_key"),
+        wrapper=busy_message_wrapper,
+        behaviour={"storage": "session_guard_inbox"},
+        ranges={
+            "0.13.0-0.18.0": {"note": "0.13-0.16 interrupt the agent by default and keep one pending message (a "
+                                      "second replaces the first); 0.17 queues up to 32; buffer instead"},
+            "0.18.0+": {"note": "0.18+ demote interrupt to queue while their lock is held but cap the queue at 32; "
+                                "buffer instead"},
+        },
+    ),
+    *seam(
+        "buffer_drain",
+        module="gateway.run",
+        attribute="GatewayRunner._promote_queued_event",
+        params=("self", "session_key", "adapter", "pending_event"),
+        wrapper=buffer_drain_wrapper,
+        note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "buffer_handoff",
+        module="gateway.run",
+        attribute="GatewayRunner._handle_message",
+        params=("self", "event"),
+        wrapper=buffer_handoff_wrapper,
+        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
+        ranges=EVERY_RELEASE,
+    ),
+    # Compacted history stays where Hermes's own search and export look (0.13-0.17 keep it in
+    # the guard's snapshots; 0.18.2+ archives it in place, in Hermes's own messages table).
+    *seam(
+        "search_messages",
+        module="hermes_state",
+        attribute="SessionDB.search_messages",
+        params=("self", "query", "source_filter", "exclude_sources", "role_filter", "limit", "offset"),
+        wrapper=search_seams.search_wrapper,
+        requires=("hermes_state:SessionDB._sanitize_fts5_query", "hermes_state:SessionDB._contains_cjk"),
+        ranges={
+            "0.13.0-0.15.0": {"note": "session_search tool and dashboard search: snapshot rows join Hermes's hits "
+                                      "(same FTS5 query, filters, limit/offset)"},
+            "0.15.0-0.18.0": {"params": ("self", "query", "source_filter", "exclude_sources", "role_filter", "limit",
+                                         "offset", "sort"),
+                              "note": "as 0.13-0.14, and sort=newest/oldest orders the merged list by time"},
+            "0.18.0+": not_needed("compacted rows stay in messages (active=0, compacted=1) and search_messages "
+                                  "returns them"),
+        },
+    ),
+    *seam(
+        "search_window",
+        module="hermes_state",
+        attribute="SessionDB.get_messages_around",
+        params=("self", "session_id", "around_message_id", "window"),
+        wrapper=search_seams.around_wrapper,
+        ranges={
+            "0.13.0-0.15.0": not_needed("session_search reads a hit's whole conversation before 0.15 (see "
+                                        "search_conversation)"),
+            "0.15.0-0.18.0": {"note": "session_search opens a hit by id (directly and through get_anchored_view): "
+                                      "a snapshot hit's negative id opens the snapshot around it"},
+            "0.18.0+": not_needed("compacted rows stay in messages with their own ids"),
+        },
+    ),
+    *seam(
+        "export_session",
+        module="hermes_state",
+        attribute="SessionDB.export_session",
+        params=("self", "session_id"),
+        wrapper=search_seams.export_wrapper,
+        ranges={
+            "0.13.0-0.18.0": {"note": "hermes sessions export SESSION and the dashboard's export: the session's "
+                                      "snapshots under session_guard_snapshots"},
+            "0.18.0+": {"note": "the export holds active rows only (get_messages): the session's snapshots under "
+                                "session_guard_snapshots, as unguarded in_place: false kept them in the parent"},
+        },
+    ),
+    *seam(
+        "export_all",
+        module="hermes_state",
+        attribute="SessionDB.export_all",
+        params=("self", "source"),
+        wrapper=search_seams.export_wrapper,
+        note="hermes sessions export (every session): each session's snapshots under session_guard_snapshots",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "search_tool",
+        module="tools.session_search_tool",
+        attribute="session_search",
+        params=("query", "role_filter", "limit", "db", "current_session_id"),
+        wrapper=search_seams.search_tool_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": {"note": "the tool reads a hit's whole conversation: within the call, that read "
+                                      "includes the session's snapshots"},
+            "0.15.0+": not_needed("the tool opens a hit by message id (anchored view), not the whole conversation"),
+        },
+    ),
+    *seam(
+        "search_conversation",
+        module="hermes_state",
+        attribute="SessionDB.get_messages_as_conversation",
+        params=("self", "session_id"),
+        wrapper=search_seams.search_conversation_wrapper,
+        ranges={
+            "0.13.0-0.15.0": {"note": "inside a session_search call only: the session's snapshot messages, then "
+                                      "the live transcript"},
+            "0.15.0+": not_needed("session_search opens a hit by message id (anchored view) from 0.15"),
+        },
+    ),
+    *seam(
+        "buffer_replay",
+        module="gateway.run",
+        attribute="GatewayRunner._schedule_resume_pending_sessions",
+        params=("self",),
+        wrapper=buffer_replay_wrapper,
+        ranges={
+            "0.13.0-0.18.0": {"note": "start() calls it once adapters are connected"},
+            "0.18.0+": {"note": "start() calls it once adapters are connected (and on platform reconnect)"},
+        },
+    ),
+    # One turn per session at a time, in arrival order, on every entry point (turn_lock).
+    *seam(
+        "turn_order",
+        module="run_agent",
+        attribute="AIAgent.run_conversation",
+        params=("self", "user_message", "system_message", "conversation_history"),
+        wrapper=run_conversation_wrapper,
+        behaviour={"lease_table": "session_guard_turn_locks"},
+        note="every entry point's turn (CLI, gateway, API server, TUI, ACP, cron) starts here; the turn then "
+             "runs on the live transcript when another turn or a compaction was written since its caller read it",
+        ranges={
+            "0.13.0-0.19.0": {},
+            "0.19.0+": {"note": "a forwarder to agent.conversation_loop.run_conversation; same parameters first"},
+        },
+    ),
+    *seam(
+        "api_session_chat_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_chat",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "path"},
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
+            "0.15.0+": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
+        },
+    ),
+    *seam(
+        "api_session_chat_stream_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_session_chat_stream",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "path"},
+        lazy=True,
+        ranges={
+            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
+            "0.15.0+": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
+        },
+    ),
+    *seam(
+        "api_chat_completions_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_chat_completions",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "header"},
+        lazy=True,
+        note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
+        ranges=EVERY_RELEASE,
+    ),
+)
+
+
+def seam_names() -> list[str]:
+    seen: list[str] = []
+    for row in SEAMS:
+        if row.seam not in seen:
+            seen.append(row.seam)
+    return seen
+
+
+def rows_for(seam: str) -> list[SeamRow]:
+    return [row for row in SEAMS if row.seam == seam]
+
+
+def select_row(seam: str, version: Version | None) -> SeamRow | None:
+    """The row whose range covers ``version`` (the tested path)."""
+    if version is None:
+        return None
+    for row in rows_for(seam):
+        if row.covers(version):
+            return row
+    return None
+
+
+def host_in_table(version: Version) -> bool:
+    """Some row covers ``version``: a release the table was written and tested for."""
+    return any(row.covers(version) for row in SEAMS)
+
+
+def fallback_rows(seam: str) -> list[SeamRow]:
+    """Candidate rows for a release outside every range, newest first: the
+    first one whose target and requirements verify on the installed host wins."""
+    return sorted(rows_for(seam), key=lambda row: row.since, reverse=True)
+
+
+def oldest_supported(seam: str) -> Version | None:
+    rows = rows_for(seam)
+    return min(row.since for row in rows) if rows else None

@@ -1,0 +1,191 @@
+"""Seam wrappers that make turns of one session run one at a time, in arrival order.
+
+``AIAgent.run_conversation`` is where every entry point starts a turn (CLI, platform
+gateway, API server, TUI gateway, ACP, cron). Its wrapper takes the session's turn
+(:mod:`.turn_lock`) and, once it has it, runs against the session's *live*
+transcript when state.db holds messages the caller's history lacks (a turn that
+waited behind another turn or a compression, or another process's turn, would
+otherwise answer from the history its caller read before: the pre-compression
+transcript). The API server's session endpoints reserve the turn before their
+handler runs, so the wait happens without a worker thread and a refusal is an
+HTTP 503 with ``Retry-After`` instead of a failed turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from .. import host_adapter as host
+from ..contract.generations import keys_of
+from ..fail_open import fail_open
+from ..hostinfo import state_db_path
+from ..locks.turn_lock import TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
+from ..runtime import Runtime
+
+log = logging.getLogger("hermes_session_guard")
+
+Wrapper = Any
+_MAX_SESSION_ID = 256
+
+
+def _locks(runtime: Runtime, db_path: Any) -> TurnLocks:
+    return turn_locks_for(db_path, runtime.store_for(db_path))
+
+
+def _history_slot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """``conversation_history`` of ``run_conversation(user_message, system_message,
+    conversation_history, ...)`` and whether it came positionally."""
+    if len(args) > 2:
+        return args[2], True
+    return kwargs.get("conversation_history"), False
+
+
+def fresher_history(live: list[Any], history: list[Any] | None) -> bool:
+    """True when state.db holds messages the caller's history does not: another turn
+    (or a compaction) of the session was written after the caller read it."""
+    if history is None or not live:
+        return False
+    live_keys, own_keys = keys_of(live), keys_of(history)
+    if live_keys == own_keys:
+        return False
+    return bool(Counter(live_keys) - Counter(own_keys))
+
+
+def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicket,
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    history, positional = _history_slot(args, kwargs)
+    if history is None or host.session_db(agent) is None:
+        return args, kwargs
+    live = host.live_transcript(agent, sid)
+    if not fresher_history(live, history):
+        return args, kwargs
+    # The agent's flush cursor must describe the list it now continues (0.13-0.16 slice
+    # at an index that may still count the longer pre-compression history).
+    host.rebase_flush(agent, sid, live, runtime.behaviour.get("compression", {}).get("flush_cursor"))
+    runtime.audit.operation(sid).info("turn.live_history", caller_messages=len(history), live_messages=len(live),
+                                      waited_ms=round(ticket.waited * 1000))
+    if positional:
+        return (*args[:2], live, *args[3:]), kwargs
+    return args, {**kwargs, "conversation_history": live}
+
+
+def is_conversation_agent(agent: Any) -> bool:
+    """An agent whose turns are the session's conversation: it writes them to a SessionDB.
+    Background forks that only share the id (the memory/skill review: no SessionDB on
+    0.13-0.18, ``_persist_disabled`` on 0.19) never take the session's turn; they run
+    while their parent's turn ends and would otherwise queue behind it."""
+    if host.session_db(agent) is None or host.persistence_disabled(agent):
+        return False
+    return getattr(agent, "_memory_write_origin", None) != "background_review"
+
+
+def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``AIAgent.run_conversation``: one turn per session at a time (see module doc).
+    Policy ``open``: a guard error before the turn starts runs it unguarded (ERROR log);
+    only a turn that waited the whole ``turns.wait_seconds`` is refused (TurnBusy)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        cfg = runtime.config.turns
+        try:
+            sid = host.session_id(instance)
+            if not cfg.enabled or not sid or not is_conversation_agent(instance):
+                return wrapped(*args, **kwargs)
+            locks = _locks(runtime, host.db_path(instance))
+            if locks.held_by_thread(sid) is not None:
+                return wrapped(*args, **kwargs)  # a turn inside this thread's own turn
+            ticket = locks.claim_delegated(sid)
+            if ticket is None:
+                ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
+                                    retry_after(cfg.wait_seconds))
+        except TurnBusy as busy:
+            runtime.audit.operation(busy.session_id).warning("turn.refused", waited_ms=round(busy.waited * 1000),
+                                                             scope=busy.scope)
+            log.warning("session guard: %s", busy)
+            raise
+        except Exception as exc:
+            fail_open(row, exc, "this turn runs without the per-session turn order", when="before the turn")
+            return wrapped(*args, **kwargs)
+        try:
+            # the lines below carry this session's [session] tag, whatever the thread served last
+            with host.pinned_log_context(sid):
+                try:
+                    args, kwargs = _with_live_history(runtime, instance, sid, ticket, args, kwargs)
+                except Exception as exc:
+                    log.error("session guard: could not read the live transcript of %s before its turn (%s: %s); "
+                              "the turn runs on the history its caller passed.", sid, type(exc).__name__, exc)
+                if ticket.queued_behind:
+                    runtime.audit.operation(sid).info("turn.dequeued", behind=ticket.queued_behind,
+                                                      waited_ms=round(ticket.waited * 1000))
+            return wrapped(*args, **kwargs)
+        finally:
+            locks.release(ticket)
+
+    return wrapper
+
+
+def _request_session(instance: Any, request: Any, source: str) -> str | None:
+    """The session a request continues (``path``: ``/api/sessions/{id}/...``; ``header``:
+    ``X-Hermes-Session-Id``), only for a request the host will authenticate."""
+    check = getattr(instance, "_check_auth", None)
+    if callable(check) and check(request) is not None:
+        return None
+    if source == "path":
+        sid = request.match_info.get("session_id", "")
+    else:
+        sid = request.headers.get("X-Hermes-Session-Id", "")
+    sid = str(sid or "").strip()
+    if not sid or len(sid) > _MAX_SESSION_ID or any(ch in sid for ch in "\r\n\x00"):
+        return None
+    return sid
+
+
+def busy_response(busy: TurnBusy) -> Any:
+    """HTTP 503 + ``Retry-After``, naming the session (the id is unchanged)."""
+    from aiohttp import web
+
+    payload = {"error": {"message": str(busy), "type": "session_busy", "code": "session_busy",
+                         "session_id": busy.session_id, "retry_after": busy.retry_after}}
+    headers = {"Retry-After": str(busy.retry_after), "X-Hermes-Session-Id": busy.session_id}
+    return web.json_response(payload, status=503, headers=headers)
+
+
+def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """An API server handler that runs a turn on an existing session: take a place in
+    the session's turn queue on arrival, wait for it on the event loop, then run the
+    handler (which reads the session's history only now, after the turns before it).
+    ``behaviour['session_from']``: ``path`` or ``header``. Policy ``open``."""
+    source = row.behaviour.get("session_from", "path")
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        cfg = runtime.config.turns
+        try:
+            request = args[0] if args else kwargs["request"]
+            sid = _request_session(instance, request, source) if cfg.enabled else None
+            if not sid:
+                return await wrapped(*args, **kwargs)
+            locks = _locks(runtime, state_db_path(runtime.home))
+            ticket = locks.enqueue(sid)
+        except Exception as exc:
+            fail_open(row, exc, "this turn runs without the per-session turn order", when="before the request",
+                      advice=None)
+            return await wrapped(*args, **kwargs)
+        try:
+            await locks.wait_async(ticket, cfg.wait_seconds, cfg.lease_seconds, retry_after(cfg.wait_seconds))
+        except TurnBusy as busy:
+            runtime.audit.operation(sid).warning("turn.refused", waited_ms=round(busy.waited * 1000),
+                                                 scope=busy.scope, http_status=503)
+            log.warning("session guard: %s", busy)
+            return busy_response(busy)
+        except Exception as exc:
+            locks.cancel(ticket)
+            fail_open(f"the turn lease of {sid}", exc, "this turn runs without the per-session turn order",
+                      advice=None)
+            return await wrapped(*args, **kwargs)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            locks.release(ticket)
+
+    return wrapper

@@ -1,0 +1,896 @@
+"""Loopback fake LLM server speaking the OpenAI and Anthropic HTTP APIs.
+
+The server binds ``127.0.0.1`` on an ephemeral port and answers:
+
+* ``GET /v1/models`` and ``GET /v1/models/<id>``
+* ``POST /v1/chat/completions`` (JSON and ``stream: true`` SSE)
+* ``POST /v1/messages`` (Anthropic Messages API, JSON and SSE)
+
+Anything else gets a 404 JSON error. Every request is recorded and classified
+as a context-compression ``"summary"`` call, an ordinary ``"chat"`` call, or
+``"other"`` (model listings, unknown paths, unparsable bodies).
+
+Responses are HTTP/1.0 style: non-stream bodies carry ``Content-Length`` and
+every response is sent with ``Connection: close``, so clients never wait on a
+half-open keep-alive connection.
+
+Why one module of ~900 lines: it is one self-contained HTTP server (handler, both
+wire formats, streaming, failure injection, the request log) that the self-test, the
+tests and the benchmarks start the same way; split, its parts would only import
+each other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+__all__ = [
+    "ANTHROPIC_MESSAGE_KEYS",
+    "ToolCallReply",
+    "DEFAULT_SUMMARY_TEXT",
+    "OPENAI_MESSAGE_KEYS",
+    "SUMMARY_MARKERS",
+    "FakeLLMServer",
+    "RequestRecord",
+    "contains_summary_marker",
+    "iter_message_text",
+]
+
+SUMMARY_MARKERS: tuple[str, ...] = (
+    "Create a structured handoff summary",
+    "summarize",
+    "Summarize",
+    "CONTEXT CHECKPOINT",
+    "handoff summary",
+    "TURNS TO SUMMARIZE",
+    "conversation turns to summarize",
+    # Hermes's iterative update of an earlier summary carries none of the above
+    "You are a summarization agent",
+    "NEW TURNS TO INCORPORATE",
+)
+
+OPENAI_MESSAGE_KEYS: frozenset[str] = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
+)
+ANTHROPIC_MESSAGE_KEYS: frozenset[str] = frozenset({"role", "content"})
+
+DEFAULT_SUMMARY_TEXT = (
+    "## Goal\n"
+    "Continue the user's task.\n\n"
+    "## Progress\n"
+    "- Earlier turns were compressed by the fake LLM server.\n\n"
+    "## Key Decisions\n"
+    "- None recorded.\n\n"
+    "## Next Steps\n"
+    "- Resume from the latest user message.\n"
+)
+
+GATE_TIMEOUT_SECONDS = 60.0
+
+RequestKind = Literal["summary", "chat", "other"]
+FailureSpec = tuple[Any, ...]
+
+_CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+_MESSAGES_PATHS = frozenset({"/v1/messages", "/messages"})
+_MODELS_PATHS = frozenset({"/v1/models", "/models"})
+_MODEL_PREFIXES = ("/v1/models/", "/models/")
+
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+_GARBAGE_PATTERN = bytes([0xFF, 0xFE, 0xC3, 0x28, 0xA0, 0xA1, 0xE2, 0x28, 0xA1, 0x80])
+
+
+@dataclass(frozen=True)
+class ToolCallReply:
+    """What a ``reply_fn`` returns to make the model call tools instead of answering:
+    ``calls`` is a list of ``(tool_name, arguments_dict)``; ``text`` optional prose."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    text: str = ""
+
+    def openai_tool_calls(self) -> list[dict[str, Any]]:
+        return [
+            {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(args)}}
+            for name, args in self.calls
+        ]
+
+    def anthropic_blocks(self) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text}] if self.text else []
+        blocks += [
+            {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", "name": name, "input": args}
+            for name, args in self.calls
+        ]
+        return blocks
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request received by the fake server.
+
+    ``headers`` keys are lower-cased. ``kind`` is ``"other"`` for requests
+    that are not LLM calls (model listings, unknown paths, invalid JSON).
+    """
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    ts: float
+    kind: RequestKind
+
+
+def iter_message_text(value: Any) -> Iterator[str]:
+    """Yield every text fragment in a message ``content`` value.
+
+    Handles plain strings, lists of OpenAI/Anthropic content parts, and
+    nested ``content`` (e.g. Anthropic ``tool_result`` blocks).
+    """
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from iter_message_text(item)
+    elif isinstance(value, dict):
+        text = value.get("text")
+        if isinstance(text, str):
+            yield text
+        if "content" in value:
+            yield from iter_message_text(value["content"])
+
+
+def contains_summary_marker(body: dict[str, Any], markers: tuple[str, ...] = SUMMARY_MARKERS) -> bool:
+    """Return True if any message content (or the Anthropic ``system`` field) has a marker."""
+    sources: list[Any] = []
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        sources.extend(m.get("content") for m in messages if isinstance(m, dict))
+    if "system" in body:
+        sources.append(body["system"])
+    for source in sources:
+        for text in iter_message_text(source):
+            if any(marker in text for marker in markers):
+                return True
+    return False
+
+
+def _normalize_spec(spec: Any) -> FailureSpec:
+    if isinstance(spec, str):
+        return (spec,)
+    if isinstance(spec, (tuple, list)) and spec:
+        return tuple(spec)
+    raise ValueError(f"invalid failure spec: {spec!r}")
+
+
+def _chunk_text(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, fake: FakeLLMServer) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.fake = fake
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.0"
+    server_version = "FakeLLM/1.0"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts: list[bytes] = []
+            while True:
+                line = self.rfile.readline()
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str = "application/json") -> None:
+        self.close_connection = True
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send_bytes(status, json.dumps(payload).encode("utf-8"))
+
+    def _send_error(self, status: int, message: str, api: str, error_type: str | None = None) -> None:
+        if api == "anthropic":
+            etype = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+            self._send_json(status, {"type": "error", "error": {"type": etype, "message": message}})
+        else:
+            default = "server_error" if status >= 500 else "invalid_request_error"
+            etype = error_type or _OPENAI_ERROR_TYPES.get(status, default)
+            self._send_json(status, {"error": {"message": message, "type": etype}})
+
+    def _start_stream(self) -> None:
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+
+    def _write(self, data: bytes, delay: float) -> None:
+        if delay > 0:
+            self.server.fake._sleep(delay)
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    # -- routing ----------------------------------------------------------
+
+    def _handle(self, method: str) -> None:
+        fake = self.server.fake
+        path = urlsplit(self.path).path
+        if len(path) > 1:
+            path = path.rstrip("/")
+        raw = self._read_body() if method in ("POST", "PUT", "PATCH") else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+
+        api: str | None = None
+        if method == "POST" and path in _CHAT_PATHS:
+            api = "openai"
+        elif method == "POST" and path in _MESSAGES_PATHS:
+            api = "anthropic"
+
+        body: dict[str, Any] = {}
+        invalid_json = False
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                parsed = None
+            if isinstance(parsed, dict):
+                body = parsed
+            else:
+                invalid_json = True
+
+        kind: RequestKind = "other"
+        if api is not None and not invalid_json:
+            kind = fake.classify(body)
+        fake._record(RequestRecord(path=path, body=body, headers=headers, ts=time.time(), kind=kind))
+
+        if fake._sleep(fake.latency):
+            return
+
+        if method == "GET" and path in _MODELS_PATHS:
+            self._send_json(200, fake._models_payload())
+            return
+        if method == "GET" and path.startswith(_MODEL_PREFIXES):
+            model_id = unquote(path.split("/models/", 1)[1])
+            obj = fake._model_object(model_id) if model_id in fake.models else None
+            if obj is None:
+                self._send_error(404, f"The model '{model_id}' does not exist", "openai", "not_found_error")
+            else:
+                self._send_json(200, obj)
+            return
+        if api is None:
+            self._send_error(404, f"Unknown path: {method} {path}", "openai", "not_found_error")
+            return
+        if invalid_json:
+            self._send_error(400, "Request body is not a JSON object", api)
+            return
+        self._handle_llm(api, path, body, raw, kind)
+
+    def _handle_llm(self, api: str, path: str, body: dict[str, Any], raw: bytes, kind: RequestKind) -> None:
+        fake = self.server.fake
+        failure: FailureSpec | None = None
+        if kind == "summary":
+            fake.summary_started.set()
+            failure = fake._take_failure()
+
+        violation = fake._check_strict(api, path, body)
+        if violation is not None:
+            index, key = violation
+            self._send_error(
+                400, f"Extra inputs are not permitted: messages[{index}].{key}", api, "invalid_request_error"
+            )
+            return
+
+        if kind == "summary":
+            if fake._sleep(fake.summary_latency) or not fake._wait_gate():
+                return
+
+        text_override: str | None = None
+        if failure is not None:
+            name = str(failure[0])
+            arg = failure[1] if len(failure) > 1 else None
+            if name == "status":
+                status = int(arg) if arg is not None else 500
+                message = str(failure[2]) if len(failure) > 2 else f"Injected summary failure (HTTP {status})"
+                self._send_error(status, message, api)
+                return
+            if name == "timeout":
+                fake._sleep(float(arg) if arg is not None else 30.0)
+                self.close_connection = True
+                return
+            if name == "garbage":
+                nbytes = int(arg) if arg is not None else 1024
+                reps = nbytes // len(_GARBAGE_PATTERN) + 1
+                self._send_bytes(200, (_GARBAGE_PATTERN * reps)[:nbytes])
+                return
+            if name == "empty":
+                text_override = ""
+            elif name == "huge":
+                nchars = int(arg) if arg is not None else 1_000_000
+                text_override = ("lorem ipsum " * (nchars // 12 + 1))[:nchars]
+            else:
+                self._send_error(500, f"Unknown failure spec: {failure!r}", api)
+                return
+
+        try:
+            reply = text_override if text_override is not None else fake._reply_for(kind, body)
+        except Exception as exc:
+            self._send_error(500, f"reply function failed: {exc!r}", api)
+            return
+
+        model = str(body.get("model") or (fake.models[0] if fake.models else "fake-model"))
+        stream = bool(body.get("stream"))
+        if isinstance(reply, ToolCallReply):
+            prompt_tokens, completion_tokens = fake._usage(raw, reply.text)
+            self._tool_call_reply(api, stream, model, reply, prompt_tokens, completion_tokens, body)
+            return
+        text = str(reply)
+        prompt_tokens, completion_tokens = fake._usage(raw, text)
+        if api == "openai":
+            if stream:
+                include_usage = (body.get("stream_options") or {}).get("include_usage")
+                self._openai_stream(model, text, prompt_tokens, completion_tokens, include_usage)
+            else:
+                self._openai_json(model, text, prompt_tokens, completion_tokens)
+        elif stream:
+            self._anthropic_stream(model, text, prompt_tokens, completion_tokens)
+        else:
+            self._anthropic_json(model, text, prompt_tokens, completion_tokens)
+
+    def _tool_call_reply(
+        self, api: str, stream: bool, model: str, reply: ToolCallReply, prompt_tokens: int,
+        completion_tokens: int, body: dict[str, Any],
+    ) -> None:
+        if api == "openai":
+            calls = reply.openai_tool_calls()
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                     "total_tokens": prompt_tokens + completion_tokens}
+            if not stream:
+                self._send_json(200, {
+                    "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
+                    "created": int(time.time()), "model": model,
+                    "choices": [{"index": 0, "logprobs": None, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": reply.text or None,
+                                             "tool_calls": calls, "refusal": None}}],
+                    "usage": usage, "system_fingerprint": None,
+                })
+                return
+            include_usage = (body.get("stream_options") or {}).get("include_usage")
+            chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+            def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+                obj: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk", "created": int(time.time()),
+                                       "model": model, "system_fingerprint": None,
+                                       "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                    "finish_reason": finish}]}
+                if finish and include_usage is not False:
+                    obj["usage"] = usage
+                return b"data: " + json.dumps(obj).encode("utf-8") + b"\n\n"
+
+            self._start_stream()
+            self._write(chunk({"role": "assistant", "content": reply.text or None}, None), 0)
+            for i, call in enumerate(calls):
+                self._write(chunk({"tool_calls": [{"index": i, **call}]}, None), 0)
+            self._write(chunk({}, "tool_calls"), 0)
+            self._write(b"data: [DONE]\n\n", 0)
+            return
+        blocks = reply.anthropic_blocks()
+        message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
+                   "stop_reason": "tool_use", "stop_sequence": None,
+                   "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}}
+        if not stream:
+            self._send_json(200, {**message, "content": blocks})
+            return
+
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        self._start_stream()
+        self._write(event("message_start", {"type": "message_start", "message": {
+            **message, "content": [], "stop_reason": None, "usage": {"input_tokens": prompt_tokens, "output_tokens": 0}
+        }}), 0)
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                self._write(event("content_block_start", {"type": "content_block_start", "index": i,
+                                                          "content_block": {"type": "text", "text": ""}}), 0)
+                self._write(event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                          "delta": {"type": "text_delta", "text": block["text"]}}), 0)
+            else:
+                start = {**block, "input": {}}
+                self._write(event("content_block_start", {"type": "content_block_start", "index": i,
+                                                          "content_block": start}), 0)
+                self._write(event("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                    "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}), 0)
+            self._write(event("content_block_stop", {"type": "content_block_stop", "index": i}), 0)
+        self._write(event("message_delta", {"type": "message_delta",
+                                            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                            "usage": {"output_tokens": completion_tokens}}), 0)
+        self._write(event("message_stop", {"type": "message_stop"}), 0)
+
+    # -- OpenAI -----------------------------------------------------------
+
+    def _openai_json(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "system_fingerprint": None,
+        }
+        self._send_json(200, payload)
+
+    def _openai_stream(
+        self,
+        model: str,
+        text: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        include_usage: Any,
+    ) -> None:
+        fake = self.server.fake
+        delay = fake.stream_delay
+        chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None, with_usage: bool = False) -> bytes:
+            obj: dict[str, Any] = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": None,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+            if with_usage:
+                obj["usage"] = usage
+            elif include_usage:
+                obj["usage"] = None
+            return b"data: " + json.dumps(obj).encode("utf-8") + b"\n\n"
+
+        self._start_stream()
+        self._write(chunk({"role": "assistant", "content": ""}, None), 0)
+        for piece in _chunk_text(text, fake.stream_chunk_chars):
+            self._write(chunk({"content": piece}, None), delay)
+        self._write(chunk({}, "stop", with_usage=include_usage is not False), delay)
+        if include_usage:
+            final = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": None,
+                "choices": [],
+                "usage": usage,
+            }
+            self._write(b"data: " + json.dumps(final).encode("utf-8") + b"\n\n", 0)
+        self._write(b"data: [DONE]\n\n", 0)
+
+    # -- Anthropic --------------------------------------------------------
+
+    def _anthropic_json(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        payload = {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+        }
+        self._send_json(200, payload)
+
+    def _anthropic_stream(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        fake = self.server.fake
+        delay = fake.stream_delay
+
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        self._start_stream()
+        message = {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
+        }
+        self._write(event("message_start", {"type": "message_start", "message": message}), 0)
+        self._write(
+            event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            0,
+        )
+        for piece in _chunk_text(text, fake.stream_chunk_chars):
+            delta = {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": piece},
+            }
+            self._write(event("content_block_delta", delta), delay)
+        self._write(event("content_block_stop", {"type": "content_block_stop", "index": 0}), delay)
+        self._write(
+            event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+                },
+            ),
+            0,
+        )
+        self._write(event("message_stop", {"type": "message_stop"}), 0)
+
+
+class FakeLLMServer:
+    """Loopback OpenAI/Anthropic-compatible fake LLM server.
+
+    Behaviour attributes may be reassigned at any time, including while the
+    server runs; ``configure(**kwargs)`` does the same under the lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        models: list[str] | None = None,
+        reply_text: str = "OK.",
+        reply_fn: Callable[[dict[str, Any]], str | ToolCallReply] | None = None,
+        summary_text: str = DEFAULT_SUMMARY_TEXT,
+        summary_fn: Callable[[dict[str, Any]], str] | None = None,
+        summary_predicate: Callable[[dict[str, Any]], bool] | None = None,
+        latency: float = 0.0,
+        summary_latency: float = 0.0,
+        summary_gate: threading.Event | None = None,
+        gate_timeout: float = GATE_TIMEOUT_SECONDS,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = 10,
+        fail_next_summary: list[Any] | None = None,
+        fail_all_summaries: FailureSpec | None = None,
+        strict: bool = False,
+        context_length: int | None = None,
+        stream_chunk_chars: int = 8,
+        stream_delay: float = 0.0,
+    ) -> None:
+        self._defaults = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.models: list[str] = list(models) if models is not None else ["fake-model"]
+        self.reply_text = reply_text
+        self.reply_fn = reply_fn
+        self.summary_text = summary_text
+        self.summary_fn = summary_fn
+        self.summary_predicate = summary_predicate
+        self.latency = latency
+        self.summary_latency = summary_latency
+        self.summary_gate = summary_gate
+        self.gate_timeout = gate_timeout
+        self.summary_started = threading.Event()
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.fail_next_summary: list[Any] = list(fail_next_summary or [])
+        self.fail_all_summaries = fail_all_summaries
+        self.strict = strict
+        self.context_length = context_length
+        self.stream_chunk_chars = stream_chunk_chars
+        self.stream_delay = stream_delay
+
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._requests: list[RequestRecord] = []
+        self._violations: list[tuple[str, int, str]] = []
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._port: int | None = None
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self) -> FakeLLMServer:
+        with self._lock:
+            if self._httpd is not None:
+                raise RuntimeError("FakeLLMServer is already running")
+            self._stopping.clear()
+            httpd = _HTTPServer(self)
+            self._httpd = httpd
+            self._port = int(httpd.server_address[1])
+            self._thread = threading.Thread(
+                target=httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"FakeLLMServer:{self._port}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            httpd, thread = self._httpd, self._thread
+            self._httpd = None
+            self._thread = None
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._httpd is not None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("FakeLLMServer has not been started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- configuration ----------------------------------------------------
+
+    def configure(self, **kwargs: Any) -> None:
+        """Set several behaviour attributes atomically."""
+        with self._lock:
+            for name, value in kwargs.items():
+                if name.startswith("_") or not hasattr(self, name):
+                    raise AttributeError(f"unknown FakeLLMServer setting: {name}")
+                setattr(self, name, value)
+
+    def classify(self, body: dict[str, Any]) -> RequestKind:
+        """Return ``"summary"`` or ``"chat"`` for an LLM request body."""
+        predicate = self.summary_predicate
+        is_summary = predicate(body) if predicate is not None else contains_summary_marker(body)
+        return "summary" if is_summary else "chat"
+
+    # -- recorded traffic -------------------------------------------------
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """Snapshot copy of all recorded requests, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def violations(self) -> list[tuple[str, int, str]]:
+        """Snapshot copy of strict-mode violations as ``(path, index, key)``."""
+        with self._lock:
+            return list(self._violations)
+
+    def chat_requests(self) -> list[RequestRecord]:
+        return [r for r in self.requests if r.kind == "chat"]
+
+    def summary_requests(self) -> list[RequestRecord]:
+        return [r for r in self.requests if r.kind == "summary"]
+
+    def wait_for_requests(self, count: int, kind: RequestKind | None = None, timeout: float = 10.0) -> bool:
+        """Block until at least ``count`` requests (of ``kind``, if given) were recorded."""
+        deadline = time.monotonic() + timeout
+
+        def enough() -> bool:
+            return sum(1 for r in self._requests if kind is None or r.kind == kind) >= count
+
+        with self._cond:
+            while not enough():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def reset(self, *, behaviour: bool = True) -> None:
+        """Forget recorded requests and violations and clear ``summary_started``;
+        with ``behaviour`` (the default) also restore the constructor's settings."""
+        with self._lock:
+            if behaviour:
+                for name, value in self._defaults.items():
+                    if name == "models":
+                        value = list(value) if value is not None else ["fake-model"]
+                    elif name == "fail_next_summary":
+                        value = list(value or [])
+                    setattr(self, name, value)
+            self._requests.clear()
+            self._violations.clear()
+            self.summary_started.clear()
+
+    # -- internals used by the handler ------------------------------------
+
+    def _record(self, record: RequestRecord) -> None:
+        with self._cond:
+            self._requests.append(record)
+            self._cond.notify_all()
+
+    def _sleep(self, seconds: float | None) -> bool:
+        """Sleep unless the server stops first; return True if stopping."""
+        if seconds and seconds > 0:
+            return self._stopping.wait(seconds)
+        return self._stopping.is_set()
+
+    def _wait_gate(self) -> bool:
+        """Wait for ``summary_gate``; return False if the server is stopping."""
+        gate = self.summary_gate
+        if gate is None:
+            return not self._stopping.is_set()
+        deadline = time.monotonic() + self.gate_timeout
+        while not gate.is_set():
+            if self._stopping.is_set():
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            gate.wait(min(0.05, remaining))
+        return not self._stopping.is_set()
+
+    def _take_failure(self) -> FailureSpec | None:
+        with self._lock:
+            if self.fail_next_summary:
+                return _normalize_spec(self.fail_next_summary.pop(0))
+            if self.fail_all_summaries is not None:
+                return _normalize_spec(self.fail_all_summaries)
+        return None
+
+    def _check_strict(self, api: str, path: str, body: dict[str, Any]) -> tuple[int, str] | None:
+        if not self.strict:
+            return None
+        allowed = OPENAI_MESSAGE_KEYS if api == "openai" else ANTHROPIC_MESSAGE_KEYS
+        messages = body.get("messages")
+        found: list[tuple[int, str]] = []
+        if isinstance(messages, list):
+            for index, message in enumerate(messages):
+                if isinstance(message, dict):
+                    found.extend((index, key) for key in sorted(message) if key not in allowed)
+        if not found:
+            return None
+        with self._lock:
+            self._violations.extend((path, index, key) for index, key in found)
+        return found[0]
+
+    def _reply_for(self, kind: RequestKind, body: dict[str, Any]) -> str | ToolCallReply:
+        if kind == "summary":
+            fn, text = self.summary_fn, self.summary_text
+        else:
+            fn, text = self.reply_fn, self.reply_text
+        if fn is None:
+            return text
+        reply = fn(body)
+        return reply if isinstance(reply, ToolCallReply) and kind == "chat" else str(reply)
+
+    def _usage(self, raw: bytes, text: str) -> tuple[int, int]:
+        prompt = self.prompt_tokens if isinstance(self.prompt_tokens, int) else max(1, len(raw) // 4)
+        if isinstance(self.completion_tokens, int):
+            completion = self.completion_tokens
+        else:
+            completion = max(1, len(text) // 4)
+        return prompt, completion
+
+    def _model_object(self, model_id: str) -> dict[str, Any]:
+        created = int(time.time())
+        obj: dict[str, Any] = {
+            "id": model_id,
+            "object": "model",
+            "created": created,
+            "owned_by": "fake-llm",
+            "type": "model",
+            "display_name": model_id,
+            "created_at": datetime.fromtimestamp(created, tz=UTC).isoformat().replace("+00:00", "Z"),
+        }
+        if self.context_length is not None:
+            obj["context_length"] = self.context_length
+            obj["max_model_len"] = self.context_length
+        return obj
+
+    def _models_payload(self) -> dict[str, Any]:
+        ids = list(self.models)
+        return {
+            "object": "list",
+            "data": [self._model_object(m) for m in ids],
+            "has_more": False,
+            "first_id": ids[0] if ids else None,
+            "last_id": ids[-1] if ids else None,
+        }

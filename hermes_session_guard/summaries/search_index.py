@@ -1,0 +1,453 @@
+"""Hermes's own search over the guard's snapshots: the compacted turns of 0.13-0.17.
+
+Unguarded 0.13-0.17 rotate on compression and leave the pre-compression rows in
+the ended parent session, where ``SessionDB.search_messages`` (the
+``session_search`` tool, the dashboard search) still finds them. The guard keeps
+the id and moves those rows into its snapshots instead, so this module gives the
+snapshots the same search Hermes gives its rows:
+
+* the same full-text engine and tokenizer as Hermes's ``messages_fts`` (FTS5,
+  default ``unicode61``) over the same text (content, tool name and tool calls,
+  joined as Hermes's trigger joins them), queried with the query string Hermes's
+  own sanitizer produced, ranked by FTS5 ``rank`` (bm25);
+* the same filters, in SQL: session source (``source_filter``,
+  ``exclude_sources``, joined on Hermes's ``sessions`` row of the snapshot's
+  session) and message role;
+* hits attributed to the snapshot's session id (the conversation's own id,
+  which the guard never changes), in the row shape ``search_messages`` returns,
+  with a negative ``id`` (no Hermes row has one) and ``snapshot_id`` /
+  ``snapshot_position`` naming where the verbatim text is.
+
+The index is external-content FTS5 over a view of the snapshot rows: it stores
+the inverted index only, never a third copy of the text. A snapshot enters it on
+the first search after it was written (whoever wrote it: a compression, a
+lineage repair, an older guard), so a compression pays nothing for it.
+
+Nothing here imports Hermes; it reads Hermes's ``sessions`` table (never writes it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..store import GuardStore
+
+log = logging.getLogger("hermes_session_guard")
+
+DOCS = "session_guard_search_docs"
+INDEXED = "session_guard_search_indexed"
+CONTENT_VIEW = "session_guard_search_content"
+FTS = "session_guard_search_fts"
+
+# The text Hermes's messages_fts trigger indexes for a row:
+# COALESCE(content,'') || ' ' || COALESCE(tool_name,'') || ' ' || COALESCE(tool_calls,'').
+_BODY = (
+    "COALESCE(m.content, '') || ' ' || COALESCE(json_extract(m.message_json, '$.tool_name'), '') || ' ' ||"
+    " COALESCE(json_extract(m.message_json, '$.tool_calls'), '')"
+)
+
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {DOCS} (doc_id INTEGER PRIMARY KEY, snapshot_id TEXT NOT NULL,"
+    " position INTEGER NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {INDEXED} (snapshot_id TEXT PRIMARY KEY, indexed_at REAL NOT NULL)",
+    f"CREATE VIEW IF NOT EXISTS {CONTENT_VIEW} AS SELECT d.doc_id AS doc_id, {_BODY} AS content"
+    f" FROM {DOCS} d JOIN session_guard_snapshot_messages m"
+    " ON m.snapshot_id = d.snapshot_id AND m.position = d.position",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS} USING fts5(content, content='{CONTENT_VIEW}',"
+    " content_rowid='doc_id')",
+)
+
+_ready: dict[int, GuardStore] = {}
+_ready_lock = threading.Lock()
+
+
+class SearchIndexUnavailable(RuntimeError):
+    """The index cannot be created here (no FTS5, a read-only state.db)."""
+
+
+def ensure_index(store: GuardStore) -> None:
+    """Create the index tables once per store (per process)."""
+    with _ready_lock:
+        if _ready.get(id(store)) is store:
+            return
+    try:
+        with store.reading() as conn:
+            have = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE name IN (?,?,?,?)", (DOCS, INDEXED, CONTENT_VIEW, FTS))}
+        if len(have) < 4:
+            with store.transaction() as conn:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+    except sqlite3.Error as exc:
+        raise SearchIndexUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    with _ready_lock:
+        _ready[id(store)] = store
+
+
+_unchanged_since: dict[int, tuple[GuardStore, int, int]] = {}
+
+
+def _write_mark(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Changes since the last look: other connections' commits (``data_version``) and
+    this connection's own (``total_changes``)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes
+
+
+def index_pending(store: GuardStore) -> int:
+    """Index every snapshot of this state.db that is not indexed yet; returns how many.
+    Nothing was written to the file since the last call: nothing to look up."""
+    ensure_index(store)
+    with store.reading() as conn:
+        version, changes = _write_mark(conn)
+        if _unchanged_since.get(id(store)) == (store, version, changes):
+            return 0
+        todo = [r[0] for r in conn.execute(
+            f"SELECT snapshot_id FROM session_guard_snapshots WHERE snapshot_id NOT IN"
+            f" (SELECT snapshot_id FROM {INDEXED}) ORDER BY created_at, snapshot_id")]
+    done = 0
+    for snapshot_id in todo:
+        with store.transaction() as conn:
+            if conn.execute(f"SELECT 1 FROM {INDEXED} WHERE snapshot_id = ?", (snapshot_id,)).fetchone():
+                continue  # another process indexed it meanwhile
+            first = conn.execute(f"SELECT COALESCE(MAX(doc_id), 0) FROM {DOCS}").fetchone()[0]
+            conn.execute(
+                f"INSERT INTO {DOCS}(snapshot_id, position) SELECT snapshot_id, position"
+                " FROM session_guard_snapshot_messages WHERE snapshot_id = ? ORDER BY position", (snapshot_id,))
+            conn.execute(
+                f"INSERT INTO {FTS}(rowid, content) SELECT doc_id, content FROM {CONTENT_VIEW} WHERE doc_id > ?",
+                (first,))
+            conn.execute(f"INSERT INTO {INDEXED}(snapshot_id, indexed_at) VALUES (?, ?)",
+                         (snapshot_id, time.time()))
+        done += 1
+    with store.reading() as conn:
+        # Another connection's commit since ``version`` was read changes it: looked at next time.
+        _unchanged_since[id(store)] = (store, version, conn.total_changes)
+    return done
+
+
+def _in(column: str, values: Sequence[str], negate: bool = False) -> str:
+    return f"{column} {'NOT ' if negate else ''}IN ({','.join('?' for _ in values)})"
+
+
+def _filters(
+    source_filter: Sequence[str] | None, exclude_sources: Sequence[str] | None, role_filter: Sequence[str] | None,
+) -> tuple[list[str], list[Any]]:
+    """Hermes's own filters, as Hermes writes them (``None`` means no filter; an
+    empty role list too)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if source_filter is not None:
+        where.append(_in("s.source", source_filter))
+        params.extend(source_filter)
+    if exclude_sources is not None:
+        where.append(_in("s.source", exclude_sources, negate=True))
+        params.extend(exclude_sources)
+    if role_filter:
+        where.append(_in("m.role", role_filter))
+        params.extend(role_filter)
+    return where, params
+
+
+_SELECT = (
+    "SELECT d.doc_id, sn.session_id, m.role, {snippet} AS snippet,"
+    " COALESCE(json_extract(m.message_json, '$.timestamp'), sn.created_at) AS timestamp,"
+    " json_extract(m.message_json, '$.tool_name') AS tool_name, s.source, s.model, s.started_at AS session_started,"
+    " d.snapshot_id, d.position, {rank} AS rank"
+)
+_JOINS = (
+    " JOIN session_guard_snapshot_messages m ON m.snapshot_id = d.snapshot_id AND m.position = d.position"
+    " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.snapshot_id"
+    " JOIN sessions s ON s.id = sn.session_id"
+)
+
+
+def search(
+    store: GuardStore,
+    fts_query: str,
+    *,
+    source_filter: Sequence[str] | None = None,
+    exclude_sources: Sequence[str] | None = None,
+    role_filter: Sequence[str] | None = None,
+    limit: int = 20,
+    like_terms: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Snapshot rows matching ``fts_query`` (already sanitized the way Hermes does),
+    best first, at most ``limit``. With ``like_terms`` (Hermes's route for CJK
+    queries) a substring match on any of the terms instead, newest snapshot first."""
+    index_pending(store)
+    where, params = _filters(source_filter, exclude_sources, role_filter)
+    if like_terms:
+        likes = " OR ".join(f"{CONTENT_VIEW}.content LIKE ? ESCAPE '\\'" for _ in like_terms)
+        escaped = [t.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for t in like_terms]
+        sql = (
+            _SELECT.format(snippet=f"substr({CONTENT_VIEW}.content, max(1, instr({CONTENT_VIEW}.content, ?) - 40),"
+                           " 120)", rank="0.0")
+            + f" FROM {CONTENT_VIEW} JOIN {DOCS} d ON d.doc_id = {CONTENT_VIEW}.doc_id" + _JOINS
+            + f" WHERE ({likes})" + "".join(f" AND {w}" for w in where)
+            + " ORDER BY timestamp DESC LIMIT ?"
+        )
+        args: list[Any] = [like_terms[0], *[f"%{e}%" for e in escaped], *params, limit]
+    else:
+        sql = (
+            _SELECT.format(snippet=f"snippet({FTS}, 0, '>>>', '<<<', '...', 40)", rank=f"{FTS}.rank")
+            + f" FROM {FTS} JOIN {DOCS} d ON d.doc_id = {FTS}.rowid" + _JOINS
+            + f" WHERE {FTS} MATCH ?" + "".join(f" AND {w}" for w in where)
+            + f" ORDER BY {FTS}.rank LIMIT ?"
+        )
+        args = [fts_query, *params, limit]
+    with store.reading() as conn:
+        try:
+            rows = conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            # Hermes answers [] to an FTS5 syntax error its sanitizer let through; so do we.
+            log.debug("session guard: snapshot search query failed (%s)", exc)
+            return []
+        hits = [_hit(conn, row) for row in rows]
+    return hits
+
+
+def _hit(conn: sqlite3.Connection, row: Sequence[Any]) -> dict[str, Any]:
+    doc_id, session_id, role, snippet, timestamp, tool_name, source, model, started, snapshot_id, position, rank = row
+    return {
+        "id": -int(doc_id),  # no Hermes row has a negative id
+        "session_id": session_id,
+        "role": role,
+        "snippet": snippet,
+        "timestamp": timestamp,
+        "tool_name": tool_name,
+        "source": source,
+        "model": model,
+        "session_started": started,
+        "context": _context(conn, snapshot_id, int(position)),
+        "snapshot_id": snapshot_id,
+        "snapshot_position": int(position),
+        "_rank": float(rank or 0.0),
+    }
+
+
+def _context(conn: sqlite3.Connection, snapshot_id: str, position: int) -> list[dict[str, Any]]:
+    """The message before, the hit and the message after, as Hermes's context
+    previews them (text only, 200 characters)."""
+    out = []
+    for role, content, raw in conn.execute(
+        "SELECT role, content, message_json FROM session_guard_snapshot_messages"
+        " WHERE snapshot_id = ? AND position BETWEEN ? AND ? ORDER BY position",
+        (snapshot_id, position - 1, position + 1),
+    ):
+        text = content
+        if text is None:
+            try:
+                parts = json.loads(raw).get("content")
+            except (ValueError, AttributeError):
+                parts = None
+            text = "[multimodal content]" if isinstance(parts, list) else ""
+        out.append({"role": role, "content": text[:200]})
+    return out
+
+
+def host_ranks(store: GuardStore, fts_query: str, row_ids: Iterable[int]) -> dict[int, float]:
+    """FTS5 ``rank`` of Hermes's own hits (read from Hermes's ``messages_fts``), so
+    both lists merge in one order."""
+    ids = [int(i) for i in row_ids if isinstance(i, int) and i > 0]
+    if not ids:
+        return {}
+    with store.reading() as conn:
+        rows = conn.execute(
+            "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
+            f" AND rowid IN ({','.join('?' * len(ids))})",
+            (fts_query, *ids),
+        ).fetchall()
+    return {int(r[0]): float(r[1]) for r in rows}
+
+
+def snapshots_for_export(store: GuardStore, session_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """``session_id -> [snapshot, ...]``: every snapshot of these sessions with its
+    messages verbatim, oldest first, each marked as a guard snapshot."""
+    ids = list(dict.fromkeys(str(s) for s in session_ids))
+    if not ids:
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    with store.reading() as conn:
+        rows = conn.execute(
+            "SELECT snapshot_id, session_id, created_at, message_count, first_turn, last_turn, reason"
+            f" FROM session_guard_snapshots WHERE {_in('session_id', ids)} ORDER BY created_at, snapshot_id",
+            ids,
+        ).fetchall()
+    for snapshot_id, session_id, created_at, count, first, last, reason in rows:
+        out.setdefault(session_id, []).append({
+            "kind": "session_guard_snapshot",
+            "snapshot_id": snapshot_id,
+            "created_at": created_at,
+            "reason": reason,
+            "message_count": count,
+            "first_turn": first,
+            "last_turn": last,
+            "messages": store.snapshot_messages(snapshot_id),
+        })
+    return out
+
+
+def snapshot_counts(store: GuardStore) -> dict[str, int]:
+    with store.reading() as conn:
+        rows = conn.execute("SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")
+        return {str(sid): int(n) for sid, n in rows}
+
+
+def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: int) -> dict[str, Any] | None:
+    """``get_messages_around`` for a snapshot hit (``anchor_id`` is the negative id
+    :func:`search` gave it): up to ``window`` messages either side, in conversation
+    order, in Hermes's row shape. ``None`` when the anchor is no snapshot row of
+    ``session_id`` (Hermes then answers its own empty window)."""
+    doc_id = -int(anchor_id)
+    window = max(int(window), 0)
+    with store.reading() as conn:
+        anchor = conn.execute(
+            f"SELECT d.snapshot_id, d.position, sn.created_at FROM {DOCS} d"
+            " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.snapshot_id"
+            " WHERE d.doc_id = ? AND sn.session_id = ?", (doc_id, session_id),
+        ).fetchone()
+        if anchor is None:
+            return None
+        snapshot_id, position, created_at = anchor[0], int(anchor[1]), float(anchor[2])
+        ids = dict(conn.execute(
+            f"SELECT position, doc_id FROM {DOCS} WHERE doc_id BETWEEN ? AND ? AND snapshot_id = ?",
+            (doc_id - position, doc_id + window + 1, snapshot_id),
+        ).fetchall())
+        rows = conn.execute(
+            "SELECT position, role, content, message_json FROM session_guard_snapshot_messages"
+            " WHERE snapshot_id = ? AND position BETWEEN ? AND ? ORDER BY position",
+            (snapshot_id, position - window, position + window),
+        ).fetchall()
+    out = []
+    for pos, role, content, raw in rows:
+        message = json.loads(raw)
+        out.append({
+            "id": -int(ids.get(pos, doc_id - position + pos)),
+            "session_id": session_id,
+            "role": role,
+            "content": content if content is not None else message.get("content"),
+            "tool_call_id": message.get("tool_call_id"),
+            "tool_calls": message.get("tool_calls"),
+            "tool_name": message.get("tool_name"),
+            "timestamp": message.get("timestamp", created_at),
+            "snapshot_id": snapshot_id,
+            "snapshot_position": int(pos),
+        })
+    before = sum(1 for r in out if r["snapshot_position"] < position)
+    return {"window": out, "messages_before": before, "messages_after": len(out) - before - 1}
+
+
+# -- a query no snapshot can match ------------------------------------------------------------
+#
+# A search that matches nothing must cost about what Hermes's own costs: the guard answers
+# it from the index's vocabulary, held in memory while nothing new was indexed, without a
+# second full-text query. The answer is only ever "cannot match" when that is certain.
+
+_VOCABULARY_CAP = 500_000  # more distinct terms than this: no in-memory vocabulary (full query)
+_BAREWORD = re.compile(r"[A-Za-z0-9_\u0080-\U0010ffff]+\*?")
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_UNIT = re.compile(r'"[^"]*"\*?|\S+')
+_OPERATORS = frozenset({"OR", "NOT", "NEAR"})
+
+
+def required_terms(fts_query: str) -> tuple[tuple[str, bool], ...] | None:
+    """The terms every match of ``fts_query`` (an FTS5 query as Hermes's sanitizer
+    leaves it) must contain, as ``(term, is_prefix)``, tokenized as the index's
+    ``unicode61`` tokenizer does; only ASCII units are read (others are left out,
+    which only makes the answer weaker). ``None`` when the query is not a plain
+    conjunction (``OR``, ``NOT``, ``NEAR``, groups, column filters, anything unusual)."""
+    terms: list[tuple[str, bool]] = []
+    for unit in _UNIT.findall(fts_query):
+        if unit == "AND":
+            continue
+        if unit in _OPERATORS or unit.startswith("NEAR("):
+            return None
+        prefix = unit.endswith("*")
+        body = unit[:-1] if prefix else unit
+        if len(body) >= 2 and body[0] == '"' and body[-1] == '"':
+            body = body[1:-1]
+            if "*" in body or "\x00" in body:
+                return None
+        elif not _BAREWORD.fullmatch(unit):
+            return None
+        if not body.isascii():
+            continue
+        tokens = [t.lower() for t in _TOKEN.findall(body)]
+        if not tokens:
+            continue
+        terms.extend((t, False) for t in tokens[:-1])
+        terms.append((tokens[-1], prefix))
+    return tuple(terms)
+
+
+@dataclass
+class _Vocabulary:
+    store: GuardStore
+    mark: tuple[int, int]  # state.db's write mark when last looked at
+    indexed: tuple[int, int]  # (count, last rowid) of the indexed snapshots
+    terms: frozenset[str] | None  # None: too many terms to hold
+    ordered: list[str]
+
+
+_vocabularies: dict[int, _Vocabulary] = {}
+
+
+def _load_vocabulary(conn: sqlite3.Connection) -> frozenset[str] | None:
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.session_guard_search_vocab USING fts5vocab(main, {FTS},"
+                 " 'row')")
+    rows = conn.execute("SELECT term FROM temp.session_guard_search_vocab LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
+    return None if len(rows) > _VOCABULARY_CAP else frozenset(r[0] for r in rows)
+
+
+def _vocabulary(store: GuardStore) -> _Vocabulary:
+    """Every term of the snapshot index (snapshots written since the last look are
+    indexed first). Reloaded only when the index itself grew; a write elsewhere in
+    state.db costs one small count."""
+    with store.reading() as conn:
+        mark = _write_mark(conn)
+    cached = _vocabularies.get(id(store))
+    if cached is not None and cached.store is store and cached.mark == mark:
+        return cached
+    # Other connections' commits after ``version`` was read make the next call look again.
+    version = mark[0]
+    index_pending(store)
+    with store.reading() as conn:
+        count, last = conn.execute(f"SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM {INDEXED}").fetchone()
+        indexed = (int(count), int(last))
+        if cached is not None and cached.store is store and cached.indexed == indexed:
+            terms, ordered = cached.terms, cached.ordered
+        else:
+            terms = _load_vocabulary(conn)
+            ordered = sorted(terms) if terms is not None else []
+        mark = (version, conn.total_changes)
+    found = _vocabularies[id(store)] = _Vocabulary(store, mark, indexed, terms, ordered)
+    return found
+
+
+def cannot_match(store: GuardStore, terms: Sequence[tuple[str, bool]]) -> bool:
+    """True when no snapshot row can match a query needing all of ``terms``: one
+    of them is in no indexed snapshot. False whenever that is not certain."""
+    if not terms:
+        return False
+    vocabulary = _vocabulary(store)
+    known, ordered = vocabulary.terms, vocabulary.ordered
+    if known is None:
+        return False
+    for term, prefix in terms:
+        if not prefix:
+            if term not in known:
+                return True
+            continue
+        at = bisect.bisect_left(ordered, term)
+        if at == len(ordered) or not ordered[at].startswith(term):
+            return True
+    return False
