@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .file_modes import create_private, make_private_dirs
-from .safe_text import encodable, json_text, searchable, utf8_bytes
+from ..file_modes import create_private, make_private_dirs
+from ..safe_text import encodable, json_text, searchable, utf8_bytes
 
 log = logging.getLogger("hermes_session_guard")
 
