@@ -36,6 +36,7 @@ from .config import GuardConfig
 from .host_adapter import close_readers, unshim_adapters, unshim_engines
 from .hostinfo import installed_version, parse_version
 from .runtime import Runtime, SeamStatus
+from .seam_behaviour import SeamState
 from .seams import (
     TESTED_RELEASES,
     SeamRow,
@@ -142,16 +143,16 @@ def verify_row(row: SeamRow) -> str | None:
 def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
     problem = verify_row(row)
     if problem is not None:
-        return SeamStatus(row.seam, row.target, "skipped", problem, row.failure_policy, row.range_text)
-    runtime.behaviour[row.seam] = dict(row.behaviour)
+        return SeamStatus(row.seam, row.target, SeamState.SKIPPED, problem, row.failure_policy, row.range_text)
+    runtime.behaviour[row.seam] = row.behaviour
     if row.wrapper is None:
         # The host already does what this seam would add; the row's note says how.
-        return SeamStatus(row.seam, row.target, "not-needed", reason, "", row.range_text)
+        return SeamStatus(row.seam, row.target, SeamState.NOT_NEEDED, reason, "", row.range_text)
     parent, name, current = _resolve(row.module, row.attribute)
     original = parent.__dict__.get(name, current) if isinstance(parent, type) else current
     wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
     _applied[row.seam] = _Applied(row, parent, name, original)
-    return SeamStatus(row.seam, row.target, "patched", reason, row.failure_policy, row.range_text)
+    return SeamStatus(row.seam, row.target, SeamState.PATCHED, reason, row.failure_policy, row.range_text)
 
 
 def _signature_reason(runtime: Runtime, row: SeamRow) -> str:
@@ -175,7 +176,7 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
             return _apply(row, runtime, _signature_reason(runtime, row))
         tried.append(f"row {row.range_text}: {problem}")
     seam = candidates.first.seam
-    return SeamStatus(seam, "-", "skipped",
+    return SeamStatus(seam, "-", SeamState.SKIPPED,
                       f"Hermes {runtime.host_version} is not in the seam table and no row's target verifies "
                       f"({'; '.join(tried)}); not patched", "")
 
@@ -185,8 +186,9 @@ def _apply_logged(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
     try:
         status = _apply_candidates(candidates, runtime)
     except Exception as exc:
-        status = SeamStatus(row.seam, row.target, "failed", f"{type(exc).__name__}: {exc}", row.failure_policy)
-    if status.state not in ("patched", "not-needed") and not candidates.by_signature:
+        status = SeamStatus(row.seam, row.target, SeamState.FAILED, f"{type(exc).__name__}: {exc}",
+                            row.failure_policy)
+    if status.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED) and not candidates.by_signature:
         log.warning("session guard: seam %s %s: %s", status.name, status.state, status.reason)
     return status
 
@@ -203,7 +205,7 @@ def _set_status(runtime: Runtime, status: SeamStatus) -> None:
 
 
 def _pending_status(row: SeamRow, why: str) -> SeamStatus:
-    return SeamStatus(row.seam, row.target, "pending", why, row.failure_policy)
+    return SeamStatus(row.seam, row.target, SeamState.PENDING, why, row.failure_policy)
 
 
 def apply_pending() -> None:
@@ -224,7 +226,7 @@ def apply_pending() -> None:
                 del _pending[seam]
                 status = _apply_logged(candidates, runtime)
                 _set_status(runtime, status)
-                if candidates.by_signature and status.state not in ("patched", "not-needed"):
+                if candidates.by_signature and status.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED):
                     _report_untested(runtime)
         if not _half_built_pending():
             _remove_finder()  # what is left waits for a post-import hook
@@ -322,16 +324,17 @@ def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus
 def _candidates_for(seam: str, runtime: Runtime) -> _Candidates | SeamStatus:
     host_version = runtime.host_version
     if host_version is None:
-        return SeamStatus(seam, "-", "skipped", "hermes-agent is not installed", "")
+        return SeamStatus(seam, "-", SeamState.SKIPPED, "hermes-agent is not installed", "")
     parsed = parse_version(host_version)
     row = select_row(seam, parsed)
     if row is not None:
         return _Candidates([row], by_signature=False)
     if runtime.host_in_table:
-        return SeamStatus(seam, "-", "skipped", f"the seam table has no {seam} row for Hermes {host_version}", "")
+        return SeamStatus(seam, "-", SeamState.SKIPPED,
+                          f"the seam table has no {seam} row for Hermes {host_version}", "")
     oldest = oldest_supported(seam)
     if oldest is not None and parsed < oldest:
-        return SeamStatus(seam, "-", "skipped",
+        return SeamStatus(seam, "-", SeamState.SKIPPED,
                           f"Hermes {host_version} is older than the oldest supported release "
                           f"{version_text(oldest)}; not patched", "")
     return _Candidates(fallback_rows(seam), by_signature=True)
@@ -384,10 +387,10 @@ def _untested_note(host_version: str, statuses: list[SeamStatus]) -> str:
     """One short line: the compression seam's row, how many others were patched by
     signature, and which were skipped or wait for an import (the per-seam reasons are
     in the seam list ``selftest`` prints)."""
-    patched = [s for s in statuses if s.state in ("patched", "not-needed")]
-    waiting = [s.name for s in statuses if s.state == "pending"]
+    patched = [s for s in statuses if s.state in (SeamState.PATCHED, SeamState.NOT_NEEDED)]
+    waiting = [s.name for s in statuses if s.state == SeamState.PENDING]
     skipped = [f"{s.name} ({_short(s.reason)})" for s in statuses
-               if s.state not in ("patched", "not-needed", "pending")]
+               if s.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED, SeamState.PENDING)]
     compression = next((s for s in patched if s.name == "compression"), None)
     others = len(patched) - (compression is not None)
     used = f"compression -> {compression.target} (row {compression.row}) and {others} more" if compression \

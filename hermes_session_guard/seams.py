@@ -5,7 +5,10 @@ A row says: for Hermes versions in ``[since, until)``, wrap ``module:attribute``
 ``wrapper``; which other host names the row leans on (``requires``, each
 ``module:attribute``, verified before anything is patched); what to do when the
 guard itself fails inside it (``failure_policy``); and version-specific
-behaviour as data (``behaviour``).
+behaviour as data (``behaviour``). Rows are written with plain words and hold
+typed values (:mod:`hermes_session_guard.seam_behaviour`: a frozen
+:class:`~hermes_session_guard.seam_behaviour.Behaviour`, ``StrEnum`` policies and
+kinds), so an unknown key or value fails when the table is built.
 
 The table (``SEAMS``) is written one entry per seam with :func:`seam`: the fields
 its rows share, and per release range only what differs there; it expands to one
@@ -88,6 +91,7 @@ from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compressi
 from .gateway_transcript import rebase_after_compaction
 from .hostinfo import Version, parse_version
 from .runtime import Runtime
+from .seam_behaviour import Behaviour, FailurePolicy, GatewayTranscript, LockMode, SeamKind
 from .session_lock import LOCK_GUARD, LOCK_NATIVE
 from .turn_seams import api_turn_wrapper, run_conversation_wrapper
 
@@ -105,11 +109,20 @@ class SeamRow:
     attribute: str
     params: tuple[str, ...]
     wrapper: Callable[[Runtime, SeamRow], Wrapper] | None
-    failure_policy: str
-    behaviour: dict[str, str] = field(default_factory=dict)
+    failure_policy: FailurePolicy
+    behaviour: Behaviour = field(default_factory=Behaviour)
     note: str = ""
     lazy: bool = False  # patch when Hermes imports the module; never import it for that
     requires: tuple[str, ...] = ()
+    kind: SeamKind = SeamKind.WRAP
+    # an instance shim: the function that gives host objects their per-instance attribute
+    applied_by: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        # the table is written with plain words; the row holds the typed values
+        object.__setattr__(self, "failure_policy", FailurePolicy(self.failure_policy))
+        object.__setattr__(self, "behaviour", Behaviour.of(self.behaviour))
+        object.__setattr__(self, "kind", SeamKind(self.kind))
 
     @property
     def target(self) -> str:
@@ -133,9 +146,11 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     ``AIAgent._compress_context(self, messages, system_message, ...)`` (method) and
     ``compress_context(agent, messages, system_message, ...)`` (module function)
     differ only in where the agent comes from."""
-    strategy = row.behaviour["strategy"]
-    lock = LockPolicy(mode=row.behaviour.get("lock", LOCK_GUARD),
-                      on_failure=row.behaviour.get("lock_failure", "closed"))
+    strategy = row.behaviour.strategy
+    if strategy is None:
+        raise ValueError(f"seam row {row.seam} {row.range_text} names no strategy")
+    lock = LockPolicy(mode=row.behaviour.lock or LockMode(LOCK_GUARD),
+                      on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         called = False
@@ -154,7 +169,7 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
             return guarded_compression(
                 runtime, strategy, agent, messages, call_host,
-                native_summary_key=row.behaviour.get("native_summary_key") or None,
+                native_summary_key=row.behaviour.native_summary_key or None,
                 system_message=system_message, lock=lock, behaviour=row.behaviour,
             )
         except Exception as exc:
@@ -235,8 +250,8 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     itself), bring the gateway's transcript bookkeeping in line after the guard
     compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
     the host's own split handling already writes it whole (history offset 0)."""
-    transcript = row.behaviour.get("transcript")
-    rebase = transcript in ("jsonl_and_offset", "offset")
+    transcript = row.behaviour.transcript
+    rebase = transcript in (GatewayTranscript.JSONL_AND_OFFSET, GatewayTranscript.OFFSET)
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sid: Any = None
@@ -277,7 +292,7 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 if compaction is not None:
                     forked = runtime.compactions.fork_since(sid, mark) is not None
                     rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
-                                            jsonl=transcript == "jsonl_and_offset")
+                                            jsonl=transcript == GatewayTranscript.JSONL_AND_OFFSET)
             except Exception as exc:
                 log.error(
                     "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
@@ -468,11 +483,14 @@ def seam(
     note: str = "",
     lazy: bool = False,
     requires: tuple[str, ...] = (),
+    kind: SeamKind = SeamKind.WRAP,
+    applied_by: Callable[..., Any] | None = None,
 ) -> tuple[SeamRow, ...]:
     """The rows of one seam: ``ranges`` (release range -> fields that differ there) over the shared fields."""
     shared = SeamRow(seam=name, since=(0, 0, 0), until=(0, 0, 0), module=module, attribute=attribute,
-                     params=params, wrapper=wrapper, failure_policy=failure_policy, behaviour=dict(behaviour or {}),
-                     note=note, lazy=lazy, requires=requires)
+                     params=params, wrapper=wrapper, failure_policy=FailurePolicy(failure_policy),
+                     behaviour=Behaviour.of(behaviour), note=note, lazy=lazy, requires=requires, kind=kind,
+                     applied_by=applied_by)
     rows: list[SeamRow] = []
     for text, changes in ranges.items():
         fields = {**changes, "behaviour": {**shared.behaviour, **changes.get("behaviour", {})}}
