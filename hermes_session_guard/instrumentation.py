@@ -56,7 +56,27 @@ class _Applied:
     row: SeamRow
     parent: Any
     name: str
-    original: Any
+    original: Any  # the host's own attribute, before any seam wrapped it
+    own: bool = True  # False: the class inherited it, so restoring deletes the class's copy
+
+
+def _original_of(parent: Any, name: str, current: Any) -> tuple[Any, bool]:
+    """What the host had at ``parent.name`` before the guard, and whether ``parent``
+    held it itself. A second seam on an attribute another seam already wraps gets the
+    first one's record, so every seam on it restores the host's own, in any order."""
+    for applied in _applied.values():
+        if applied.parent is parent and applied.name == name:
+            return applied.original, applied.own
+    if isinstance(parent, type):
+        return parent.__dict__.get(name, current), name in parent.__dict__
+    return current, True
+
+
+def _restore(applied: _Applied) -> None:
+    if applied.own:
+        setattr(applied.parent, applied.name, applied.original)
+    elif applied.name in vars(applied.parent):
+        delattr(applied.parent, applied.name)  # inherited: the base class's attribute shows through again
 
 
 @dataclass
@@ -149,9 +169,9 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
         # The host already does what this seam would add; the row's note says how.
         return SeamStatus(row.seam, row.target, SeamState.NOT_NEEDED, reason, "", row.range_text)
     parent, name, current = _resolve(row.module, row.attribute)
-    original = parent.__dict__.get(name, current) if isinstance(parent, type) else current
+    original, own = _original_of(parent, name, current)
     wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
-    _applied[row.seam] = _Applied(row, parent, name, original)
+    _applied[row.seam] = _Applied(row, parent, name, original, own)
     return SeamStatus(row.seam, row.target, SeamState.PATCHED, reason, row.failure_policy, row.range_text)
 
 
@@ -420,11 +440,10 @@ def uninstall() -> None:
         _pending.clear()
         _imported.clear()
         _remove_finder()
-        # Last applied first: two seams may wrap one attribute (the later one wraps the
-        # earlier one's wrapper), and each restores what it found.
+        # Two seams may wrap one attribute (the later one wraps the earlier one's
+        # wrapper); each restores the host's own (see _original_of), so any order works.
         for seam in reversed(list(_applied)):
-            applied = _applied.pop(seam)
-            setattr(applied.parent, applied.name, applied.original)
+            _restore(_applied.pop(seam))
         unshim_engines()
         unshim_adapters()
         close_readers()
