@@ -36,7 +36,7 @@ from .config import GuardConfig
 from .host_adapter import close_readers, unshim_adapters, unshim_engines
 from .hostinfo import installed_version, parse_version
 from .runtime import Runtime, SeamStatus
-from .seam_behaviour import SeamState
+from .seam_behaviour import SeamKind, SeamState
 from .seams import (
     TESTED_RELEASES,
     SeamRow,
@@ -142,9 +142,10 @@ def _ready(module: str) -> bool:
 def verify_row(row: SeamRow) -> str | None:
     """``None`` when the installed host has what the row relies on: its target with
     the declared leading parameters (rows that wrap something) and every name in
-    ``requires``; else why not. Imports the target's module (callers do not call it
+    ``requires``; else why not. An instance shim's target is the host attribute its
+    objects get their own copy of. Imports the target's module (callers do not call it
     for a lazy row whose module Hermes has not imported)."""
-    if row.wrapper is not None:
+    if row.patches:
         try:
             _, _, current = _resolve(row.module, row.attribute)
         except (ImportError, AttributeError) as exc:
@@ -165,6 +166,12 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
     if problem is not None:
         return SeamStatus(row.seam, row.target, SeamState.SKIPPED, problem, row.failure_policy, row.range_text)
     runtime.behaviour[row.seam] = row.behaviour
+    if row.kind is SeamKind.INSTANCE_SHIM:
+        # Verified here; the objects get their attribute from the named function when the
+        # guard reaches them, and lose it in uninstall.
+        by = getattr(row.applied_by, "__name__", "?")
+        return SeamStatus(row.seam, row.target, SeamState.PATCHED, f"instance shim, applied by {by}: {reason}",
+                          row.failure_policy, row.range_text)
     if row.wrapper is None:
         # The host already does what this seam would add; the row's note says how.
         return SeamStatus(row.seam, row.target, SeamState.NOT_NEEDED, reason, "", row.range_text)
@@ -188,7 +195,7 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
         return _apply(row, runtime, row.note)
     tried: list[str] = []
     for row in candidates.rows:
-        if row.lazy and row.wrapper is not None and not _ready(row.module):
+        if row.lazy and row.patches and not _ready(row.module):
             tried.append(f"row {row.range_text}: {row.module} not imported by Hermes")
             continue
         problem = verify_row(row)
@@ -313,7 +320,7 @@ def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus
         candidates = _Candidates([candidates], by_signature=False)
     row = candidates.first
     seam = row.seam
-    wraps = [r for r in candidates.rows if r.wrapper is not None]
+    wraps = [r for r in candidates.rows if r.patches]
     if not wraps:
         return _apply_logged(candidates, runtime)
     states = {m: module_state(m) for m in candidates.modules}

@@ -128,6 +128,11 @@ class SeamRow:
     def target(self) -> str:
         return f"{self.module}:{self.attribute}"
 
+    @property
+    def patches(self) -> bool:
+        """The row changes the host: it wraps its target, or shims instances of it."""
+        return self.wrapper is not None or self.kind is SeamKind.INSTANCE_SHIM
+
     def covers(self, version: Version) -> bool:
         return self.since <= version < self.until
 
@@ -722,6 +727,57 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=ss.delivery_wrapper,
         lazy=True,
         note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
+        ranges=EVERY_RELEASE,
+    ),
+    # Instance shims: host objects the guard gives a per-instance attribute (the function in
+    # ``applied_by`` does it, where the object is reached). Listed so their targets are
+    # verified like any row and selftest reports them; uninstall removes them (unshim_*).
+    *seam(
+        "engine_compress_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="agent.context_engine",
+        attribute="ContextEngine.compress",
+        params=("self", "messages"),
+        applied_by=host.shim_engine,
+        requires=("agent.context_compressor:ContextCompressor.compress",),
+        note="each agent's context engine gets its own compress (types.MethodType) during a guarded compression: "
+             "summary failures hand the host its input back; the summary is tagged",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "delivery_send_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.send",
+        params=("self", "chat_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        note="each adapter wired up (platform_delivery) gets its own send: text filtered, None withheld",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "delivery_edit_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.edit_message",
+        params=("self", "chat_id", "message_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        note="each adapter wired up (platform_delivery) gets its own edit_message: text filtered",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "delivery_draft_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.send_draft",
+        params=("self", "chat_id", "draft_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        note="each adapter wired up (platform_delivery) gets its own send_draft: text filtered",
         ranges=EVERY_RELEASE,
     ),
     # Messages for a session that is compressing (see buffering). What the host does with
