@@ -13,6 +13,7 @@ from .contract.gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
 from .locks import presence
 from .locks.session_lock import SessionLocks
+from .seam_behaviour import Behaviour, SeamState
 from .store import GuardStore, snapshots_recorded
 
 
@@ -20,7 +21,7 @@ from .store import GuardStore, snapshots_recorded
 class SeamStatus:
     name: str
     target: str
-    state: str  # "patched" | "pending" | "not-needed" | "skipped" | "failed"
+    state: SeamState
     reason: str = ""
     failure_policy: str = ""
     row: str = ""  # the seam-table row applied (its version range), "" when none
@@ -60,7 +61,7 @@ class Runtime:
     compressing: CompressingSessions = field(default_factory=CompressingSessions)
     notices: PendingNotices = field(default_factory=PendingNotices)
     # seam -> the behaviour values of the row applied for the installed Hermes (seams.py)
-    behaviour: dict[str, dict[str, str]] = field(default_factory=dict)
+    behaviour: dict[str, Behaviour] = field(default_factory=dict)
     host_in_table: bool = True  # False: a release outside the seam table (seams verified by signature)
     compat_note: str = ""  # plain words for selftest and the log when host_in_table is False
     _stores: dict[Path, GuardStore] = field(default_factory=dict)

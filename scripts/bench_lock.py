@@ -161,6 +161,7 @@ class _StandInAgent:
 
 def bench_guard_alone(shared_db: Any | None) -> tuple[float, float]:
     """13 guarded operations at once around a host stand-in that waits 1 s, vs one."""
+    from hermes_session_guard.seam_behaviour import FailurePolicy, LockMode
     from hermes_session_guard.seams.compression import LockPolicy, guarded_compression
     from hermes_session_guard.seams.table import select_row
 
@@ -168,7 +169,7 @@ def bench_guard_alone(shared_db: Any | None) -> tuple[float, float]:
     runtime = hermes_session_guard.current_runtime()
     row = select_row("compression", parse_version(installed_version() or "0"))
     assert runtime is not None and row is not None
-    policy = LockPolicy(row.behaviour.get("lock", "guard"), row.behaviour.get("lock_failure", "closed"))
+    policy = LockPolicy(row.behaviour.lock or LockMode.GUARD, row.behaviour.lock_failure or FailurePolicy.CLOSED)
 
     def prepared() -> tuple[Any, list[dict[str, Any]]]:
         db = shared_db or probe.open_db(HOME / f"profile-{_sid()}" / "state.db")
@@ -183,7 +184,7 @@ def bench_guard_alone(shared_db: Any | None) -> tuple[float, float]:
             return [*messages[:3], {"role": "user", "content": "[CONTEXT COMPACTION] summary"}, *messages[-4:]], SYSTEM
 
         t0 = time.perf_counter()
-        out, _ = guarded_compression(runtime, row.behaviour["strategy"], agent, messages, host,
+        out, _ = guarded_compression(runtime, row.behaviour.strategy, agent, messages, host,
                                      system_message=SYSTEM, lock=policy)
         if len(out) >= len(messages):
             raise RuntimeError("stand-in compression was not applied")

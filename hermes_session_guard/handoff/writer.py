@@ -37,6 +37,7 @@ from typing import Any
 from .. import host_adapter as host
 from ..audit import AuditLog
 from ..runtime import Runtime
+from ..seam_behaviour import NO_BEHAVIOUR
 from ..store import GuardStore
 from ..summaries.tags import tag_recorded
 from .packet import (
@@ -275,8 +276,9 @@ def _fork(
     stage = "create_child"
     try:
         try:
+            order = runtime.behaviour.get("compression", NO_BEHAVIOUR).transcript_order
             host.create_child_session(db, agent, sid, child, seeded, host.system_prompt_of(agent),
-                                      transcript_order=runtime.behaviour.get("compression", {}).get("transcript_order"))
+                                      transcript_order=order)
         finally:
             undo.append(lambda: host.discard_session(db, child))
         stage = "routing"

@@ -36,6 +36,7 @@ from ..config import GuardConfig
 from ..host_adapter import close_readers, unshim_adapters, unshim_engines
 from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
+from ..seam_behaviour import SeamKind, SeamState
 from .table import (
     TESTED_RELEASES,
     SeamRow,
@@ -55,7 +56,27 @@ class _Applied:
     row: SeamRow
     parent: Any
     name: str
-    original: Any
+    original: Any  # the host's own attribute, before any seam wrapped it
+    own: bool = True  # False: the class inherited it, so restoring deletes the class's copy
+
+
+def _original_of(parent: Any, name: str, current: Any) -> tuple[Any, bool]:
+    """What the host had at ``parent.name`` before the guard, and whether ``parent``
+    held it itself. A second seam on an attribute another seam already wraps gets the
+    first one's record, so every seam on it restores the host's own, in any order."""
+    for applied in _applied.values():
+        if applied.parent is parent and applied.name == name:
+            return applied.original, applied.own
+    if isinstance(parent, type):
+        return parent.__dict__.get(name, current), name in parent.__dict__
+    return current, True
+
+
+def _restore(applied: _Applied) -> None:
+    if applied.own:
+        setattr(applied.parent, applied.name, applied.original)
+    elif applied.name in vars(applied.parent):
+        delattr(applied.parent, applied.name)  # inherited: the base class's attribute shows through again
 
 
 @dataclass
@@ -116,9 +137,10 @@ def _ready(module: str) -> bool:
 def verify_row(row: SeamRow) -> str | None:
     """``None`` when the installed host has what the row relies on: its target with
     the declared leading parameters (rows that wrap something) and every name in
-    ``requires``; else why not. Imports the target's module (callers do not call it
+    ``requires``; else why not. An instance shim's target is the host attribute its
+    objects get their own copy of. Imports the target's module (callers do not call it
     for a lazy row whose module Hermes has not imported)."""
-    if row.wrapper is not None:
+    if row.patches:
         try:
             _, _, current = _resolve(row.module, row.attribute)
         except (ImportError, AttributeError) as exc:
@@ -137,16 +159,22 @@ def verify_row(row: SeamRow) -> str | None:
 def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
     problem = verify_row(row)
     if problem is not None:
-        return SeamStatus(row.seam, row.target, "skipped", problem, row.failure_policy, row.range_text)
-    runtime.behaviour[row.seam] = dict(row.behaviour)
+        return SeamStatus(row.seam, row.target, SeamState.SKIPPED, problem, row.failure_policy, row.range_text)
+    runtime.behaviour[row.seam] = row.behaviour
+    if row.kind is SeamKind.INSTANCE_SHIM:
+        # Verified here; the objects get their attribute from the named function when the
+        # guard reaches them, and lose it in uninstall.
+        by = getattr(row.applied_by, "__name__", "?")
+        return SeamStatus(row.seam, row.target, SeamState.PATCHED, f"instance shim, applied by {by}: {reason}",
+                          row.failure_policy, row.range_text)
     if row.wrapper is None:
         # The host already does what this seam would add; the row's note says how.
-        return SeamStatus(row.seam, row.target, "not-needed", reason, "", row.range_text)
+        return SeamStatus(row.seam, row.target, SeamState.NOT_NEEDED, reason, "", row.range_text)
     parent, name, current = _resolve(row.module, row.attribute)
-    original = parent.__dict__.get(name, current) if isinstance(parent, type) else current
+    original, own = _original_of(parent, name, current)
     wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
-    _applied[row.seam] = _Applied(row, parent, name, original)
-    return SeamStatus(row.seam, row.target, "patched", reason, row.failure_policy, row.range_text)
+    _applied[row.seam] = _Applied(row, parent, name, original, own)
+    return SeamStatus(row.seam, row.target, SeamState.PATCHED, reason, row.failure_policy, row.range_text)
 
 
 def _signature_reason(runtime: Runtime, row: SeamRow) -> str:
@@ -162,7 +190,7 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
         return _apply(row, runtime, row.note)
     tried: list[str] = []
     for row in candidates.rows:
-        if row.lazy and row.wrapper is not None and not _ready(row.module):
+        if row.lazy and row.patches and not _ready(row.module):
             tried.append(f"row {row.range_text}: {row.module} not imported by Hermes")
             continue
         problem = verify_row(row)
@@ -170,7 +198,7 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
             return _apply(row, runtime, _signature_reason(runtime, row))
         tried.append(f"row {row.range_text}: {problem}")
     seam = candidates.first.seam
-    return SeamStatus(seam, "-", "skipped",
+    return SeamStatus(seam, "-", SeamState.SKIPPED,
                       f"Hermes {runtime.host_version} is not in the seam table and no row's target verifies "
                       f"({'; '.join(tried)}); not patched", "")
 
@@ -180,8 +208,9 @@ def _apply_logged(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
     try:
         status = _apply_candidates(candidates, runtime)
     except Exception as exc:
-        status = SeamStatus(row.seam, row.target, "failed", f"{type(exc).__name__}: {exc}", row.failure_policy)
-    if status.state not in ("patched", "not-needed") and not candidates.by_signature:
+        status = SeamStatus(row.seam, row.target, SeamState.FAILED, f"{type(exc).__name__}: {exc}",
+                            row.failure_policy)
+    if status.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED) and not candidates.by_signature:
         log.warning("session guard: seam %s %s: %s", status.name, status.state, status.reason)
     return status
 
@@ -198,7 +227,7 @@ def _set_status(runtime: Runtime, status: SeamStatus) -> None:
 
 
 def _pending_status(row: SeamRow, why: str) -> SeamStatus:
-    return SeamStatus(row.seam, row.target, "pending", why, row.failure_policy)
+    return SeamStatus(row.seam, row.target, SeamState.PENDING, why, row.failure_policy)
 
 
 def apply_pending() -> None:
@@ -219,7 +248,7 @@ def apply_pending() -> None:
                 del _pending[seam]
                 status = _apply_logged(candidates, runtime)
                 _set_status(runtime, status)
-                if candidates.by_signature and status.state not in ("patched", "not-needed"):
+                if candidates.by_signature and status.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED):
                     _report_untested(runtime)
         if not _half_built_pending():
             _remove_finder()  # what is left waits for a post-import hook
@@ -286,7 +315,7 @@ def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus
         candidates = _Candidates([candidates], by_signature=False)
     row = candidates.first
     seam = row.seam
-    wraps = [r for r in candidates.rows if r.wrapper is not None]
+    wraps = [r for r in candidates.rows if r.patches]
     if not wraps:
         return _apply_logged(candidates, runtime)
     states = {m: module_state(m) for m in candidates.modules}
@@ -317,16 +346,17 @@ def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus
 def _candidates_for(seam: str, runtime: Runtime) -> _Candidates | SeamStatus:
     host_version = runtime.host_version
     if host_version is None:
-        return SeamStatus(seam, "-", "skipped", "hermes-agent is not installed", "")
+        return SeamStatus(seam, "-", SeamState.SKIPPED, "hermes-agent is not installed", "")
     parsed = parse_version(host_version)
     row = select_row(seam, parsed)
     if row is not None:
         return _Candidates([row], by_signature=False)
     if runtime.host_in_table:
-        return SeamStatus(seam, "-", "skipped", f"the seam table has no {seam} row for Hermes {host_version}", "")
+        return SeamStatus(seam, "-", SeamState.SKIPPED,
+                          f"the seam table has no {seam} row for Hermes {host_version}", "")
     oldest = oldest_supported(seam)
     if oldest is not None and parsed < oldest:
-        return SeamStatus(seam, "-", "skipped",
+        return SeamStatus(seam, "-", SeamState.SKIPPED,
                           f"Hermes {host_version} is older than the oldest supported release "
                           f"{version_text(oldest)}; not patched", "")
     return _Candidates(fallback_rows(seam), by_signature=True)
@@ -379,10 +409,10 @@ def _untested_note(host_version: str, statuses: list[SeamStatus]) -> str:
     """One short line: the compression seam's row, how many others were patched by
     signature, and which were skipped or wait for an import (the per-seam reasons are
     in the seam list ``selftest`` prints)."""
-    patched = [s for s in statuses if s.state in ("patched", "not-needed")]
-    waiting = [s.name for s in statuses if s.state == "pending"]
+    patched = [s for s in statuses if s.state in (SeamState.PATCHED, SeamState.NOT_NEEDED)]
+    waiting = [s.name for s in statuses if s.state == SeamState.PENDING]
     skipped = [f"{s.name} ({_short(s.reason)})" for s in statuses
-               if s.state not in ("patched", "not-needed", "pending")]
+               if s.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED, SeamState.PENDING)]
     compression = next((s for s in patched if s.name == "compression"), None)
     others = len(patched) - (compression is not None)
     used = f"compression -> {compression.target} (row {compression.row}) and {others} more" if compression \
@@ -412,11 +442,10 @@ def uninstall() -> None:
         _pending.clear()
         _imported.clear()
         _remove_finder()
-        # Last applied first: two seams may wrap one attribute (the later one wraps the
-        # earlier one's wrapper), and each restores what it found.
+        # Two seams may wrap one attribute (the later one wraps the earlier one's
+        # wrapper); each restores the host's own (see _original_of), so any order works.
         for seam in reversed(list(_applied)):
-            applied = _applied.pop(seam)
-            setattr(applied.parent, applied.name, applied.original)
+            _restore(_applied.pop(seam))
         unshim_engines()
         unshim_adapters()
         close_readers()

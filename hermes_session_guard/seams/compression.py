@@ -86,6 +86,7 @@ from ..hooks.manager import get_plugin_manager
 from ..host import engines as engine_support
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from ..runtime import Runtime
+from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
 from ..store import message_text, text_hash
 from ..summaries.tags import (
     compacted_range,
@@ -96,8 +97,8 @@ from ..summaries.tags import (
     tag,
 )
 
-DETACH_DB = "detach_db"
-HOST_IN_PLACE = "host_in_place"
+DETACH_DB = Strategy.DETACH_DB
+HOST_IN_PLACE = Strategy.HOST_IN_PLACE
 STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
 
 log = logging.getLogger("hermes_session_guard")
@@ -110,8 +111,8 @@ class LockPolicy:
     ``closed`` skips this compression (nothing changes; Hermes retries later),
     ``open`` compresses without the lock."""
 
-    mode: str = LOCK_GUARD
-    on_failure: str = "closed"
+    mode: LockMode = LockMode(LOCK_GUARD)
+    on_failure: FailurePolicy = FailurePolicy.CLOSED
 
 
 @dataclass
@@ -186,7 +187,7 @@ def guarded_compression(
     native_summary_key: str | None = None,
     system_message: str | None = None,
     lock: LockPolicy | None = None,
-    behaviour: Mapping[str, str] | None = None,
+    behaviour: Behaviour | Mapping[str, str] | None = None,
 ) -> tuple[list[Any], str]:
     """Run one host compression under the contract; returns the host's result shape.
     ``native_summary_key`` is the host's own summary flag, on hosts that have one;
@@ -196,7 +197,7 @@ def guarded_compression(
     if not sid or not isinstance(messages, list):
         return call_host()
     op = _Operation(runtime, strategy, agent, sid, messages, call_host, system_message, native_summary_key,
-                    behaviour or {})
+                    Behaviour.of(behaviour))
     return op.run(lock or LockPolicy())
 
 
@@ -213,13 +214,13 @@ class _Operation:
         call_host: Callable[[], tuple[list[Any], str]],
         system_message: str | None,
         native_summary_key: str | None,
-        behaviour: Mapping[str, str],
+        behaviour: Behaviour,
     ) -> None:
         self.runtime, self.strategy, self.agent, self.sid = runtime, strategy, agent, sid
         self.messages, self.call_host, self.system_message = messages, call_host, system_message
         self.native_summary_key = native_summary_key
-        self.flush_cursor = behaviour.get("flush_cursor")
-        self.transcript_order = behaviour.get("transcript_order")
+        self.flush_cursor = behaviour.flush_cursor
+        self.transcript_order = behaviour.transcript_order
         self.op_id = new_op_id()
         self.audit = runtime.audit.operation(sid, self.op_id)
         self.pm = get_plugin_manager()
@@ -348,7 +349,7 @@ class _Operation:
                 lease=lease,
             )
         except LockUnavailable as exc:
-            if lock.on_failure == "closed":
+            if lock.on_failure == FailurePolicy.CLOSED:
                 # One loud line: the outcome event itself, at ERROR.
                 return self.leave_unchanged(
                     "skipped", f"compression lock unavailable: {exc}", "error",

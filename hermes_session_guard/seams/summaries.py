@@ -56,7 +56,7 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.get_messages_as_conversation``: put the summary tags back (state.db
     has no column for them; the guard's ``session_guard_summaries`` table has)."""
-    native_key = row.behaviour.get("native_summary_key") or None
+    native_key = row.behaviour.native_summary_key or None
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)

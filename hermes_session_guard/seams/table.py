@@ -5,7 +5,10 @@ A row says: for Hermes versions in ``[since, until)``, wrap ``module:attribute``
 ``wrapper``; which other host names the row leans on (``requires``, each
 ``module:attribute``, verified before anything is patched); what to do when the
 guard itself fails inside it (``failure_policy``); and version-specific
-behaviour as data (``behaviour``).
+behaviour as data (``behaviour``). Rows are written with plain words and hold
+typed values (:mod:`hermes_session_guard.seam_behaviour`: a frozen
+:class:`~hermes_session_guard.seam_behaviour.Behaviour`, ``StrEnum`` policies and
+kinds), so an unknown key or value fails when the table is built.
 
 The table (``SEAMS``) is written one entry per seam with :func:`seam`: the fields
 its rows share, and per release range only what differs there; it expands to one
@@ -87,6 +90,7 @@ from ..fail_open import fail_open as _fail_open
 from ..hostinfo import Version, parse_version
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..runtime import Runtime
+from ..seam_behaviour import Behaviour, FailurePolicy, GatewayTranscript, LockMode, SeamKind
 from . import buffering
 from . import search as search_seams
 from . import summaries as ss
@@ -107,15 +111,29 @@ class SeamRow:
     attribute: str
     params: tuple[str, ...]
     wrapper: Callable[[Runtime, SeamRow], Wrapper] | None
-    failure_policy: str
-    behaviour: dict[str, str] = field(default_factory=dict)
+    failure_policy: FailurePolicy
+    behaviour: Behaviour = field(default_factory=Behaviour)
     note: str = ""
     lazy: bool = False  # patch when Hermes imports the module; never import it for that
     requires: tuple[str, ...] = ()
+    kind: SeamKind = SeamKind.WRAP
+    # an instance shim: the function that gives host objects their per-instance attribute
+    applied_by: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        # the table is written with plain words; the row holds the typed values
+        object.__setattr__(self, "failure_policy", FailurePolicy(self.failure_policy))
+        object.__setattr__(self, "behaviour", Behaviour.of(self.behaviour))
+        object.__setattr__(self, "kind", SeamKind(self.kind))
 
     @property
     def target(self) -> str:
         return f"{self.module}:{self.attribute}"
+
+    @property
+    def patches(self) -> bool:
+        """The row changes the host: it wraps its target, or shims instances of it."""
+        return self.wrapper is not None or self.kind is SeamKind.INSTANCE_SHIM
 
     def covers(self, version: Version) -> bool:
         return self.since <= version < self.until
@@ -135,9 +153,11 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     ``AIAgent._compress_context(self, messages, system_message, ...)`` (method) and
     ``compress_context(agent, messages, system_message, ...)`` (module function)
     differ only in where the agent comes from."""
-    strategy = row.behaviour["strategy"]
-    lock = LockPolicy(mode=row.behaviour.get("lock", LOCK_GUARD),
-                      on_failure=row.behaviour.get("lock_failure", "closed"))
+    strategy = row.behaviour.strategy
+    if strategy is None:
+        raise ValueError(f"seam row {row.seam} {row.range_text} names no strategy")
+    lock = LockPolicy(mode=row.behaviour.lock or LockMode(LOCK_GUARD),
+                      on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         called = False
@@ -156,7 +176,7 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
             return guarded_compression(
                 runtime, strategy, agent, messages, call_host,
-                native_summary_key=row.behaviour.get("native_summary_key") or None,
+                native_summary_key=row.behaviour.native_summary_key or None,
                 system_message=system_message, lock=lock, behaviour=row.behaviour,
             )
         except Exception as exc:
@@ -236,8 +256,8 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     itself), bring the gateway's transcript bookkeeping in line after the guard
     compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
     the host's own split handling already writes it whole (history offset 0)."""
-    transcript = row.behaviour.get("transcript")
-    rebase = transcript in ("jsonl_and_offset", "offset")
+    transcript = row.behaviour.transcript
+    rebase = transcript in (GatewayTranscript.JSONL_AND_OFFSET, GatewayTranscript.OFFSET)
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sid: Any = None
@@ -278,7 +298,7 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 if compaction is not None:
                     forked = runtime.compactions.fork_since(sid, mark) is not None
                     rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
-                                            jsonl=transcript == "jsonl_and_offset")
+                                            jsonl=transcript == GatewayTranscript.JSONL_AND_OFFSET)
             except Exception as exc:
                 log.error(
                     "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
@@ -464,11 +484,14 @@ def seam(
     note: str = "",
     lazy: bool = False,
     requires: tuple[str, ...] = (),
+    kind: SeamKind = SeamKind.WRAP,
+    applied_by: Callable[..., Any] | None = None,
 ) -> tuple[SeamRow, ...]:
     """The rows of one seam: ``ranges`` (release range -> fields that differ there) over the shared fields."""
     shared = SeamRow(seam=name, since=(0, 0, 0), until=(0, 0, 0), module=module, attribute=attribute,
-                     params=params, wrapper=wrapper, failure_policy=failure_policy, behaviour=dict(behaviour or {}),
-                     note=note, lazy=lazy, requires=requires)
+                     params=params, wrapper=wrapper, failure_policy=FailurePolicy(failure_policy),
+                     behaviour=Behaviour.of(behaviour), note=note, lazy=lazy, requires=requires, kind=kind,
+                     applied_by=applied_by)
     rows: list[SeamRow] = []
     for text, changes in ranges.items():
         fields = {**changes, "behaviour": {**shared.behaviour, **changes.get("behaviour", {})}}
@@ -700,6 +723,57 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=ss.delivery_wrapper,
         lazy=True,
         note="each adapter the gateway wires up gets its send/edit_message/send_draft text filtered",
+        ranges=EVERY_RELEASE,
+    ),
+    # Instance shims: host objects the guard gives a per-instance attribute (the function in
+    # ``applied_by`` does it, where the object is reached). Listed so their targets are
+    # verified like any row and selftest reports them; uninstall removes them (unshim_*).
+    *seam(
+        "engine_compress_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="agent.context_engine",
+        attribute="ContextEngine.compress",
+        params=("self", "messages"),
+        applied_by=host.shim_engine,
+        requires=("agent.context_compressor:ContextCompressor.compress",),
+        note="each agent's context engine gets its own compress (types.MethodType) during a guarded compression: "
+             "summary failures hand the host its input back; the summary is tagged",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "delivery_send_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.send",
+        params=("self", "chat_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        note="each adapter wired up (platform_delivery) gets its own send: text filtered, None withheld",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "delivery_edit_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.edit_message",
+        params=("self", "chat_id", "message_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        note="each adapter wired up (platform_delivery) gets its own edit_message: text filtered",
+        ranges=EVERY_RELEASE,
+    ),
+    *seam(
+        "delivery_draft_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.platforms.base",
+        attribute="BasePlatformAdapter.send_draft",
+        params=("self", "chat_id", "draft_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        note="each adapter wired up (platform_delivery) gets its own send_draft: text filtered",
         ranges=EVERY_RELEASE,
     ),
     # Messages for a session that is compressing (see buffering). What the host does with

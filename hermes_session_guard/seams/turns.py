@@ -23,6 +23,7 @@ from ..fail_open import fail_open
 from ..hostinfo import state_db_path
 from ..locks.turn_lock import TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
 from ..runtime import Runtime
+from ..seam_behaviour import NO_BEHAVIOUR, SessionFrom
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -63,7 +64,7 @@ def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicke
         return args, kwargs
     # The agent's flush cursor must describe the list it now continues (0.13-0.16 slice
     # at an index that may still count the longer pre-compression history).
-    host.rebase_flush(agent, sid, live, runtime.behaviour.get("compression", {}).get("flush_cursor"))
+    host.rebase_flush(agent, sid, live, runtime.behaviour.get("compression", NO_BEHAVIOUR).flush_cursor)
     runtime.audit.operation(sid).info("turn.live_history", caller_messages=len(history), live_messages=len(live),
                                       waited_ms=round(ticket.waited * 1000))
     if positional:
@@ -156,7 +157,7 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     the session's turn queue on arrival, wait for it on the event loop, then run the
     handler (which reads the session's history only now, after the turns before it).
     ``behaviour['session_from']``: ``path`` or ``header``. Policy ``open``."""
-    source = row.behaviour.get("session_from", "path")
+    source = row.behaviour.session_from or SessionFrom.PATH
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cfg = runtime.config.turns

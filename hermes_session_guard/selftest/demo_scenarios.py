@@ -304,12 +304,13 @@ def _run(name: str, guard_on: bool, root: Path, llm: Any, in_place: bool | None,
 
 def run_demo(root: Path, release_default: bool) -> dict[str, Any]:
     from ..hostinfo import installed_version, parse_version
+    from ..seam_behaviour import Strategy
     from ..seams.table import select_row
     from .fake_llm import FakeLLMServer
 
     version = installed_version()
     row = select_row("compression", parse_version(version)) if version else None
-    has_in_place = row is not None and row.behaviour.get("strategy") == "host_in_place"
+    has_in_place = row is not None and row.behaviour.strategy == Strategy.HOST_IN_PLACE
     # Without --release-default a release that can keep the id itself is put in its rotating mode
     # (compression.in_place: false), so the off column shows what rotating releases do.
     in_place = None if release_default or not has_in_place else False

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import dashboard_plugin
+from hermes_session_guard.file_modes import file_mode
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
-from hermes_session_guard.file_modes import file_mode
 
 from .conftest import new_agent
 from .test_home_check_commands import run_cli

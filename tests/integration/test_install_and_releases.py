@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import hermes_session_guard
+from hermes_session_guard.seam_behaviour import SeamKind
 from hermes_session_guard.seams import apply as instrumentation
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.compression import DETACH_DB
@@ -65,7 +66,10 @@ def test_install_uninstall_round_trip_restores_every_original(no_guard: None) ->
     assert again is first
     (status,) = [s for s in first.seams if s.name == "compression"]
     assert (status.state, status.target, status.row) == ("patched", HOST_ROW.target, HOST_ROW.range_text)
-    wrapped = Counter(s.target for s in first.seams if s.state == "patched")
+    # instance shims patch host objects, not their row's target: that must stay the host's own
+    shims = {row.seam for row in seams.SEAMS if row.kind is SeamKind.INSTANCE_SHIM}
+    assert shims and all(s.state == "patched" for s in first.seams if s.name in shims)
+    wrapped = Counter(s.target for s in first.seams if s.state == "patched" and s.name not in shims)
     assert HOST_ROW.target in wrapped
     patched = _host_targets()
     for target, obj in patched.items():

@@ -77,3 +77,6 @@ def test_selftest_passes_against_this_hermes(home: Path) -> None:
     assert proc.returncode == 0 and report["ok"] is True, proc.stdout[-3000:]
     assert {c["name"] for c in report["checks"]} >= {"agent.session_id unchanged", "no child session created"}
     assert any(s["name"] == "compression" and s["state"] == "patched" for s in report["seams"])
+    shims = {s["name"]: s for s in report["seams"] if s["reason"].startswith("instance shim")}
+    assert set(shims) == {"engine_compress_shim", "delivery_send_shim", "delivery_edit_shim", "delivery_draft_shim"}
+    assert all(s["state"] == "patched" for s in shims.values()), shims

@@ -142,12 +142,13 @@ def test_a_seam_entry_expands_to_one_row_per_range_clipped_to_the_covered_releas
 ) -> None:
     monkeypatch.setattr(seams, "COVERED", (("0.13.0", "0.18.0"), ("0.18.2", "0.20.0")))  # a table with a gap
     rows = seams.seam("demo", module="m", attribute="A.f", params=("self",), wrapper=seams.compression_wrapper,
-                      behaviour={"x": "1", "y": "1"}, note="shared",
-                      ranges={"0.17.0+": {"behaviour": {"y": "2"}}, "0.13.0-0.15.0": {"attribute": "A.g"}})
+                      behaviour={"storage": "1", "lease_table": "1"}, note="shared",
+                      ranges={"0.17.0+": {"behaviour": {"lease_table": "2"}}, "0.13.0-0.15.0": {"attribute": "A.g"}})
     assert [(r.since, r.until) for r in rows] == [((0, 13, 0), (0, 15, 0)), ((0, 17, 0), (0, 18, 0)),
                                                   ((0, 18, 2), (0, 20, 0))]
     assert [r.target for r in rows] == ["m:A.g", "m:A.f", "m:A.f"]
-    assert [r.behaviour for r in rows] == [{"x": "1", "y": "1"}, {"x": "1", "y": "2"}, {"x": "1", "y": "2"}]
+    assert [r.behaviour for r in rows] == [{"storage": "1", "lease_table": "1"}, {"storage": "1", "lease_table": "2"},
+                                           {"storage": "1", "lease_table": "2"}]
     assert {r.note for r in rows} == {"shared"} and {r.seam for r in rows} == {"demo"}
     assert not any(r.covers((0, 18, 1)) for r in rows)  # a gap between spans stays uncovered
 
@@ -176,9 +177,9 @@ def test_a_new_release_is_a_table_edit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(seams, "COVERED", (("0.13.0", "0.18.0"), ("0.18.2", "0.21.0")))
     unchanged = seams.seam("demo", module="m", attribute="f", ranges={"0.13.0+": {}})
     assert unchanged[-1].covers((0, 20, 0)) and not unchanged[-1].covers((0, 21, 0))
-    changed = seams.seam("demo", module="m", attribute="f", behaviour={"k": "old"},
-                         ranges={"0.13.0-0.20.0": {}, "0.20.0+": {"behaviour": {"k": "new"}}})
-    assert [(r.range_text, r.behaviour["k"]) for r in changed] == [
+    changed = seams.seam("demo", module="m", attribute="f", behaviour={"storage": "old"},
+                         ranges={"0.13.0-0.20.0": {}, "0.20.0+": {"behaviour": {"storage": "new"}}})
+    assert [(r.range_text, r.behaviour["storage"]) for r in changed] == [
         (">=0.13.0,<0.18.0", "old"), (">=0.18.2,<0.20.0", "old"), (">=0.20.0,<0.21.0", "new")]
 
 

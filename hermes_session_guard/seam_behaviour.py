@@ -1,0 +1,180 @@
+"""Typed values of the seam table: a row's version-specific behaviour, its failure
+policy and kind, and the state a seam ends up in.
+
+Every enum is a ``StrEnum`` whose values are the words the table, the logs, the
+audit events and ``selftest --json`` have always used, so a value compares equal
+to its word and prints as it (``Strategy.DETACH_DB == "detach_db"``).
+
+:class:`Behaviour` is a frozen dataclass with one optional field per behaviour key
+(``None``: the row does not say). It also reads as a ``Mapping`` of the keys a row
+sets, so ``dict(row.behaviour)`` and ``row.behaviour["strategy"]`` keep working;
+an unknown key or value is refused when the table is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+
+class Strategy(StrEnum):
+    """How the host is kept from rotating the session id during a compression."""
+
+    DETACH_DB = "detach_db"  # 0.13-0.17: run the host's compression with its SessionDB detached
+    HOST_IN_PLACE = "host_in_place"  # 0.18+: the host's own in-place compaction
+
+
+class FlushCursor(StrEnum):
+    """How the host remembers which messages already reached state.db."""
+
+    INDEX = "index"
+    IDENTITY = "identity"
+    MARKER = "marker"
+
+
+class TranscriptOrder(StrEnum):
+    """How ``SessionDB.get_messages_as_conversation`` orders a transcript."""
+
+    ID = "id"
+    TIMESTAMP = "timestamp"
+
+
+class LockMode(StrEnum):
+    """Which cross-process lease serialises compressions of one session."""
+
+    GUARD = "guard"  # the guard's session_guard_locks
+    NATIVE = "native"  # Hermes's compression_locks
+
+
+class FailurePolicy(StrEnum):
+    """What a guard error inside a seam (or a failing lease table) leads to."""
+
+    OPEN = "open"  # the host runs as without the guard
+    CLOSED = "closed"  # the guarded action is refused
+    NONE = ""  # a row that wraps nothing
+
+
+class BusyQueue(StrEnum):
+    """The gateway's follow-up handling while a session runs."""
+
+    SINGLE_SLOT = "single_slot"
+    FIFO = "fifo"
+    FIFO_DEMOTES_INTERRUPT = "fifo_demotes_interrupt"
+
+
+class HygieneSessionDb(StrEnum):
+    """Whether gateway session hygiene builds its throwaway agent with the SessionDB."""
+
+    ABSENT = "absent"
+    PASSED = "passed"
+
+
+class GatewayTranscript(StrEnum):
+    """What the guard re-bases in the gateway's transcript bookkeeping after a compaction."""
+
+    JSONL_AND_OFFSET = "jsonl_and_offset"
+    OFFSET = "offset"
+    HOST = "host"
+
+
+class HostStrips(StrEnum):
+    """Which message keys the host itself strips before a request."""
+
+    NOTHING = "nothing"
+    UNDERSCORE_KEYS = "underscore keys"
+
+
+class SessionFrom(StrEnum):
+    """Where an API server request names its session."""
+
+    PATH = "path"
+    HEADER = "header"
+
+
+class SeamKind(StrEnum):
+    """How a row reaches the host."""
+
+    WRAP = "wrap"  # the class or module attribute is wrapped (instrumentation applies it)
+    INSTANCE_SHIM = "instance shim"  # host objects get a per-instance attribute from the named function
+
+
+class SeamState(StrEnum):
+    """Where a seam stands in this process."""
+
+    PATCHED = "patched"
+    PENDING = "pending"
+    NOT_NEEDED = "not-needed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, eq=False)
+class Behaviour(Mapping[str, str]):
+    """A seam row's version-specific behaviour (the keys are documented in seams.py)."""
+
+    strategy: Strategy | None = None
+    flush_cursor: FlushCursor | None = None
+    transcript_order: TranscriptOrder | None = None
+    lock: LockMode | None = None
+    lock_failure: FailurePolicy | None = None
+    native_summary_key: str | None = None  # "" or "_compressed_summary"
+    busy_queue: BusyQueue | None = None
+    hygiene_session_db: HygieneSessionDb | None = None
+    transcript: GatewayTranscript | None = None
+    host_strips: HostStrips | None = None
+    storage: str | None = None  # the guard table a seam keeps its data in
+    lease_table: str | None = None
+    session_from: SessionFrom | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = _TYPES[f.name]
+            if value is not None and not isinstance(value, kind):
+                object.__setattr__(self, f.name, kind(value))  # ValueError for a value the guard does not know
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any] | None) -> Behaviour:
+        """From ``{key: value}`` (a table entry); an unknown key is a ``TypeError``."""
+        if isinstance(values, Behaviour):
+            return values
+        return cls(**dict(values or {}))
+
+    def __getitem__(self, key: str) -> str:
+        value = getattr(self, key, None) if key in _TYPES else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in _TYPES if getattr(self, name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.items()))
+
+    def __repr__(self) -> str:
+        return f"Behaviour({dict(self)!r})"
+
+
+_TYPES: dict[str, type] = {
+    "strategy": Strategy,
+    "flush_cursor": FlushCursor,
+    "transcript_order": TranscriptOrder,
+    "lock": LockMode,
+    "lock_failure": FailurePolicy,
+    "native_summary_key": str,
+    "busy_queue": BusyQueue,
+    "hygiene_session_db": HygieneSessionDb,
+    "transcript": GatewayTranscript,
+    "host_strips": HostStrips,
+    "storage": str,
+    "lease_table": str,
+    "session_from": SessionFrom,
+}
+
+NO_BEHAVIOUR = Behaviour()

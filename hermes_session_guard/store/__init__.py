@@ -1,0 +1,72 @@
+"""The guard's own storage: ``session_guard_*`` tables inside Hermes's state.db.
+
+Hermes's own tables are never altered, nor named: the guard only creates, writes
+and reads tables whose names start with ``session_guard_`` (a unit test checks
+every SQL string here). It opens its own connection (WAL is already on for
+state.db), so it works whether or not an agent has a SessionDB.
+
+- :mod:`.connection`: the connection, write transactions, reads, pragmas, file mode;
+- :mod:`.schema`: the DDL and the schema version;
+- one repository per table family, each a :class:`~.connection.StoreConnection`
+  working through ``transaction()``/``reading()``: :mod:`.snapshots`,
+  :mod:`.recall` (the recall index), :mod:`.summaries`, :mod:`.compressions`
+  (compressions and repairs), :mod:`.handoffs`, :mod:`.leases`, :mod:`.generations`;
+  the inbox's queries live in :mod:`hermes_session_guard.inbox` over the same
+  ``transaction()``;
+- :mod:`.rows`: how a message is stored in a row, and text hashes.
+
+:class:`GuardStore` is all of them over one connection.
+"""
+
+from __future__ import annotations
+
+from .compressions import CompressionRepository
+from .connection import StoreConnection
+from .generations import GenerationRecord, GenerationRepository
+from .handoffs import HandoffRecord, HandoffRepository
+from .leases import LeaseRepository
+from .recall import IndexText, RecallDoc, RecallIndexRepository, porter_stems, scope_token
+from .rows import _row_message, _row_parts, message_text, text_hash
+from .schema import LOCK_TABLE, SCHEMA_VERSION
+from .snapshots import SnapshotInfo, SnapshotRepository, read_snapshot_counts, snapshots_recorded
+from .summaries import SummaryRepository
+
+
+class GuardStore(
+    SnapshotRepository,
+    SummaryRepository,
+    CompressionRepository,
+    HandoffRepository,
+    LeaseRepository,
+    GenerationRepository,
+):
+    """Thread-safe access to the ``session_guard_*`` tables of one state.db: every
+    repository over one :class:`StoreConnection` (one connection, one lock)."""
+
+
+__all__ = [
+    "LOCK_TABLE",
+    "SCHEMA_VERSION",
+    "CompressionRepository",
+    "GenerationRecord",
+    "GenerationRepository",
+    "GuardStore",
+    "HandoffRecord",
+    "HandoffRepository",
+    "IndexText",
+    "LeaseRepository",
+    "RecallDoc",
+    "RecallIndexRepository",
+    "SnapshotInfo",
+    "SnapshotRepository",
+    "StoreConnection",
+    "SummaryRepository",
+    "_row_message",
+    "_row_parts",
+    "message_text",
+    "porter_stems",
+    "read_snapshot_counts",
+    "scope_token",
+    "snapshots_recorded",
+    "text_hash",
+]

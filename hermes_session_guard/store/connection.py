@@ -1,0 +1,183 @@
+"""The store's one SQLite connection to state.db: opening (file mode, WAL, pragmas,
+schema), write transactions with their durability level, and reads."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..file_modes import create_private, make_private_dirs
+from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION
+
+log = logging.getLogger("hermes_session_guard")
+
+
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switch the file to WAL (a no-op once it is) and return the journal mode it
+    has now. The switch needs the file to itself and SQLite answers "database is
+    locked" at once, without its busy handler, while another connection opens a
+    fresh file at the same moment; so retry within the connection's own timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            return str(row[0]) if row else ""
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+def _read_only_error(exc: BaseException) -> bool:
+    """SQLITE_READONLY: the file (or the connection) cannot be written."""
+    return "readonly" in str(exc).lower() or "read-only" in str(exc).lower()
+
+
+class StoreConnection:
+    """Thread-safe access to the ``session_guard_*`` tables of one state.db: every
+    repository of the store works through :meth:`transaction` and :meth:`reading`."""
+
+    def __init__(self, db_path: Path | str, *, timeout: float = 30.0) -> None:
+        self.db_path = Path(db_path)
+        self._timeout = timeout
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self.fts = True
+        self._wal = False
+        self._synchronous = 2  # the connection's own level once set up (see _connect)
+        self._opened_read_only = False  # the connection was opened while the file was read-only
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            make_private_dirs(self.db_path.parent)
+            if not self.db_path.exists():  # a state.db the guard creates is 0600 (its -wal/-shm follow)
+                try:
+                    create_private(self.db_path)
+                except OSError:
+                    pass  # created meanwhile, or not creatable: SQLite says which below
+            conn = sqlite3.connect(
+                str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
+            )
+            conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            self._wal = _use_wal(conn, self._timeout).lower() == "wal"
+            if sys.platform != "darwin" and self._wal:
+                # No fsync per commit: leases and generation records are short-lived, and a
+                # snapshot is always committed before the Hermes write that replaces the rows
+                # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
+                # A power cut can lose at most the latest bookkeeping rows (summary tags,
+                # recall index, hand-off records, inbox state changes the startup replay
+                # re-derives), never a snapshot of rows Hermes replaced. A commit that must be
+                # on disk before the guard tells anyone (a buffered message's receipt) asks
+                # for it: see transaction(). macOS keeps FULL, as Hermes does there.
+                conn.execute("PRAGMA synchronous=NORMAL")
+            self._synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+            conn.executescript(_SCHEMA)
+            try:
+                conn.executescript(_FTS_SCHEMA)
+                self.fts = True
+            except sqlite3.OperationalError as exc:  # an SQLite built without FTS5
+                log.warning("session guard: SQLite has no FTS5 (%s); recall falls back to a slower scan", exc)
+                self.fts = False
+            try:
+                conn.execute(
+                    "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+                    " WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                    (str(SCHEMA_VERSION),),
+                )
+            except sqlite3.OperationalError as exc:
+                if not _read_only_error(exc):
+                    conn.close()
+                    raise
+                # Opened on a read-only file: the guard's tables can still be read
+                # (recall, status). Every write fails on its own (its caller reports it)
+                # and drops this connection, so the guard writes again once the file is
+                # writable.
+                log.debug("session guard: %s opened read-only (%s)", self.db_path, exc)
+                self._opened_read_only = True
+            else:
+                self._opened_read_only = False
+            self._conn = conn
+        return self._conn
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        """Roll back what is left of a failed transaction. SQLite may already have
+        rolled it back itself (a full disk, an I/O error); a rollback that fails
+        leaves the connection unusable, so it is dropped and reopened on next use."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.debug("session guard: rollback failed (%s); reopening the connection", exc)
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    @contextmanager
+    def transaction(self, *, wait_for_disk: bool | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed at the connection's own level (see _connect).
+        ``wait_for_disk=True`` makes this commit wait until the data is on disk
+        (``synchronous=FULL`` for it): for a promise made right after it, such as a
+        buffered message's receipt. ``wait_for_disk=False`` (WAL only,
+        ``synchronous=NORMAL`` for it) survives a process crash but a power loss may
+        roll it back; only for changes the guard can re-derive (the next synchronous
+        commit or checkpoint makes it durable too)."""
+        with self._lock:
+            if self._opened_read_only:
+                self._drop_connection()  # the file may be writable again: a fresh connection can tell
+            conn = self._connect()
+            level = self._synchronous
+            if wait_for_disk is True and level < 2:
+                level = 2
+            elif wait_for_disk is False and self._wal and level > 1:
+                level = 1
+            changed = level != self._synchronous
+            if changed:
+                conn.execute(f"PRAGMA synchronous={level}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    # The error that failed the transaction is the one to report,
+                    # never a rollback's "no transaction is active".
+                    self._rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                if _read_only_error(exc):
+                    # A connection opened on a read-only file never writes again.
+                    self._drop_connection()
+                raise
+            finally:
+                if changed and self._conn is conn:
+                    try:
+                        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                    except sqlite3.Error:
+                        self._drop_connection()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._connect()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -1,0 +1,80 @@
+"""The guard's own cross-process compression leases (``session_guard_locks``, see
+:mod:`hermes_session_guard.session_lock`) and clearing a row of one of its lock tables."""
+
+from __future__ import annotations
+
+import time
+
+from .connection import StoreConnection
+
+
+class LeaseRepository(StoreConnection):
+    """Leases with an expiry: taken, refreshed and released by their holder."""
+
+    def try_acquire_lease(self, session_id: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Take the lease on ``session_id`` for ``holder`` unless someone else holds an
+        unexpired one; an expired lease (its holder crashed) is taken over."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.execute(
+                "DELETE FROM session_guard_locks WHERE session_id = ? AND expires_at < ?", (session_id, now)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO session_guard_locks(session_id, holder, acquired_at, expires_at)"
+                " VALUES (?,?,?,?)",
+                (session_id, holder, now, now + ttl_seconds),
+            )
+            row = conn.execute(
+                "SELECT holder FROM session_guard_locks WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return row is not None and row[0] == holder
+
+    def refresh_lease(self, session_id: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Extend ``holder``'s lease; False if it expired or belongs to someone else now."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE session_guard_locks SET expires_at = ?"
+                " WHERE session_id = ? AND holder = ? AND expires_at >= ?",
+                (now + ttl_seconds, session_id, holder, now),
+            )
+        return cur.rowcount > 0
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        """Drop the lease if ``holder`` still owns it (a late holder never frees a successor's)."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "DELETE FROM session_guard_locks WHERE session_id = ? AND holder = ?", (session_id, holder)
+            )
+        return cur.rowcount > 0
+
+    def lease_holder(self, session_id: str, now: float | None = None) -> str | None:
+        """Who holds an unexpired lease on ``session_id``, if anyone."""
+        now = time.time() if now is None else now
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT holder FROM session_guard_locks WHERE session_id = ? AND expires_at >= ?",
+                (session_id, now),
+            ).fetchone()
+        return row[0] if row else None
+    def clear_expired_lock(self, *, table: str, session_column: str, expires_column: str, session_id: str,
+                           now: float) -> bool:
+        """Delete one expired row of one of the guard's own lock tables."""
+        if not table.startswith("session_guard_"):
+            raise ValueError(f"{table} is not a session guard table")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE {session_column} = ? AND {expires_column} < ?", (session_id, now)
+            )
+        return cur.rowcount > 0
+
+    def clear_lock_of(self, *, table: str, session_column: str, holder_column: str, session_id: str,
+                      holder: str) -> bool:
+        """Delete one row of one of the guard's own lock tables, only while ``holder`` holds it."""
+        if not table.startswith("session_guard_"):
+            raise ValueError(f"{table} is not a session guard table")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE {session_column} = ? AND {holder_column} = ?", (session_id, holder)
+            )
+        return cur.rowcount > 0

@@ -1,0 +1,168 @@
+"""The DDL of the guard's own ``session_guard_*`` tables (created if missing on connect).
+
+Only tables whose names start with ``session_guard_`` are created here; Hermes's
+own tables are never altered.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# 1: snapshots, compressions, repairs, hand-offs (a snapshot message's string
+#    content is stored once, in ``content``; older rows also carry it in
+#    ``message_json``, and both read back the same).
+# 2: two independent layouts carried this number: one added summaries and the
+#    recall index, the other the compression leases and compaction generations.
+# 3: all of them.
+# 4: adds the inbox of messages buffered while a session compresses
+#    (``session_guard_inbox``; a layout that already had it carried 1).
+# Every table is created if missing on connect, so a file from any earlier layout
+# gains what it lacks.
+SCHEMA_VERSION = 4
+
+LOCK_TABLE = "session_guard_locks"  # the guard's own compression leases (see session_lock)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS session_guard_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT
+);
+CREATE TABLE IF NOT EXISTS session_guard_snapshots (
+    snapshot_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    op_id TEXT,
+    created_at REAL NOT NULL,
+    message_count INTEGER NOT NULL,
+    first_turn INTEGER,
+    last_turn INTEGER,
+    reason TEXT,
+    host_version TEXT,
+    host_mode TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_snapshots_session
+    ON session_guard_snapshots(session_id, created_at);
+CREATE TABLE IF NOT EXISTS session_guard_snapshot_messages (
+    snapshot_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    role TEXT,
+    content TEXT,
+    message_json TEXT NOT NULL,
+    PRIMARY KEY (snapshot_id, position)
+);
+CREATE TABLE IF NOT EXISTS session_guard_compressions (
+    op_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    snapshot_id TEXT,
+    phase TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    messages_before INTEGER,
+    messages_after INTEGER,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_compressions_session
+    ON session_guard_compressions(session_id, started_at);
+CREATE TABLE IF NOT EXISTS session_guard_locks (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_guard_generations (
+    session_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL,
+    block_len INTEGER NOT NULL,
+    block_digest TEXT NOT NULL,
+    op_id TEXT,
+    snapshot_id TEXT,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_guard_repairs (
+    op_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    backup_path TEXT,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (op_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS session_guard_handoffs (
+    handoff_id TEXT PRIMARY KEY,
+    lineage_root TEXT NOT NULL,
+    seq INTEGER,
+    parent_session_id TEXT NOT NULL,
+    child_session_id TEXT,
+    mode TEXT NOT NULL,
+    status TEXT NOT NULL,
+    packet_path TEXT,
+    op_id TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    UNIQUE (lineage_root, seq)
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_handoffs_parent
+    ON session_guard_handoffs(parent_session_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_session_guard_handoffs_child
+    ON session_guard_handoffs(child_session_id);
+CREATE TABLE IF NOT EXISTS session_guard_summaries (
+    session_id TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    snapshot_id TEXT,
+    position INTEGER,
+    first_turn INTEGER,
+    last_turn INTEGER,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, content_hash)
+);
+CREATE TABLE IF NOT EXISTS session_guard_recall_docs (
+    doc_id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    role TEXT,
+    content_hash TEXT NOT NULL,
+    host_row_id INTEGER,
+    UNIQUE (session_id, content_hash)
+);
+CREATE TABLE IF NOT EXISTS session_guard_recall_indexed (
+    snapshot_id TEXT PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS session_guard_recall_sources (
+    session_id TEXT NOT NULL,
+    host_session_id TEXT NOT NULL,
+    seen_row_id INTEGER NOT NULL,
+    PRIMARY KEY (session_id, host_session_id)
+);
+CREATE TABLE IF NOT EXISTS session_guard_inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    session_id TEXT,
+    op_id TEXT,
+    position INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    text TEXT,
+    user_id TEXT,
+    payload TEXT NOT NULL,
+    buffered_at REAL NOT NULL,
+    dispatched_at REAL,
+    delivered_at REAL,
+    owner TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
+    ON session_guard_inbox(session_key, state, seq);
+"""
+
+# Contentless full-text index over the recall documents (the text itself stays in
+# the snapshot tables / Hermes's rows). ``scope`` holds one token per session so a
+# query can only ever match documents of the sessions it names.
+_FTS_SCHEMA = """
+CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_fts USING fts5(
+    scope, body, content='', tokenize='porter unicode61'
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_vocab USING fts5vocab(session_guard_recall_fts, 'row');
+"""
+
+
+def _has_table(conn: sqlite3.Connection, table: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    return row is not None
