@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .hookspecs import BufferTable, LockTable, hookimpl
-from .host_adapter import NATIVE_LOCK_TABLE
+from .host import NATIVE_LOCK_TABLE
 from .inbox import INBOX_TABLE, UNDELIVERED
 from .session_lock import LOCK_GUARD, LOCK_NATIVE
 from .store import LOCK_TABLE

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import engine_support
-from . import host_adapter as host
+from . import host
 from .audit import new_op_id
 from .generations import (
     Assessment,

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import host_adapter as host
+from . import host
 from .compression import snapshot_id_for
 from .corruption import Finding
 from .file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode

@@ -153,7 +153,7 @@ def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
     same session id. ``result`` is a ProbeResult; ``llm`` the running FakeLLMServer."""
     import threading
 
-    from . import host_adapter, probe
+    from . import host, probe
     from .inbox import DELIVERED, Inbox
 
     def reply(body: dict[str, Any]) -> str:
@@ -188,7 +188,7 @@ def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
     finally:
         llm.configure(reply_fn=None, summary_gate=None)
     answers = [r for r in gw.replies() if r.startswith("re: ")]
-    entries = Inbox(runtime.store_for(host_adapter.runner_db_path(gw.runner))).entries()
+    entries = Inbox(runtime.store_for(host.runner_db_path(gw.runner))).entries()
     ok = (
         answers == ["re: probe trigger", "re: probe follow-up"]
         and [(e.text, e.state) for e in entries] == [("probe follow-up", DELIVERED)]

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import buffering, search_seams
-from . import host_adapter as host
+from . import host
 from . import summary_seams as ss
 from .audit import new_op_id
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression

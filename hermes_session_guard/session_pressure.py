@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import audit
-from . import host_adapter as host
+from . import host
 from .config_findings import HostRules, config_section, load_host_rules, main_model, merge_defaults, read_config
 from .state_inspection import HomeState, readonly_connection
 

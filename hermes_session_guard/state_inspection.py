@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import host_adapter as host
+from . import host
 from .config import ConfigError, GuardConfig, load_config
 from .hooks import get_plugin_manager
 from .hookspecs import BufferTable, LockTable

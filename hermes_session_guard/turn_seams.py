@@ -17,7 +17,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from . import host_adapter as host
+from . import host
 from .generations import keys_of
 from .hostinfo import state_db_path
 from .runtime import Runtime

@@ -95,7 +95,7 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
 
     logging.disable(logging.WARNING)
     import hermes_session_guard
-    from hermes_session_guard import host_adapter, probe
+    from hermes_session_guard import host, probe
     from hermes_session_guard.fake_llm import FakeLLMServer
     from hermes_session_guard.instrumentation import current_runtime
     from hermes_session_guard.store import GuardStore
@@ -115,7 +115,7 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
         for name in STORE_STEPS:
             steps.wrap(GuardStore, name, f"guard store {name}")
         for name in HOST_ADAPTER_STEPS:
-            steps.wrap(host_adapter, name, f"guard {name}")
+            steps.wrap(host, name, f"guard {name}")
         hermes_session_guard.install()
         base = probe.seed_messages(args.messages, chars=args.chars)
         runs = 1 if marker is not None else args.runs

@@ -19,7 +19,7 @@ import argparse
 import sqlite3
 from pathlib import Path
 
-from .. import host_adapter as host
+from .. import host
 from .. import presence, repair_lock
 from ..audit import AuditLog, new_op_id
 from ..corruption import diagnose

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter, probe
+from hermes_session_guard import host, probe
 from hermes_session_guard.config import GuardConfig, parse_config
 from hermes_session_guard.fake_llm import FakeLLMServer
 from hermes_session_guard.redaction import normalise
@@ -37,7 +37,7 @@ def _lines_with(text: str, secret: str) -> list[str]:
 
 
 def test_hermes_redactor_is_found_on_this_release() -> None:
-    assert host_adapter.host_redactor() is not None
+    assert host.host_redactor() is not None
 
 
 def test_every_form_in_a_note_and_a_request_is_redacted(guard: Any, db: Any, home: Path,

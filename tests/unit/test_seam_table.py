@@ -11,7 +11,7 @@ import pytest
 
 from hermes_session_guard import seams
 from hermes_session_guard.compression import DETACH_DB, HOST_IN_PLACE, STRATEGIES
-from hermes_session_guard.host_adapter import FLUSH_CURSORS
+from hermes_session_guard.host import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
 
 ROOT = Path(__file__).resolve().parents[2]

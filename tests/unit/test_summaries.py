@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from hermes_session_guard import host_adapter as host
+from hermes_session_guard import host
 from hermes_session_guard import summaries as s
 from hermes_session_guard.visibility import display_messages, outgoing_text
 from hermes_session_guard.wire import provider_messages

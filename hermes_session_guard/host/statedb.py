@@ -27,10 +27,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import engine_support
-from .hostinfo import state_db_path
-from .safe_text import sendable_messages
-from .store import message_text
+from .. import engine_support
+from ..hostinfo import state_db_path
+from ..safe_text import sendable_messages
+from ..store import message_text
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -283,7 +283,7 @@ RUNAWAY_SUMMARY_CHARS = 32_000
 
 
 def _text_size(messages: Any) -> int:
-    from .store import message_text
+    from ..store import message_text
 
     return sum(len(message_text(m) or "") for m in messages if isinstance(m, dict))
 
@@ -294,7 +294,7 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
     err = getattr(engine, "_last_summary_error", None)
     if err:
         return str(err)
-    from .summaries import summary_body_size, summary_is_empty
+    from ..summaries import summary_body_size, summary_is_empty
 
     given = messages if isinstance(messages, list) else None  # kept messages quoting the prefix are not summaries
     if isinstance(out, list) and summary_is_empty(out, given):
