@@ -41,8 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import host
-from . import liveness, presence
+from . import host, liveness, presence
 from .inbox import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from .runtime import Runtime
 from .session_lock import op_of_holder

@@ -68,8 +68,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from . import engine_support
-from . import host
+from . import engine_support, host
 from .audit import new_op_id
 from .generations import (
     Assessment,

@@ -80,8 +80,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import buffering, search_seams
-from . import host
+from . import buffering, host, search_seams
 from . import summary_seams as ss
 from .audit import new_op_id
 from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import audit
-from . import host
+from . import audit, host
 from .config_findings import HostRules, config_section, load_host_rules, main_model, merge_defaults, read_config
 from .state_inspection import HomeState, readonly_connection
 

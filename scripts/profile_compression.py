@@ -115,6 +115,8 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
         for name in STORE_STEPS:
             steps.wrap(GuardStore, name, f"guard store {name}")
         for name in HOST_ADAPTER_STEPS:
+            # the package (callers elsewhere) and the submodule that defines it (calls inside host)
+            steps.wrap(sys.modules[getattr(host, name).__module__], name, f"guard {name}")
             steps.wrap(host, name, f"guard {name}")
         hermes_session_guard.install()
         base = probe.seed_messages(args.messages, chars=args.chars)

@@ -15,8 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import host
-from .. import search_index
+from .. import host, search_index
 from ..hostinfo import hermes_home, state_db_path
 from ..store import GuardStore
 

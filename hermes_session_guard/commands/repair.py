@@ -19,8 +19,7 @@ import argparse
 import sqlite3
 from pathlib import Path
 
-from .. import host
-from .. import presence, repair_lock
+from .. import host, presence, repair_lock
 from ..audit import AuditLog, new_op_id
 from ..corruption import diagnose
 from ..hostinfo import installed_version

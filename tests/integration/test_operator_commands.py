@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import cli, probe
-from hermes_session_guard import host
+from hermes_session_guard import cli, host, probe
 from hermes_session_guard.corruption import diagnose
 from hermes_session_guard.fake_llm import FakeLLMServer
 from hermes_session_guard.state_inspection import MERGED_END_REASON, load_home_state
