@@ -70,7 +70,9 @@ def pinned_log_context(sid: str) -> Iterator[None]:
 
         ctx = hermes_logging._session_context
         setter = hermes_logging.set_session_context
-    except Exception:  # pragma: no cover - host without the logging context
+    except (ImportError, AttributeError) as exc:  # pragma: no cover - host without the logging context
+        log.debug("session guard: Hermes's log context is unavailable (%s: %s); the log tag is not pinned",
+                  type(exc).__name__, exc)
         yield
         return
     before = getattr(ctx, "session_id", None)
@@ -182,7 +184,8 @@ def todo_items(agent: Any) -> list[dict[str, Any]] | None:
         return None
     try:
         return [dict(item) for item in read()]
-    except Exception:
+    except Exception as exc:  # the hand-off packet goes without the todo list
+        log.debug("session guard: reading the agent's todo list failed (%s: %s)", type(exc).__name__, exc)
         return None
 
 

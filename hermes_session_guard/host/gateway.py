@@ -61,12 +61,27 @@ def approval_pending(session_key: str) -> bool:
     """The agent of this session waits for a dangerous-command approval."""
     try:
         from tools.approval import has_blocking_approval
-    except Exception:
+    except ImportError as exc:
+        # The busy_message row requires this name (verify_row/selftest report it missing);
+        # should it still be gone at run time, say so instead of passing for "none pending".
+        _warn_once("approval-import", "session guard: tools.approval.has_blocking_approval is not importable "
+                   "(%s: %s); a pending approval cannot be seen and is treated as none", type(exc).__name__, exc)
         return False
     try:
         return bool(has_blocking_approval(session_key))
-    except Exception:
+    except Exception as exc:
+        _warn_once("approval-call", "session guard: tools.approval.has_blocking_approval failed (%s: %s); "
+                   "treated as no approval pending", type(exc).__name__, exc)
         return False
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    """A warning the first time per process, debug after that (called per gateway message)."""
+    log.log(logging.DEBUG if key in _warned else logging.WARNING, message, *args)
+    _warned.add(key)
 
 
 def adapter_has_pending(adapter: Any, session_key: str) -> bool:
@@ -92,7 +107,8 @@ async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
     try:
         anchor = runner._reply_anchor_for_event(event)
         meta = runner._thread_metadata_for_source(source, anchor)
-    except Exception:
+    except Exception as exc:  # reply to the message itself, without thread metadata
+        log.debug("session guard: the gateway's reply anchor is unavailable (%s: %s)", type(exc).__name__, exc)
         anchor = getattr(event, "message_id", None)
     sender = getattr(adapter, "_send_with_retry", None)
     if callable(sender):
@@ -134,7 +150,9 @@ def transcript_has_user_text(runner: Any, session_id: str | None, text: str | No
         return False
     try:
         rows = db.get_messages(session_id)
-    except Exception:
+    except Exception as exc:  # unsettled: the caller keeps the message
+        log.debug("session guard: reading the transcript to settle a message failed (%s: %s)",
+                  type(exc).__name__, exc)
         return False
     floor = (since or 0) - 1.0
     for row in rows:

@@ -23,7 +23,9 @@ def host_redactor() -> Callable[[str], str] | None:
     says) and, where the host offers it, with URL credentials included."""
     try:
         from agent.redact import redact_sensitive_text
-    except Exception:
+    except ImportError as exc:
+        log.warning("session guard: Hermes's agent.redact is not importable (%s: %s); no host redaction",
+                    type(exc).__name__, exc)
         return None
     try:
         params = inspect.signature(redact_sensitive_text).parameters
@@ -44,7 +46,8 @@ def host_redactor() -> Callable[[str], str] | None:
 def session_row(db: Any, sid: str) -> dict[str, Any] | None:
     try:
         row = db.get_session(sid)
-    except Exception:
+    except Exception as exc:
+        log.debug("session guard: reading the session row failed (%s: %s)", type(exc).__name__, exc)
         return None
     return dict(row) if row else None
 
@@ -158,7 +161,8 @@ def switch_agent_session(agent: Any, child: str, seeded: list[Any]) -> Callable[
 
         log_ctx = hermes_logging._session_context
         ctx_before = getattr(log_ctx, "session_id", None)
-    except Exception:
+    except (ImportError, AttributeError) as exc:
+        log.debug("session guard: Hermes's log context is unavailable (%s: %s)", type(exc).__name__, exc)
         log_ctx = None
 
     def undo() -> None:
@@ -171,8 +175,8 @@ def switch_agent_session(agent: Any, child: str, seeded: list[Any]) -> Callable[
         if token is not None:
             try:
                 token.var.reset(token)
-            except Exception:
-                pass
+            except (ValueError, RuntimeError) as exc:  # a token of another context
+                log.debug("session guard: restoring the session ContextVar failed (%s: %s)", type(exc).__name__, exc)
         if log_ctx is not None:
             log_ctx.session_id = ctx_before
 
@@ -183,7 +187,9 @@ def switch_agent_session(agent: Any, child: str, seeded: list[Any]) -> Callable[
             from gateway.session_context import _SESSION_ID
 
             token = _SESSION_ID.set(child)
-        except Exception:
+        except (ImportError, AttributeError) as exc:  # hosts without the gateway's session ContextVar
+            log.debug("session guard: gateway.session_context._SESSION_ID unavailable (%s: %s)",
+                      type(exc).__name__, exc)
             token = None
         if log_ctx is not None:
             import hermes_logging

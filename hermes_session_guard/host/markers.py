@@ -22,7 +22,8 @@ _markers: dict[str, tuple[str, ...]] = {}
 def _compressor_module() -> Any:
     try:
         from agent import context_compressor as cc
-    except Exception:
+    except ImportError as exc:  # the built-in default markers stand in
+        log.debug("session guard: agent.context_compressor is not importable (%s: %s)", type(exc).__name__, exc)
         return None
     return cc
 

@@ -26,7 +26,8 @@ def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list
     and still fits the order."""
     try:
         known = [float(r["timestamp"]) for r in db.get_messages(floor_session) if r.get("timestamp") is not None]
-    except Exception:
+    except Exception as exc:  # order from "now" instead
+        log.debug("session guard: reading the first timestamps failed (%s: %s)", type(exc).__name__, exc)
         known = []
     last = (min(known) if known else time.time()) - 1e-6
     out: list[Any] = []

@@ -22,7 +22,8 @@ def live_gateway_runner() -> Any:
     ref = getattr(module, "_gateway_runner_ref", None) if module is not None else None
     try:
         return ref() if callable(ref) else None
-    except Exception:
+    except Exception as exc:
+        log.debug("session guard: the gateway runner reference failed (%s: %s)", type(exc).__name__, exc)
         return None
 
 
@@ -122,7 +123,8 @@ def current_conversation_session() -> str | None:
             try:
                 key = runner._session_key_for_source(source)
                 entry = runner.session_store._entries.get(key)
-            except Exception:
+            except Exception as exc:
+                log.debug("session guard: the chat's routed session is unknown (%s: %s)", type(exc).__name__, exc)
                 entry = None
             return getattr(entry, "session_id", None) if entry is not None else None
     return os.environ.get("HERMES_SESSION_ID") or None

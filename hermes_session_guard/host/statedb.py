@@ -105,7 +105,8 @@ def read_summary_rows(conn: Any) -> dict[str, list[int]]:
 def read_schema_version(conn: Any) -> int | None:
     try:
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-    except Exception:
+    except sqlite3.Error as exc:  # no schema_version table: unknown
+        log.debug("session guard: reading schema_version failed (%s: %s)", type(exc).__name__, exc)
         return None
     return int(row[0]) if row and row[0] is not None else None
 
@@ -172,7 +173,8 @@ def host_schema_version() -> int | None:
     """The state.db schema version the installed Hermes writes (None: not installed)."""
     try:
         import hermes_state
-    except Exception:
+    except ImportError as exc:
+        log.debug("session guard: hermes_state is not importable (%s: %s)", type(exc).__name__, exc)
         return None
     value = getattr(hermes_state, "SCHEMA_VERSION", None)
     return int(value) if isinstance(value, int) else None
@@ -182,11 +184,13 @@ def gateway_running() -> bool | None:
     """Whether a gateway holds this ``HERMES_HOME``'s runtime lock (None: cannot tell)."""
     try:
         from gateway import status
-    except Exception:
+    except ImportError as exc:
+        log.debug("session guard: gateway.status is not importable (%s: %s)", type(exc).__name__, exc)
         return None
     try:
         return bool(status.is_gateway_runtime_lock_active())
-    except Exception:
+    except Exception as exc:
+        log.debug("session guard: the gateway runtime lock check failed (%s: %s)", type(exc).__name__, exc)
         return None
 
 
@@ -273,5 +277,5 @@ def session_db_for(agent: Any) -> Iterator[Any]:
     finally:
         try:
             db.close()
-        except Exception:
-            pass
+        except Exception as exc:
+            log.debug("session guard: closing the SessionDB failed (%s: %s)", type(exc).__name__, exc)
