@@ -714,6 +714,7 @@ SEAMS: tuple[SeamRow, ...] = (
         params=("self", "event", "session_key"),
         wrapper=busy_message_wrapper,
         behaviour={"storage": "session_guard_inbox"},
+        requires=("tools.approval:has_blocking_approval",),  # read by host.approval_pending
         ranges={
             "0.13.0-0.18.0": {"note": "0.13-0.16 interrupt the agent by default and keep one pending message (a "
                                       "second replaces the first); 0.17 queues up to 32; buffer instead"},

@@ -6,11 +6,15 @@ import logging
 import sqlite3
 import sys
 import types
+from dataclasses import replace
 
 import pytest
 
-from hermes_session_guard import host
+from hermes_session_guard import host, seams
 from hermes_session_guard.host import gateway as host_gateway
+from hermes_session_guard.instrumentation import verify_row
+
+APPROVAL = "tools.approval:has_blocking_approval"
 
 
 @pytest.fixture
@@ -62,6 +66,22 @@ def test_pending_approval_is_seen(monkeypatch: pytest.MonkeyPatch, fresh_warning
     _approval_module(monkeypatch, lambda key: key == "k")
     assert host.approval_pending("k") is True
     assert host.approval_pending("other") is False
+
+
+def test_busy_message_rows_require_the_approval_check() -> None:
+    rows = seams.rows_for("busy_message")
+    assert rows
+    assert all(APPROVAL in row.requires for row in rows)
+
+
+def test_verify_row_reports_a_missing_approval_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = replace(seams.rows_for("busy_message")[-1], wrapper=None)  # only its requires are checked
+    _approval_module(monkeypatch, lambda key: False)
+    assert verify_row(row) is None
+    monkeypatch.setitem(sys.modules, "tools.approval", None)
+    assert verify_row(row) == f"required host name {APPROVAL} not found"
+    monkeypatch.setitem(sys.modules, "tools.approval", types.ModuleType("tools.approval"))
+    assert verify_row(row) == f"required host name {APPROVAL} not found"
 
 
 def test_schema_version_without_its_table_is_unknown(caplog: pytest.LogCaptureFixture) -> None:
