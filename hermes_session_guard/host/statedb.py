@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write_text
 from .agent import db_path, session_db
 from .markers import SUMMARY_MARKERS
 
@@ -151,22 +151,8 @@ def routing_file_entries(data: dict[str, Any] | None) -> dict[str, str]:
 
 def write_routing_file(path: Path, data: dict[str, Any]) -> None:
     """Rewrite sessions.json the way the gateway does: a temp file in the same
-    directory, then an atomic replace."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), suffix=".tmp", prefix=".sessions_")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    directory, then an atomic replace (mode 0600, fsynced, see :func:`atomic_write_text`)."""
+    atomic_write_text(path, json.dumps(data, indent=2), mode=0o600)
 
 
 def host_schema_version() -> int | None:
