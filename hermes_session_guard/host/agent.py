@@ -15,6 +15,7 @@ from ..hostinfo import state_db_path
 
 log = logging.getLogger("hermes_session_guard")
 
+
 def session_id(agent: Any) -> str:
     return str(getattr(agent, "session_id", "") or "")
 

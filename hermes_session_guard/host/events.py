@@ -4,10 +4,7 @@ inbox sequence number)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-log = logging.getLogger("hermes_session_guard")
 
 INBOX_TAG = "_session_guard_inbox_seq"
 

@@ -13,6 +13,7 @@ from .events import event_inbox_seq
 
 log = logging.getLogger("hermes_session_guard")
 
+
 def gateway_session_id(runner: Any, session_key: str) -> str | None:
     """The session id the gateway routes ``session_key`` to (its SessionEntry)."""
     store = getattr(runner, "session_store", None)

@@ -18,6 +18,7 @@ from .persistence import in_timestamp_order
 
 log = logging.getLogger("hermes_session_guard")
 
+
 def host_redactor() -> Callable[[str], str] | None:
     """Hermes's own secret redaction, forced on (whatever ``security.redact_secrets``
     says) and, where the host offers it, with URL credentials included."""

@@ -4,7 +4,6 @@ guard already holds the lock."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,6 @@ from typing import Any
 
 from .agent import session_db
 
-log = logging.getLogger("hermes_session_guard")
 
 class NativeLeases:
     """Hermes's own ``compression_locks`` rows (0.16+), through its SessionDB methods."""

@@ -11,6 +11,7 @@ from typing import Any
 
 log = logging.getLogger("hermes_session_guard")
 
+
 class _ReadOnly:
     """A shared read-only connection per state.db (one query at a time)."""
 

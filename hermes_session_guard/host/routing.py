@@ -16,6 +16,7 @@ from typing import Any
 
 log = logging.getLogger("hermes_session_guard")
 
+
 def live_gateway_runner() -> Any:
     """The ``GatewayRunner`` of this process, if a gateway runs here (never imports it)."""
     module = sys.modules.get("gateway.run")
