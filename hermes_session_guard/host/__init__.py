@@ -8,7 +8,7 @@ diffed against a new release (``selftest`` checks it). The rest of the package i
 - :mod:`.names`: the host surface (``HOST_NAMES``)
 - :mod:`.markers`: compaction-summary markers
 - :mod:`.agent`: an AIAgent's session, SessionDB, tools, notifications
-- :mod:`.engine`: the context-engine ``compress`` shim
+- :mod:`.engine_shim`: the context-engine ``compress`` shim
 - :mod:`.persistence`: writing a compacted transcript, the flush cursor
 - :mod:`.leases`: Hermes's native compression lock
 - :mod:`.reads`: read-only recall queries on state.db
@@ -49,7 +49,7 @@ from .delivery import (
     shim_adapter,
     unshim_adapters,
 )
-from .engine import (
+from .engine_shim import (
     RUNAWAY_SUMMARY_CHARS,
     EngineVerdict,
     shim_engine,
