@@ -42,7 +42,7 @@ os.environ["HERMES_HOME"] = str(HOME)  # before any Hermes import
 os.environ.pop("HERMES_SESSION_ID", None)
 
 import hermes_session_guard  # noqa: E402
-from hermes_session_guard import host_adapter  # noqa: E402
+from hermes_session_guard import host  # noqa: E402
 from hermes_session_guard.hostinfo import installed_version, parse_version  # noqa: E402
 from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant, SessionLocks  # noqa: E402
 from hermes_session_guard.selftest import probe  # noqa: E402
@@ -70,7 +70,7 @@ def bench_lock(rounds: int) -> list[tuple[str, float, float]]:
     tables: list[tuple[str, Any]] = [("guard lease (session_guard_locks)", GuardLeases(GuardStore(HOME / "state.db")))]
     db = probe.open_db(HOME / "state.db")
     agent_like = type("A", (), {"_session_db": db})()
-    native = host_adapter.native_leases(agent_like)
+    native = host.native_leases(agent_like)
     if native is not None:
         tables.append(("native lease (compression_locks)", native))
     tables.append(("in-process only", None))

@@ -95,7 +95,7 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
 
     logging.disable(logging.WARNING)
     import hermes_session_guard
-    from hermes_session_guard import host_adapter
+    from hermes_session_guard import host
     from hermes_session_guard.runtime import current_runtime
     from hermes_session_guard.selftest import probe
     from hermes_session_guard.selftest.fake_llm import FakeLLMServer
@@ -116,7 +116,9 @@ def _profile(args: argparse.Namespace, marker: int | None = None) -> dict[str, A
         for name in STORE_STEPS:
             steps.wrap(GuardStore, name, f"guard store {name}")
         for name in HOST_ADAPTER_STEPS:
-            steps.wrap(host_adapter, name, f"guard {name}")
+            # the package (callers elsewhere) and the submodule that defines it (calls inside host)
+            steps.wrap(sys.modules[getattr(host, name).__module__], name, f"guard {name}")
+            steps.wrap(host, name, f"guard {name}")
         hermes_session_guard.install()
         base = probe.seed_messages(args.messages, chars=args.chars)
         runs = 1 if marker is not None else args.runs

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import host_adapter as host
+from .. import host
 from ..host import facts
 from ..hostinfo import hermes_home, state_db_path
 from ..store import GuardStore

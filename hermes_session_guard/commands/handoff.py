@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def slash_command(raw_args: str) -> str:
     """``/handoff-packet [note]`` in the CLI or a gateway chat."""
-    from .. import host_adapter as host
+    from .. import host
     from ..handoff.writer import write_requested_packet
     from ..runtime import current_runtime
 

@@ -1,11 +1,11 @@
 """``repair``: fix what ``doctor`` finds. A dry run unless ``--apply``.
 
-``--apply`` is exclusive per state.db (:mod:`..repair_lock`: a second run
+``--apply`` is exclusive per state.db (:mod:`..locks.repair_lock`: a second run
 refuses with exit 2). Holding that lock it reads the home again and plans from
 what it holds now, so a run after another finds nothing left to do. It refuses
 while a gateway runs on this home, while any compression lock is live (the
 guard's or Hermes's; a dead holder's is cleared instead), while another process
-in which the guard runs is alive (:mod:`..presence`), while another process is
+in which the guard runs is alive (:mod:`..locks.presence`), while another process is
 writing state.db, when state.db is not a Hermes database, and when the installed
 Hermes writes another schema version than the database has, saying which.
 Otherwise it makes a consistent backup next to state.db first, then applies the
@@ -19,7 +19,7 @@ import argparse
 import sqlite3
 from pathlib import Path
 
-from .. import host_adapter as host
+from .. import host
 from ..audit import AuditLog, new_op_id
 from ..hostinfo import installed_version
 from ..locks import presence, repair_lock

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..audit import AuditLog
 from ..runtime import Runtime
 from ..seam_behaviour import NO_BEHAVIOUR

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..host_adapter import NATIVE_LOCK_TABLE
+from ..host import NATIVE_LOCK_TABLE
 from ..inbox.repository import INBOX_TABLE, UNDELIVERED
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..store import LOCK_TABLE

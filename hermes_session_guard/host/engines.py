@@ -6,7 +6,7 @@ compression entry point around whatever engine ``context.engine`` selected, and
 it reaches the engine itself in two places only:
 
 * ``engine.compress(messages, ...)``: a per-instance shim (see
-  :func:`hermes_session_guard.host_adapter.shim_engine`) sees the list the engine
+  :func:`hermes_session_guard.host.shim_engine`) sees the list the engine
   got and the list it returned. From that difference (the head and the tail the
   engine kept verbatim, matched by position) the guard knows which messages the
   compaction produced, and tags, records and hides them. This needs a plain

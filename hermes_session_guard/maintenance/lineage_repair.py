@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode
 from ..seams.compression import snapshot_id_for
 from ..store import GuardStore

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import audit
-from .. import host_adapter as host
+from .. import audit, host
 from ..host import facts
 from .config_findings import HostRules, config_section, load_host_rules, main_model, merge_defaults, read_config
 from .state_inspection import HomeState, readonly_connection
@@ -168,7 +167,7 @@ def _cause(reason: Any) -> str:
 
 def holder_liveness(holder: str | None) -> str:
     """``alive`` / ``dead`` / ``unknown`` for a lock holder (the identity check of
-    :mod:`.liveness`: provably dead only on this machine and boot)."""
+    :mod:`..locks.liveness`: provably dead only on this machine and boot)."""
     from ..locks.liveness import holder_liveness as check
 
     return check(holder)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..config import ConfigError, GuardConfig, load_config
 from ..hooks.manager import get_plugin_manager
 from ..hooks.specs import BufferTable, LockTable
@@ -108,7 +108,7 @@ class LockRow:
         return self.expires_at is not None and self.expires_at < now
 
     def holder_liveness(self) -> str:
-        """``alive``, ``dead`` or ``unknown`` (see :mod:`.liveness`)."""
+        """``alive``, ``dead`` or ``unknown`` (see :mod:`..locks.liveness`)."""
         from ..locks.liveness import holder_liveness
 
         return holder_liveness(self.holder)

@@ -33,7 +33,7 @@ from typing import Any
 import wrapt
 
 from ..config import GuardConfig
-from ..host_adapter import close_readers, unshim_adapters, unshim_engines
+from ..host import close_readers, unshim_adapters, unshim_engines
 from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
 from ..seam_behaviour import SeamKind, SeamState

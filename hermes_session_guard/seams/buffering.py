@@ -1,7 +1,7 @@
 """Messages that arrive while a session is compressing: buffered durably, answered in order.
 
 The gateway seams call these functions; they reach the runner, its adapters and
-MessageEvent only through :mod:`hermes_session_guard.host_adapter`, and keep the
+MessageEvent only through :mod:`hermes_session_guard.host`, and keep the
 messages in the :class:`~hermes_session_guard.inbox.repository.Inbox`.
 
 Buffering (busy-message seam). A message for a busy session is appended to the
@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder

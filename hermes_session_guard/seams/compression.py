@@ -68,7 +68,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..audit import new_op_id
 from ..contract.generations import (
     Assessment,

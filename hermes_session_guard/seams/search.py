@@ -2,7 +2,7 @@
 
 ``SessionDB.search_messages`` is the one search every surface uses (the
 ``session_search`` tool, the dashboard's ``/api/sessions/search``); the wrapper
-adds hits from the guard's snapshots (see :mod:`.search_index`) to Hermes's own,
+adds hits from the guard's snapshots (see :mod:`..summaries.search_index`) to Hermes's own,
 in one ranked list cut at Hermes's ``limit`` / ``offset``. ``export_session`` /
 ``export_all`` (``hermes sessions export``, the dashboard's export) add each
 session's snapshots under ``session_guard_snapshots``. The tool of 0.13-0.14

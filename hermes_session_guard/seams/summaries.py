@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..fail_open import fail_open
 from ..runtime import Runtime
 from ..store import message_text, text_hash

@@ -36,7 +36,7 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
     that keep them before the turn's own messages.
 ``lock``
     which cross-process lease serialises compressions of one session
-    (see :mod:`.session_lock`): ``guard`` (0.13-0.15, no native lock: the guard's
+    (see :mod:`..locks.session_lock`): ``guard`` (0.13-0.15, no native lock: the guard's
     ``session_guard_locks``) or ``native`` (0.16+: Hermes's ``compression_locks``,
     held by the guard for the whole operation; the detached host of 0.16-0.17
     never asks for it, the in-place host of 0.18+ re-enters it through the
@@ -83,7 +83,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..audit import new_op_id
 from ..contract.gateway_transcript import rebase_after_compaction
 from ..fail_open import fail_open as _fail_open
@@ -785,6 +785,7 @@ SEAMS: tuple[SeamRow, ...] = (
         params=("self", "event", "session_key"),
         wrapper=busy_message_wrapper,
         behaviour={"storage": "session_guard_inbox"},
+        requires=("tools.approval:has_blocking_approval",),  # read by host.approval_pending
         ranges={
             "0.13.0-0.18.0": {"note": "0.13-0.16 interrupt the agent by default and keep one pending message (a "
                                       "second replaces the first); 0.17 queues up to 32; buffer instead"},

@@ -2,7 +2,7 @@
 
 ``AIAgent.run_conversation`` is where every entry point starts a turn (CLI, platform
 gateway, API server, TUI gateway, ACP, cron). Its wrapper takes the session's turn
-(:mod:`.turn_lock`) and, once it has it, runs against the session's *live*
+(:mod:`..locks.turn_lock`) and, once it has it, runs against the session's *live*
 transcript when state.db holds messages the caller's history lacks (a turn that
 waited behind another turn or a compression, or another process's turn, would
 otherwise answer from the history its caller read before: the pre-compression
@@ -17,7 +17,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..contract.generations import keys_of
 from ..fail_open import fail_open
 from ..hostinfo import state_db_path

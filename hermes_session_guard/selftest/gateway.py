@@ -179,7 +179,7 @@ def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
     same session id. ``result`` is a ProbeResult; ``llm`` the running FakeLLMServer."""
     import threading
 
-    from .. import host_adapter
+    from .. import host
     from ..inbox.repository import DELIVERED, Inbox
     from . import probe
 
@@ -215,7 +215,7 @@ def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
     finally:
         llm.configure(reply_fn=None, summary_gate=None)
     answers = [r for r in gw.replies() if r.startswith("re: ")]
-    entries = Inbox(runtime.store_for(host_adapter.runner_db_path(gw.runner))).entries()
+    entries = Inbox(runtime.store_for(host.runner_db_path(gw.runner))).entries()
     ok = (
         answers == ["re: probe trigger", "re: probe follow-up"]
         and [(e.text, e.state) for e in entries] == [("probe follow-up", DELIVERED)]

@@ -1,5 +1,5 @@
 """The guard's own cross-process compression leases (``session_guard_locks``, see
-:mod:`hermes_session_guard.session_lock`) and clearing a row of one of its lock tables."""
+:mod:`hermes_session_guard.locks.session_lock`) and clearing a row of one of its lock tables."""
 
 from __future__ import annotations
 

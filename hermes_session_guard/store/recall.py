@@ -3,7 +3,7 @@
 contentless FTS5 table ``session_guard_recall_fts`` with its vocabulary).
 
 The text itself is never copied here: it stays in the snapshot tables or in
-Hermes's rows, which the caller reads (see :mod:`hermes_session_guard.search_index`)
+Hermes's rows, which the caller reads (see :mod:`hermes_session_guard.summaries.search_index`)
 and hands in as ``(host_row_id, turn, role, content)``.
 """
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..store import text_hash
 from .recall import Recall, recall_content, recall_text
 

@@ -4,7 +4,7 @@ A summary is a message the compressor produced carrying the host's summary
 prefix, either as the whole message or merged into the first tail message (0.14:
 summary first, then the end marker, then the original text; 0.19: "[PRIOR
 CONTEXT ...]" header, the original text, a delimiter, then the summary). Nothing
-here imports Hermes; the markers come from :mod:`host_adapter`.
+here imports Hermes; the markers come from :mod:`host`.
 
 Whether a message *is* a summary is decided by what was recorded, never by the
 prefix appearing in its text (people paste Hermes logs, models quote them): the
@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
-from .. import host_adapter as host
+from .. import host
 from ..store import message_text, text_hash
 
 #: The guard's own marker key (frontends filter on it; never sent to a provider).

@@ -131,7 +131,7 @@ def test_live_and_unknown_holders_are_not_dead(home: Path, db: Any, sleeper: psu
 def test_native_lease_is_kept_alive_on_every_release_with_a_native_lock(home: Path, db: Any) -> None:
     """0.18.2+ through Hermes's refresh_compression_lock; 0.16-0.17, which have none,
     through the guard's holder-qualified extension of its own row."""
-    from hermes_session_guard.host_adapter import NativeLeases
+    from hermes_session_guard.host import NativeLeases
 
     if "native" not in _tables(db):
         pytest.skip("this Hermes has no compression_locks")

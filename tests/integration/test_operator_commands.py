@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter as host
+from hermes_session_guard import host
 from hermes_session_guard.commands import cli
 from hermes_session_guard.maintenance.corruption import diagnose
 from hermes_session_guard.maintenance.state_inspection import MERGED_END_REASON, load_home_state

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import audit, host_adapter
+from hermes_session_guard import audit, host
 from hermes_session_guard.inbox.repository import Inbox
 from hermes_session_guard.seams import buffering, compression
 from hermes_session_guard.seams import summaries as summary_seams
@@ -184,7 +184,7 @@ def _native_lock_reentry(ctx: Ctx) -> None:
     # Hermes's own acquire sees the guard's lease as another holder and skips:
     # the compression is skipped, never run unlocked or twice.
     agent, messages = ctx.seeded(SID)
-    ctx.inject(host_adapter, "native_lock_held_here")
+    ctx.inject(host, "native_lock_held_here")
     out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
     assert [m["content"] for m in out] == [m["content"] for m in messages] and agent.session_id == SID
     assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == [m["content"] for m in messages]
@@ -204,7 +204,7 @@ def _gateway_turn_case(ctx: Ctx) -> None:
 
 @case("gateway_message", policy="open")
 def _gateway_message(ctx: Ctx) -> None:
-    ctx.inject(host_adapter, "gateway_message_context")
+    ctx.inject(host, "gateway_message_context")
     _gateway_answers(ctx)
     ctx.assert_said("open")
 
@@ -229,7 +229,7 @@ def _busy_message(ctx: Ctx) -> None:
         await gw.send_text("first")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 15
-        while not host_adapter.session_running(gw.runner, gw.session_key()) and loop.time() < deadline:
+        while not host.session_running(gw.runner, gw.session_key()) and loop.time() < deadline:
             await asyncio.sleep(0.01)
         await gw.send_text("second")
         await asyncio.sleep(0.2)
@@ -240,7 +240,7 @@ def _busy_message(ctx: Ctx) -> None:
     finally:
         release.set()
     assert any(r.endswith("second") for r in gw.replies()), gw.replies()
-    db_path = host_adapter.runner_db_path(gw.runner)
+    db_path = host.runner_db_path(gw.runner)
     assert Inbox(ctx.guard.store_for(db_path)).entries() == []
     ctx.assert_said("open")
     ctx.llm.configure(reply_fn=None)
@@ -271,7 +271,7 @@ def _buffer_replay(ctx: Ctx) -> None:
 
 @case("platform_delivery", policy="open")
 def _platform_delivery(ctx: Ctx) -> None:
-    ctx.inject(host_adapter, "shim_adapter")
+    ctx.inject(host, "shim_adapter")
     _gateway_answers(ctx)  # delivered unfiltered, as Hermes delivers it
     ctx.assert_said("open")
 

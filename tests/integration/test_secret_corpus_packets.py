@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter
+from hermes_session_guard import host
 from hermes_session_guard.config import GuardConfig, parse_config
 from hermes_session_guard.handoff.redaction import normalise
 from hermes_session_guard.selftest import probe
@@ -38,7 +38,7 @@ def _lines_with(text: str, secret: str) -> list[str]:
 
 
 def test_hermes_redactor_is_found_on_this_release() -> None:
-    assert host_adapter.host_redactor() is not None
+    assert host.host_redactor() is not None
 
 
 def test_every_form_in_a_note_and_a_request_is_redacted(guard: Any, db: Any, home: Path,

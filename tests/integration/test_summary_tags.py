@@ -93,7 +93,7 @@ def test_tag_survives_a_reload(guard: Any, db: Any, llm: FakeLLMServer, home: Pa
 
 def test_state_db_drops_the_tag_without_the_guard(no_guard: None, db: Any, home: Path) -> None:
     """What the guard's table is for: Hermes's messages table has no column for the tag."""
-    from hermes_session_guard.host_adapter import summary_prefixes
+    from hermes_session_guard.host import summary_prefixes
 
     db.create_session(session_id=SID, source="cli", model="fake-model")
     db.replace_messages(SID, [

@@ -97,7 +97,7 @@ def test_cli_shows_the_summary_without_the_guard(no_guard: None, db: Any, llm: F
     """The seed's complaint, reproduced: the summary is rendered as an ordinary message."""
     messages = probe.seed_messages(6, 200)
     probe.seed_session(db, SID, messages)
-    from hermes_session_guard.host_adapter import summary_prefixes
+    from hermes_session_guard.host import summary_prefixes
 
     db.append_message(session_id=SID, role="assistant", content=f"{summary_prefixes()[0]}\n## Goal\nx")
     recap, history, _ = _cli_screens(SID)

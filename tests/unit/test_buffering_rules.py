@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter as host
+from hermes_session_guard import host
 from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.inbox.repository import BUFFERED, DISPATCHED, Inbox
 from hermes_session_guard.runtime import Runtime

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter
+from hermes_session_guard import host
 from hermes_session_guard.audit import AuditLog, read_events
 from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant, LockUnavailable, SessionLocks
 from hermes_session_guard.store import GuardStore
@@ -146,7 +146,7 @@ class NativeDB:
 
 def test_hermes_refusing_its_lock_write_is_unavailable_not_busy() -> None:
     db = NativeDB()
-    leases = host_adapter.NativeLeases(db)
+    leases = host.NativeLeases(db)
     db.rows[SID] = "someone else"
     assert leases.try_acquire(SID, "me", 60) is False  # a real holder: busy
     del db.rows[SID]
@@ -158,7 +158,7 @@ def test_hermes_refusing_its_lock_write_is_unavailable_not_busy() -> None:
 
 def test_hermes_swallowing_a_failed_release_is_a_failed_release() -> None:
     db = NativeDB()
-    leases = host_adapter.NativeLeases(db)
+    leases = host.NativeLeases(db)
     assert leases.try_acquire(SID, "me", 60)
     db.refuse = True
     with pytest.raises(RuntimeError, match="could not release"):
@@ -201,7 +201,7 @@ def _fake_hermes_state(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[P
                 raise sqlite3.OperationalError("vtable constructor failed: messages_fts")
 
     monkeypatch.setitem(sys.modules, "hermes_state", types.SimpleNamespace(SessionDB=SessionDB))
-    monkeypatch.setattr(host_adapter.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(host.statedb.time, "sleep", lambda _s: None)
     return opened
 
 
@@ -210,7 +210,7 @@ def test_an_open_racing_another_openers_schema_check_is_retried(monkeypatch: pyt
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     opened = _fake_hermes_state(monkeypatch, failures=2)
     with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
-        db = host_adapter.open_session_db(tmp_path / "state.db")
+        db = host.open_session_db(tmp_path / "state.db")
     assert db is not None and len(opened) == 3
     retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert len(retries) == 2 and "OperationalError" in retries[0]
@@ -219,5 +219,5 @@ def test_an_open_racing_another_openers_schema_check_is_retried(monkeypatch: pyt
 def test_an_open_that_keeps_failing_raises_the_hosts_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     opened = _fake_hermes_state(monkeypatch, failures=99)
     with pytest.raises(sqlite3.OperationalError, match="vtable constructor failed"):
-        host_adapter.open_session_db(tmp_path / "state.db")
-    assert len(opened) == host_adapter._OPEN_ATTEMPTS
+        host.open_session_db(tmp_path / "state.db")
+    assert len(opened) == host.statedb._OPEN_ATTEMPTS

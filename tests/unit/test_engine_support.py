@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard import host_adapter
+from hermes_session_guard import host
 from hermes_session_guard.host import engines as es
 
 
@@ -102,8 +102,8 @@ def test_the_shim_leaves_an_unwrappable_engine_alone_and_says_so(caplog: pytest.
         context_compressor = KeywordOnlyEngine()
 
     with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
-        host_adapter.shim_engine(Agent())
-        host_adapter.shim_engine(Agent())
+        host.shim_engine(Agent())
+        host.shim_engine(Agent())
     assert "compress" not in vars(Agent.context_compressor)
     lines = [r.getMessage() for r in caplog.records if "kw-engine" in r.getMessage()]
     assert len(lines) == 1 and "NOT held" in lines[0] and "keyword-only" in lines[0]
@@ -118,9 +118,9 @@ def test_the_shim_wraps_an_own_engine_and_refuses_its_empty_summary() -> None:
         context_compressor = Empty()
 
     before = _messages(10)
-    with host_adapter.watching_engine(Agent()) as verdict:
+    with host.watching_engine(Agent()) as verdict:
         out = Agent.context_compressor.compress(before)
-    host_adapter.unshim_engines()
+    host.unshim_engines()
     assert out == before and "empty summary" in (verdict.failure or "")
 
 

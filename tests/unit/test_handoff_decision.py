@@ -10,7 +10,7 @@ from unittest.mock import MagicMock
 
 import pytest
 
-from hermes_session_guard import host_adapter as host
+from hermes_session_guard import host
 from hermes_session_guard.audit import read_events
 from hermes_session_guard.config import parse_config
 from hermes_session_guard.handoff import writer as handoff

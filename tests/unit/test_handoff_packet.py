@@ -25,7 +25,7 @@ from hermes_session_guard.handoff.packet import (
     todos_from_messages,
     write_packet,
 )
-from hermes_session_guard.host_adapter import summary_prefixes
+from hermes_session_guard.host import summary_prefixes
 
 PREFIX = summary_prefixes()[0]  # the host's marker when one is installed, else the known default
 SUMMARY = "## Goal\nShip it.\n\n## Pending User Asks\n- Which region?\n\n## Blocked\n- None\n"

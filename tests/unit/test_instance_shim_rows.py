@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 import hermes_session_guard
-from hermes_session_guard import host_adapter
+from hermes_session_guard import host
 from hermes_session_guard.seam_behaviour import SeamKind, SeamState
 from hermes_session_guard.seams import apply as instrumentation
 from hermes_session_guard.seams import table as seams
 
 SHIMS = {
-    "engine_compress_shim": ("agent.context_engine:ContextEngine.compress", host_adapter.shim_engine),
-    "delivery_send_shim": ("gateway.platforms.base:BasePlatformAdapter.send", host_adapter.shim_adapter),
-    "delivery_edit_shim": ("gateway.platforms.base:BasePlatformAdapter.edit_message", host_adapter.shim_adapter),
-    "delivery_draft_shim": ("gateway.platforms.base:BasePlatformAdapter.send_draft", host_adapter.shim_adapter),
+    "engine_compress_shim": ("agent.context_engine:ContextEngine.compress", host.shim_engine),
+    "delivery_send_shim": ("gateway.platforms.base:BasePlatformAdapter.send", host.shim_adapter),
+    "delivery_edit_shim": ("gateway.platforms.base:BasePlatformAdapter.edit_message", host.shim_adapter),
+    "delivery_draft_shim": ("gateway.platforms.base:BasePlatformAdapter.send_draft", host.shim_adapter),
 }
 
 
@@ -56,7 +56,7 @@ def _shim_row(params: tuple[str, ...] = ("self", "chat_id", "content"),
     return seams.SeamRow(seam="delivery_send_shim", since=(0, 13, 0), until=(0, 20, 0), module=MODULE,
                          attribute="BasePlatformAdapter.send", params=params, wrapper=None,
                          failure_policy="open", note="fake shim", requires=requires,
-                         kind=SeamKind.INSTANCE_SHIM, applied_by=host_adapter.shim_adapter, lazy=lazy)
+                         kind=SeamKind.INSTANCE_SHIM, applied_by=host.shim_adapter, lazy=lazy)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard import host_adapter as host
+from hermes_session_guard import host
 from hermes_session_guard.store import GuardStore
 from hermes_session_guard.summaries.recall import OUTPUT_MARKER, Query, Recall, fts_expression, recall_text
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.host_adapter import FLUSH_CURSORS
+from hermes_session_guard.host import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, STRATEGIES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from hermes_session_guard import host_adapter as host
+from hermes_session_guard import host
 from hermes_session_guard.summaries import tags as s
 from hermes_session_guard.summaries.visibility import display_messages, outgoing_text
 from hermes_session_guard.summaries.wire import provider_messages

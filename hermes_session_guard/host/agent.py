@@ -1,0 +1,210 @@
+"""An ``AIAgent`` as the guard sees it: its session id and SessionDB, the context
+manager switches around the host's compression (detached DB, forced in-place, pinned
+log tag), memory/engine notifications, its tools and its status channel."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..hostinfo import state_db_path
+
+log = logging.getLogger("hermes_session_guard")
+
+
+def session_id(agent: Any) -> str:
+    return str(getattr(agent, "session_id", "") or "")
+
+
+def session_db(agent: Any) -> Any:
+    return getattr(agent, "_session_db", None)
+
+
+def db_path(agent: Any) -> Path:
+    """The state.db the agent writes to, or ``$HERMES_HOME/state.db`` when it has none
+    (the 0.14 gateway hygiene agent is built without a SessionDB)."""
+    db = session_db(agent)
+    path = getattr(db, "db_path", None) if db is not None else None
+    return Path(path) if path else state_db_path()
+
+
+@contextmanager
+def detached_session_db(agent: Any) -> Iterator[None]:
+    """Run the host's compression with no SessionDB, so its rotation block
+    (end_session, new id, create_session(parent=old)) cannot run."""
+    db = agent._session_db
+    agent._session_db = None
+    try:
+        yield
+    finally:
+        agent._session_db = db
+
+
+@contextmanager
+def forced_in_place(agent: Any) -> Iterator[None]:
+    """Run the host's compression with its own in-place path (0.18.2+), which keeps
+    the id and archives the old rows, whatever ``compression.in_place`` says."""
+    had = hasattr(agent, "compression_in_place")
+    before = getattr(agent, "compression_in_place", None)
+    agent.compression_in_place = True
+    try:
+        yield
+    finally:
+        if had:
+            agent.compression_in_place = before
+        else:
+            del agent.compression_in_place
+
+
+@contextmanager
+def pinned_log_context(sid: str) -> Iterator[None]:
+    """Pin Hermes's ``[session]`` log tag to ``sid`` for the whole operation.
+
+    The tag is a thread-local set once per turn; a gateway executor thread keeps
+    whatever session it served last (anomaly B's stale bracket)."""
+    try:
+        import hermes_logging
+
+        ctx = hermes_logging._session_context
+        setter = hermes_logging.set_session_context
+    except (ImportError, AttributeError) as exc:  # pragma: no cover - host without the logging context
+        log.debug("session guard: Hermes's log context is unavailable (%s: %s); the log tag is not pinned",
+                  type(exc).__name__, exc)
+        yield
+        return
+    before = getattr(ctx, "session_id", None)
+    setter(sid)
+    try:
+        yield
+    finally:
+        ctx.session_id = before
+
+
+def context_engine(agent: Any) -> Any:
+    """The agent's active context engine (the built-in compressor or a plugin's)."""
+    return getattr(agent, "context_compressor", None)
+
+
+def commit_memory(agent: Any, messages: list[Any]) -> None:
+    fn = getattr(agent, "commit_memory_session", None)
+    if callable(fn):
+        try:
+            fn(messages)
+        except Exception as exc:
+            log.debug("session guard: commit_memory_session failed: %s", exc)
+
+
+def compacted_in_place(agent: Any) -> bool:
+    """0.18.2+: whether the host's in-place compaction reached state.db (Hermes sets the
+    flag only once ``archive_and_compact`` committed; it logs a failed write and goes on)."""
+    return bool(getattr(agent, "_last_compaction_in_place", False))
+
+
+def mark_compacted_in_place(agent: Any) -> None:
+    """0.18.2+: tell the caller (turn loop, gateway) that the list it gets back replaced
+    the transcript on the same id and is already persisted."""
+    agent._last_compaction_in_place = True
+
+
+def current_system_prompt(agent: Any, system_message: str | None) -> str:
+    """The prompt a compression that changed nothing returns (what Hermes returns on a skip)."""
+    cached = getattr(agent, "_cached_system_prompt", None)
+    if cached:
+        return str(cached)
+    build = getattr(agent, "_build_system_prompt", None)
+    return str(build(system_message)) if callable(build) else str(system_message or "")
+
+
+def notify_boundary(agent: Any, sid: str) -> None:
+    """Tell the context engine and memory providers a compaction boundary happened on
+    the same id, as the host's in-place path does (0.18.2+)."""
+    cc = getattr(agent, "context_compressor", None)
+    if cc is not None and hasattr(cc, "on_session_start"):
+        try:
+            cc.on_session_start(sid, boundary_reason="compression", old_session_id=sid)
+        except Exception as exc:
+            log.debug("session guard: context engine on_session_start failed: %s", exc)
+    mm = getattr(agent, "_memory_manager", None)
+    if mm is not None:
+        try:
+            mm.on_session_switch(sid, parent_session_id=sid, reset=False, reason="compression")
+        except Exception as exc:
+            log.debug("session guard: memory on_session_switch failed: %s", exc)
+
+
+def process_session_env() -> str | None:
+    return os.environ.get("HERMES_SESSION_ID")
+
+
+def tool_names(agent: Any) -> set[str]:
+    """Tools the host enabled for this agent (its toolset configuration decided)."""
+    names = getattr(agent, "valid_tool_names", None)
+    return set(names) if names else set()
+
+
+@contextmanager
+def tools_hidden(agent: Any, names: set[str]) -> Iterator[None]:
+    """Leave ``names`` out of the tool list the host sends with this one request."""
+    tools = getattr(agent, "tools", None)
+    if not names or not isinstance(tools, list):
+        yield
+        return
+    kept = [t for t in tools if _tool_name(t) not in names]
+    if len(kept) == len(tools):
+        yield
+        return
+    agent.tools = kept
+    try:
+        yield
+    finally:
+        if agent.tools is kept:
+            agent.tools = tools
+
+
+def _tool_name(tool: Any) -> str | None:
+    if isinstance(tool, dict):
+        fn = tool.get("function")
+        return fn.get("name") if isinstance(fn, dict) else tool.get("name")
+    return None
+
+
+def persistence_disabled(agent: Any) -> bool:
+    """0.19's background-review fork shares the live session id but must never write
+    to it (``_persist_disabled``): it is not the conversation and must not hand it off."""
+    return bool(getattr(agent, "_persist_disabled", False))
+
+
+def todo_items(agent: Any) -> list[dict[str, Any]] | None:
+    store = getattr(agent, "_todo_store", None)
+    read = getattr(store, "read", None)
+    if not callable(read):
+        return None
+    try:
+        return [dict(item) for item in read()]
+    except Exception as exc:  # the hand-off packet goes without the todo list
+        log.debug("session guard: reading the agent's todo list failed (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def system_prompt_of(agent: Any) -> str | None:
+    value = getattr(agent, "_cached_system_prompt", None)
+    return value if isinstance(value, str) and value else None
+
+
+def emit_status(agent: Any, text: str) -> bool:
+    """Show ``text`` to the user through the agent's lifecycle status channel (CLI
+    output; the gateway forwards it to the chat). True when a gateway/UI callback
+    was attached, i.e. the text left the process."""
+    attached = getattr(agent, "status_callback", None) is not None
+    fn = getattr(agent, "_emit_status", None)
+    if callable(fn):
+        try:
+            fn(text)
+        except Exception as exc:
+            log.debug("session guard: _emit_status failed: %s", exc)
+            return False
+    return attached

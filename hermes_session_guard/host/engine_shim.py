@@ -1,0 +1,132 @@
+"""The context-engine ``compress`` shim: a per-instance wrapper on the agent's
+active engine that reports failed, empty or runaway summaries to the guard and lets
+it tag a successful one before the host persists it."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import types
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..safe_text import sendable_messages
+from . import engines as engine_support
+
+log = logging.getLogger("hermes_session_guard")
+
+_engine_op = threading.local()
+_shimmed_engines: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class EngineVerdict:
+    """What the guard learned from the context engine during one compression, and
+    what it does to a successful result before the host persists it."""
+
+    def __init__(self, decorate: Callable[[list[Any], list[Any]], None] | None = None) -> None:
+        self.failure: str | None = None
+        self.decorate = decorate
+
+
+# A summary body above this size that is also larger than its input is rejected.
+RUNAWAY_SUMMARY_CHARS = 32_000
+
+
+def _text_size(messages: Any) -> int:
+    from ..store import message_text
+
+    return sum(len(message_text(m) or "") for m in messages if isinstance(m, dict))
+
+
+def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
+    if getattr(engine, "_last_compress_aborted", False):
+        return str(getattr(engine, "_last_summary_error", None) or "compression aborted")
+    err = getattr(engine, "_last_summary_error", None)
+    if err:
+        return str(err)
+    from ..summaries.tags import summary_body_size, summary_is_empty
+
+    given = messages if isinstance(messages, list) else None  # kept messages quoting the prefix are not summaries
+    if isinstance(out, list) and summary_is_empty(out, given):
+        return "the summary model returned an empty summary"
+    if isinstance(out, list) and isinstance(messages, list):
+        body = summary_body_size(out, given)
+        if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(messages):
+            return (f"the summary ({body:,} characters) is larger than the whole conversation it replaces "
+                    "(garbage or runaway summary)")
+    return None
+
+
+def _make_engine_shim(cls: type) -> Any:
+    """The ``compress`` shim for engines of class ``cls`` (wraps the class's own ``compress``)."""
+    original = cls.compress
+
+    def compress(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        """The engine's ``compress``, watched by the guard (session guard shim)."""
+        verdict: EngineVerdict | None = getattr(_engine_op, "verdict", None)
+        if verdict is not None and isinstance(messages, list):
+            # Text UTF-8 cannot carry (lone surrogates) would fail the summary request and
+            # the host's own write; the engine gets copies with it replaced, the snapshot
+            # keeps the originals verbatim (safe_text).
+            messages = sendable_messages(messages)
+        out = original(self, messages, *args, **kwargs)
+        if verdict is None:
+            return out
+        failure = _engine_failure(self, messages, out) or engine_support.empty_summary(self, messages, out)
+        if failure:
+            # A failed summary must not replace real turns with a fallback marker:
+            # hand the host its input back, which every release treats as "no progress".
+            verdict.failure = failure
+            return list(messages)
+        if verdict.decorate is not None and isinstance(out, list) and out is not messages:
+            try:
+                verdict.decorate(list(messages), out)
+            except Exception as exc:  # fail open: the summary stays as the host wrote it
+                log.error("session guard: tagging the compaction summary failed (%s: %s); the summary is "
+                          "kept untagged and without its recall line.", type(exc).__name__, exc)
+        return out
+
+    compress.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    compress.__session_guard_shim__ = True  # type: ignore[attr-defined]
+    compress.__name__ = "compress"
+    compress.__qualname__ = f"{cls.__qualname__}.compress"
+    return compress
+
+
+def shim_engine(agent: Any) -> None:
+    """Give the agent's active context engine (whatever class) a per-instance
+    ``compress`` that reports summary failures to the guard. Bound with
+    ``MethodType`` so hosts that deep-copy the engine per agent rebind it."""
+    engine = getattr(agent, "context_compressor", None)
+    if engine is None or getattr(getattr(engine, "__dict__", {}).get("compress"), "__session_guard_shim__", False):
+        return
+    refused = engine_support.compress_shape(engine)
+    if refused:  # an engine of another shape: not wrapped, and said so (selftest lists what does not hold)
+        engine_support.refuse_shim(engine, refused)
+        return
+    engine.compress = types.MethodType(_make_engine_shim(type(engine)), engine)
+    _shimmed_engines.add(engine)
+
+
+def unshim_engines() -> None:
+    """Remove the ``compress`` shim from every engine :func:`shim_engine` wrapped."""
+    for engine in list(_shimmed_engines):
+        vars(engine).pop("compress", None)
+    _shimmed_engines.clear()
+
+
+@contextmanager
+def watching_engine(
+    agent: Any, decorate: Callable[[list[Any], list[Any]], None] | None = None
+) -> Iterator[EngineVerdict]:
+    shim_engine(agent)
+    verdict = EngineVerdict(decorate)
+    previous = getattr(_engine_op, "verdict", None)
+    _engine_op.verdict = verdict
+    try:
+        yield verdict
+    finally:
+        _engine_op.verdict = previous

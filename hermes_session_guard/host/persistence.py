@@ -1,0 +1,139 @@
+"""Writing a compacted transcript back through the agent's SessionDB and
+re-basing the host's flush cursor so the next turn appends after it."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from typing import Any
+
+from ..store import message_text
+from .agent import session_db
+
+log = logging.getLogger("hermes_session_guard")
+
+FLUSH_CURSORS = ("index", "identity", "marker")
+
+
+def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
+    """Copies of ``messages`` whose timestamps keep them, in order, before anything
+    the turn appends afterwards, for hosts that load a transcript ``ORDER BY
+    timestamp`` (0.17). Without them the rows would be stamped "now", after the
+    turn's own user message, which the host stamps with its arrival time. They
+    start at the first timestamp of ``floor_session`` (the conversation being
+    compacted or handed off); a message's own timestamp is kept where it has one
+    and still fits the order."""
+    try:
+        known = [float(r["timestamp"]) for r in db.get_messages(floor_session) if r.get("timestamp") is not None]
+    except Exception as exc:  # order from "now" instead
+        log.debug("session guard: reading the first timestamps failed (%s: %s)", type(exc).__name__, exc)
+        known = []
+    last = (min(known) if known else time.time()) - 1e-6
+    out: list[Any] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            out.append(m)
+            continue
+        try:
+            ts = float(m["timestamp"]) if m.get("timestamp") is not None else None
+        except (TypeError, ValueError):
+            ts = None
+        last = ts if ts is not None and ts > last else last + 1e-6
+        out.append({**m, "timestamp": last})
+    return out
+
+
+def persist_compacted(
+    agent: Any, sid: str, compressed: list[Any], system_prompt: str | None, *, flush_cursor: str | None = None,
+    transcript_order: str | None = None,
+) -> None:
+    """Make ``compressed`` the live transcript of ``sid`` and re-base the flush cursor
+    so the next turn appends after it (the host skipped all of this: its DB was detached).
+    ``transcript_order`` is how the host loads a transcript back (``id`` or ``timestamp``)."""
+    db = session_db(agent)
+    if db is None:
+        return
+    rows = in_timestamp_order(db, sid, compressed) if transcript_order == "timestamp" else compressed
+    db.replace_messages(sid, rows)
+    if system_prompt:
+        try:
+            db.update_system_prompt(sid, system_prompt)
+        except Exception as exc:
+            log.debug("session guard: update_system_prompt failed: %s", exc)
+    rebase_flush(agent, sid, compressed, flush_cursor)
+
+
+def rebase_flush(agent: Any, sid: str, persisted: list[Any], kind: str | None = None) -> None:
+    """Tell the agent that ``persisted`` is exactly what state.db holds live for
+    ``sid``. ``kind`` is the row's ``flush_cursor``: ``index`` hosts (0.13-0.16)
+    slice at ``_last_flushed_db_idx``; ``identity`` (0.17) and ``marker`` (0.18.2+)
+    hosts skip the ``id()`` of every dict in ``_flushed_db_message_ids`` while
+    ``_flushed_db_message_session_id`` names the session, and reset that set
+    otherwise, so both are set even on an agent that never flushed (0.18.2+ take
+    the set as a one-shot seed). ``None`` (no row data): whatever the agent has."""
+    identity = kind in ("identity", "marker") if kind else hasattr(agent, "_flushed_db_message_ids")
+    if identity:
+        agent._last_flushed_db_idx = len(persisted)
+        agent._flushed_db_message_ids = {id(m) for m in persisted if isinstance(m, dict)}
+        agent._flushed_db_message_session_id = sid
+        return
+    # A positional cursor: Hermes's alternation repair folds consecutive same-role
+    # turns in place before the next request, shortening the list under the cursor;
+    # without the allowance the turn's reply would fall behind it and never be written.
+    agent._last_flushed_db_idx = len(persisted) - repairs_pending(agent, persisted)
+    if hasattr(agent, "_flushed_db_message_session_id"):
+        agent._flushed_db_message_session_id = sid
+
+
+def repairs_pending(agent: Any, messages: list[Any]) -> int:
+    """How many messages Hermes's alternation repair will fold away in ``messages``
+    before the next request (tried on a copy)."""
+    repair = getattr(agent, "_repair_message_sequence", None)
+    if not callable(repair):
+        return 0
+    trial = [dict(m) if isinstance(m, dict) else m for m in messages]
+    try:
+        repair(trial)
+    except Exception as exc:
+        log.debug("session guard: trial alternation repair failed: %s", exc)
+        return 0
+    return max(0, len(messages) - len(trial))
+
+
+# Rows Hermes stores in a transcript that are not conversation turns: the gateway's
+# ``session_meta`` marker (tool list, model, platform) and system injections. The
+# gateway drops them before handing history to an agent, so an agent's list never has them.
+_TRANSCRIPT_METADATA_ROLES = frozenset({"session_meta", "system"})
+
+
+def live_transcript(agent: Any, sid: str) -> list[dict[str, Any]]:
+    """The conversation Hermes would hand an agent for ``sid``: its active rows in
+    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``)."""
+    db = session_db(agent)
+    if db is None:
+        return []
+    return [m for m in db.get_messages_as_conversation(sid)
+            if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
+
+
+_APPEND_FIELDS = (
+    "tool_name", "tool_calls", "tool_call_id", "finish_reason", "reasoning", "reasoning_content",
+    "reasoning_details", "codex_reasoning_items", "codex_message_items",
+)
+
+
+def append_messages(agent: Any, sid: str, messages: list[Any]) -> None:
+    """Append ``messages`` to ``sid``'s live transcript through Hermes's own API."""
+    db = session_db(agent)
+    if db is None or not messages:
+        return
+    accepted = set(inspect.signature(db.append_message).parameters)
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            content = message_text(m)
+        extra = {k: m[k] for k in _APPEND_FIELDS if k in accepted and m.get(k) is not None}
+        db.append_message(session_id=sid, role=str(m.get("role") or "user"), content=content, **extra)

@@ -1,0 +1,147 @@
+"""Read-only SQL over state.db for recall: the compression lineage, stored
+turns and single messages, through one shared read-only connection per database."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("hermes_session_guard")
+
+
+class _ReadOnly:
+    """A shared read-only connection per state.db (one query at a time)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.conn = sqlite3.connect(f"file:{Path(db_path).as_posix()}?mode=ro", uri=True, timeout=5.0,
+                                    check_same_thread=False)
+        self.conn.execute("PRAGMA busy_timeout=5000")
+        self.lock = threading.Lock()
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self.lock:
+            return _Rows(self.conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:  # shared: stays open (see close_readers)
+        return None
+
+
+class _Rows(list):
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+
+_readers: dict[Path, _ReadOnly] = {}
+_readers_lock = threading.Lock()
+
+
+def _read_only(db_path: Path) -> _ReadOnly:
+    key = Path(db_path).resolve()
+    with _readers_lock:
+        reader = _readers.get(key)
+        if reader is None:
+            if not key.exists():
+                raise sqlite3.OperationalError(f"no database at {key}")
+            reader = _readers[key] = _ReadOnly(key)
+        return reader
+
+
+def close_readers() -> None:
+    with _readers_lock:
+        for reader in _readers.values():
+            reader.conn.close()
+        _readers.clear()
+
+
+def compression_ancestors(db_path: Path, sid: str, limit: int = 64) -> list[str]:
+    """Sessions this one continues after a host compression that rotated the id
+    (before the guard was installed): parent links whose parent ended with
+    ``end_reason = 'compression'``. Branches and other parents are not the same
+    conversation and are not followed."""
+    out: list[str] = []
+    try:
+        conn = _read_only(db_path)
+    except sqlite3.Error:
+        return out
+    try:
+        current = sid
+        for _ in range(limit):
+            row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
+            parent = row[0] if row else None
+            if not parent or parent in out or parent == sid:
+                break
+            ended = conn.execute("SELECT end_reason FROM sessions WHERE id = ?", (parent,)).fetchone()
+            if not ended or ended[0] != "compression":
+                break
+            out.append(parent)
+            current = parent
+    except sqlite3.Error as exc:
+        log.debug("session guard: reading the session lineage failed: %s", exc)
+    finally:
+        conn.close()
+    return out
+
+
+def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool) -> list[tuple[int, int, str, str]]:
+    """``(host_row_id, turn, role, content)`` of a session's stored messages with an id
+    above ``after_id``; ``turn`` is the 1-based position among all of the session's rows.
+    With ``archived_only`` only rows the host compacted away in place are returned
+    (``active = 0`` and ``compacted = 1``; rows the user rewound stay out)."""
+    try:
+        conn = _read_only(db_path)
+    except sqlite3.Error:
+        return []
+    try:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)")}
+        if archived_only and "active" not in cols:
+            return []
+        active = "active" if "active" in cols else "1"
+        compacted = "compacted" if "compacted" in cols else "0"
+        rows = conn.execute(
+            f"SELECT id, role, content, {active}, {compacted} FROM messages WHERE session_id = ? ORDER BY id", (sid,)
+        ).fetchall()
+    except sqlite3.Error as exc:
+        log.debug("session guard: reading stored turns failed: %s", exc)
+        return []
+    finally:
+        conn.close()
+    out = []
+    for turn, (row_id, role, content, is_active, was_compacted) in enumerate(rows, 1):
+        if row_id <= after_id or (archived_only and (is_active or not was_compacted)):
+            continue
+        out.append((row_id, turn, role or "", content if isinstance(content, str) else str(content or "")))
+    return out
+
+
+def last_row_id(db_path: Path, sid: str) -> int:
+    try:
+        conn = _read_only(db_path)
+    except sqlite3.Error:
+        return 0
+    try:
+        row = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()
+        return int(row[0] or 0)
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
+def stored_message(db_path: Path, row_id: int) -> str | None:
+    try:
+        conn = _read_only(db_path)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT content FROM messages WHERE id = ?", (row_id,)).fetchone()
+        return row[0] if row else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
