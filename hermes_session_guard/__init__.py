@@ -11,11 +11,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from . import host as _host
 from .config import ConfigError, GuardConfig, load_config, parse_config
 from .hostinfo import hermes_home
 from .runtime import current_runtime
 from .seams.apply import install as _install
 from .seams.apply import is_installed, uninstall
+from .summaries import host_port as _host_port
+
+# The composition root: summaries/ reads Hermes's markers and state.db through host/,
+# handed in here so it never imports host/ (docs/architecture.md, rule 3).
+_host_port.bind(_host)
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]

@@ -7,15 +7,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+# One source for the defaults and the host's in-memory summary flag (0.17+): summaries/
+# reads them without importing host/.
+from ..summaries.host_port import DEFAULT_MERGED_MARKERS as _DEFAULT_MERGED_MARKERS
+from ..summaries.host_port import DEFAULT_SUMMARY_PREFIXES as _DEFAULT_SUMMARY_PREFIXES
+from ..summaries.host_port import NATIVE_SUMMARY_KEY
+
+__all__ = ["NATIVE_SUMMARY_KEY", "SUMMARY_MARKERS", "carries_summary_marker", "merged_summary_markers",
+           "summary_prefixes"]
+
 log = logging.getLogger("hermes_session_guard")
 
-_DEFAULT_SUMMARY_PREFIXES = ("[CONTEXT COMPACTION — REFERENCE ONLY]", "[CONTEXT SUMMARY]:")
-_DEFAULT_MERGED_MARKERS = (
-    "[PRIOR CONTEXT — for reference only; not a new message]",
-    "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]",
-)
-#: The host's own in-memory summary flag (0.17+); hosts before it do not know the key.
-NATIVE_SUMMARY_KEY = "_compressed_summary"
 _markers: dict[str, tuple[str, ...]] = {}
 
 

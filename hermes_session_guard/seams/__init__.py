@@ -1,3 +1,8 @@
-"""What is patched on each Hermes release: the seam table (table.py), the applier (apply.py) and the wrappers by area.
+"""What is patched on each Hermes release: the seam table (table.py, rows of row.py), the
+applier (apply.py) and the wrappers by area: compression_entry.py and compression.py (the
+contract for one compression), turns.py (one turn per session), gateway.py and buffering.py
+(messages that arrive during a compression), summaries.py (tags, visibility, provider copy,
+recall tool), search.py (Hermes's search and export over snapshots); supported.py says which
+release range is supported.
 
 The only part that imports wrapt and patches Hermes (docs/architecture.md)."""

@@ -56,6 +56,10 @@ row is logged and never fails the compression.
 
 The after-compression hook (the bounded hand-off) runs once the lock is released
 and outside the operation's pinned log context.
+
+Why one module of ~690 lines: it is the contract's order of steps for one compression (pin,
+lock, generation check, snapshot write-ahead, strategy, tags, outcome row, release) and the
+helpers each step needs; split, the order the ADR specifies could no longer be read in one place.
 """
 
 from __future__ import annotations

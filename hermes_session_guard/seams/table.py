@@ -72,354 +72,45 @@ A Hermes release outside every row's range is handled by
 :mod:`hermes_session_guard.seams.apply`: newer releases (and gaps between
 rows) get, per seam, the newest row whose target and ``requires`` verify by
 signature; releases older than the table are not patched.
+
+Why one module of ~690 lines: the table is data (``SEAMS``, about 450 lines, one entry per
+seam across eleven releases) and it is read whole: "what is patched on Hermes X" is this
+file. The row type is :mod:`.row`; the wrappers it names live by area (:mod:`.compression_entry`,
+:mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.search`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from .. import host
-from ..audit import new_op_id
-from ..contract.gateway_transcript import rebase_after_compaction
-from ..fail_open import fail_open as _fail_open
 from ..hostinfo import Version, parse_version
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..runtime import Runtime
-from ..seam_behaviour import Behaviour, FailurePolicy, GatewayTranscript, LockMode, SeamKind
-from . import buffering
+from ..seam_behaviour import Behaviour, FailurePolicy, SeamKind
 from . import search as search_seams
 from . import summaries as ss
-from .compression import DETACH_DB, HOST_IN_PLACE, LockPolicy, guarded_compression
+from .compression import DETACH_DB, HOST_IN_PLACE
+from .compression_entry import compression_wrapper, native_lock_reentry_wrapper
+from .gateway import (
+    buffer_drain_wrapper,
+    buffer_handoff_wrapper,
+    buffer_replay_wrapper,
+    busy_message_wrapper,
+    gateway_message_wrapper,
+    gateway_turn_wrapper,
+)
+from .row import SeamRow, Wrapper, version_text
 from .turns import api_turn_wrapper, run_conversation_wrapper
 
 log = logging.getLogger("hermes_session_guard")
 
-Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
-
-
-@dataclass(frozen=True)
-class SeamRow:
-    seam: str
-    since: Version
-    until: Version
-    module: str
-    attribute: str
-    params: tuple[str, ...]
-    wrapper: Callable[[Runtime, SeamRow], Wrapper] | None
-    failure_policy: FailurePolicy
-    behaviour: Behaviour = field(default_factory=Behaviour)
-    note: str = ""
-    lazy: bool = False  # patch when Hermes imports the module; never import it for that
-    requires: tuple[str, ...] = ()
-    kind: SeamKind = SeamKind.WRAP
-    # an instance shim: the function that gives host objects their per-instance attribute
-    applied_by: Callable[..., Any] | None = None
-
-    def __post_init__(self) -> None:
-        # the table is written with plain words; the row holds the typed values
-        object.__setattr__(self, "failure_policy", FailurePolicy(self.failure_policy))
-        object.__setattr__(self, "behaviour", Behaviour.of(self.behaviour))
-        object.__setattr__(self, "kind", SeamKind(self.kind))
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}:{self.attribute}"
-
-    @property
-    def patches(self) -> bool:
-        """The row changes the host: it wraps its target, or shims instances of it."""
-        return self.wrapper is not None or self.kind is SeamKind.INSTANCE_SHIM
-
-    def covers(self, version: Version) -> bool:
-        return self.since <= version < self.until
-
-    @property
-    def range_text(self) -> str:
-        return f">={version_text(self.since)},<{version_text(self.until)}"
-
-
-def version_text(version: Version) -> str:
-    return ".".join(map(str, version))
-
-
-def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Adapt the host's compression call shape to :func:`guarded_compression`.
-
-    ``AIAgent._compress_context(self, messages, system_message, ...)`` (method) and
-    ``compress_context(agent, messages, system_message, ...)`` (module function)
-    differ only in where the agent comes from."""
-    strategy = row.behaviour.strategy
-    if strategy is None:
-        raise ValueError(f"seam row {row.seam} {row.range_text} names no strategy")
-    lock = LockPolicy(mode=row.behaviour.lock or LockMode(LOCK_GUARD),
-                      on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        called = False
-
-        def call_host() -> Any:
-            nonlocal called
-            called = True
-            return wrapped(*args, **kwargs)
-
-        try:
-            if instance is not None:
-                agent, rest = instance, args
-            else:
-                agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
-            messages = rest[0] if rest else kwargs.get("messages")
-            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
-            return guarded_compression(
-                runtime, strategy, agent, messages, call_host,
-                native_summary_key=row.behaviour.native_summary_key or None,
-                system_message=system_message, lock=lock, behaviour=row.behaviour,
-            )
-        except Exception as exc:
-            if called:
-                raise
-            return skipped_before_host(runtime, row, agent_of(instance, args, kwargs), args, kwargs, instance, exc)
-
-    return wrapper
-
-
-def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if instance is not None:
-        return instance
-    return args[0] if args else kwargs.get("agent")
-
-
-def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
-                        kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
-    """A guard error before the host's compression ran (ADR D4, D15): this compression
-    is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
-    can fork on every release). The caller's messages come back unchanged, with the
-    prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
-    check. One ERROR line and a ``compression.failed`` event name the cause."""
-    rest = args if instance is not None else args[1:]
-    messages = rest[0] if rest else kwargs.get("messages")
-    system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
-    cause = f"{type(exc).__name__}: {exc}"
-    sid = None
-    try:
-        sid = host.session_id(agent)
-    except Exception:
-        pass
-    log.error(
-        "session guard: seam %s failed before the host ran (%s); failing closed: compression of %s skipped, "
-        "messages unchanged, Hermes retries at its next threshold check. Run `hermes-session-guard selftest`.",
-        row.target, cause, sid or "(unknown session)",
-    )
-    try:
-        runtime.audit.operation(sid or "-", new_op_id()).error(
-            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
-            messages_before=len(messages) if isinstance(messages, list) else None,
-            messages_after=len(messages) if isinstance(messages, list) else None, session_id_after=sid,
-        )
-    except Exception as audit_exc:
-        log.debug("session guard: could not audit the skipped compression: %s", audit_exc)
-    try:
-        prompt = host.current_system_prompt(agent, system_message)
-    except Exception:
-        prompt = str(getattr(agent, "_cached_system_prompt", None) or system_message or "")
-    return messages, prompt
-
-
-def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
-    without touching the table when this thread's guarded operation already holds
-    the lock on that session; otherwise Hermes's own acquire, unchanged."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            sid = args[0] if args else kwargs.get("session_id")
-            if host.native_lock_held_here(instance, sid):
-                return True
-        except Exception as exc:
-            _fail_open(row, exc, "Hermes's own lock decides", advice=None)
-        return wrapped(*args, **kwargs)
-
-    return wrapper
-
-
-def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Around one gateway turn: a turn addressed to a session the guard handed off
-    runs in its child; guard notices for the chat (hand-off packet written, fork)
-    are sent as messages of their own, before the turn (decided during gateway
-    hygiene) and after it (decided during the turn); then,
-    where the row says so (``transcript``: ``jsonl_and_offset`` on 0.13-0.14,
-    ``offset`` on 0.15-0.17; ``host`` from 0.18.0, whose gateway re-baselines by
-    itself), bring the gateway's transcript bookkeeping in line after the guard
-    compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
-    the host's own split handling already writes it whole (history offset 0)."""
-    transcript = row.behaviour.transcript
-    rebase = transcript in (GatewayTranscript.JSONL_AND_OFFSET, GatewayTranscript.OFFSET)
-
-    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        sid: Any = None
-        source: Any = None
-        try:
-            sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
-            source = kwargs["source"] if "source" in kwargs else args[3]
-            target = runtime.compactions.fork_target(sid) if sid else sid
-            if target != sid:
-                # A turn still addressed to a handed-off session (the host drains queued
-                # follow-ups with the id the turn started on): run it in the child.
-                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
-                if "session_id" in kwargs:
-                    kwargs = {**kwargs, "session_id": target}
-                else:
-                    args = (*args[:4], target, *args[5:])
-                sid = target
-            mark = runtime.compactions.mark()
-            notices = runtime.notices.pop(sid) if sid else []
-        except Exception as exc:
-            _fail_open(row, exc, "this turn runs as Hermes routed it, without the guard's notices or "
-                                 "transcript re-base")
-            sid, notices = None, []
-        await _deliver(instance, source, sid, notices)
-        result = await wrapped(*args, **kwargs)
-        if sid:
-            try:
-                after = runtime.notices.pop(sid)
-                moved_to = runtime.compactions.fork_target(sid)
-                if moved_to != sid:
-                    after += runtime.notices.pop(moved_to)
-            except Exception:
-                after = []
-            await _deliver(instance, source, sid, after)
-        if sid and rebase:
-            try:
-                compaction = runtime.compactions.since(sid, mark)
-                if compaction is not None:
-                    forked = runtime.compactions.fork_since(sid, mark) is not None
-                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
-                                            jsonl=transcript == GatewayTranscript.JSONL_AND_OFFSET)
-            except Exception as exc:
-                log.error(
-                    "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
-                    "for %s may still hold pre-compaction history (state.db is correct). Run "
-                    "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
-                )
-        return result
-
-    return wrapper
-
-
-async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
-    for text in notices:
-        try:
-            await host.gateway_send(runner, source, text)
-        except Exception as exc:
-            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
-
-
-def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Remember which chat the message being handled came from, so the guard's
-    ``/handoff-packet`` slash command (whose handler only gets its argument text)
-    knows which session it was typed in."""
-
-    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with ExitStack() as stack:
-            try:
-                stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
-            except Exception as exc:
-                _fail_open(row, exc, "guard slash commands in this message cannot tell which chat they came from")
-            return await wrapped(*args, **kwargs)
-
-    return wrapper
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else None
-
-
-def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """A message for a busy session: buffer it while the session compresses (see buffering)."""
-
-    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        called = False
-
-        async def call_host() -> Any:
-            nonlocal called
-            called = True
-            return await wrapped(*args, **kwargs)
-
-        try:
-            event = _arg(args, kwargs, 0, "event")
-            session_key = _arg(args, kwargs, 1, "session_key")
-            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
-        except Exception as exc:
-            if called:
-                raise
-            _fail_open(row, exc, "Hermes handles this message as it would without the guard")
-            return await wrapped(*args, **kwargs)
-
-    return wrapper
-
-
-def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Where a finished turn picks its follow-up: the oldest buffered message when Hermes has none."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        picked = wrapped(*args, **kwargs)
-        try:
-            session_key = _arg(args, kwargs, 0, "session_key")
-            return buffering.on_drain(runtime, instance, session_key, picked)
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
-            return picked
-
-    return wrapper
-
-
-def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
-
-    def after(instance: Any, event: Any) -> None:
-        try:
-            buffering.on_handler_done(runtime, instance, event)
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
-
-    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        event = _arg(args, kwargs, 0, "event")
-        try:
-            buffering.on_handler_start(instance, event)
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages are still delivered")
-        try:
-            result = await wrapped(*args, **kwargs)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            after(instance, event)
-            raise
-        after(instance, event)
-        return result
-
-    return wrapper
-
-
-def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Gateway startup (and 0.19 platform reconnect): replay what an earlier runner left buffered."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result = wrapped(*args, **kwargs)
-        try:
-            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
-        return result
-
-    return wrapper
-
+# The row type lives in row.py (the wrappers by area import it without the table).
+__all__ = ["COVERED", "SEAMS", "TESTED_RELEASES", "SeamRow", "Wrapper", "fallback_rows", "host_in_table",
+           "oldest_supported", "rows_for", "seam", "seam_names", "select_row", "version_text"]
 
 # ---------------------------------------------------------------------------------------------
 # The table. One ``seam(...)`` entry per seam: the values its rows share, and ``ranges``

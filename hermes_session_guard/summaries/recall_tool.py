@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import host
 from ..store import text_hash
+from . import host_port
 from .recall import Recall, recall_content, recall_text
 
 log = logging.getLogger("hermes_session_guard")
@@ -114,7 +114,8 @@ def lineage(db_path: Path, session_id: str, store: Any = None) -> list[str]:
     compression that rotated the id, and (given the guard's store) the sessions a
     ``fresh_session`` hand-off forked it from, with theirs in turn. Only upwards:
     never siblings, branches, children or any session no record links it to."""
-    members = [session_id, *host.compression_ancestors(db_path, session_id)]
+    ancestors = host_port.bound().compression_ancestors
+    members = [session_id, *ancestors(db_path, session_id)]
     if store is None:
         return members
     i = 0
@@ -125,7 +126,7 @@ def lineage(db_path: Path, session_id: str, store: Any = None) -> list[str]:
             log.warning("session guard: reading hand-off records for recall failed: %s", exc)
             return members
         if parent is not None and parent not in members:
-            members += [parent, *(a for a in host.compression_ancestors(db_path, parent) if a not in members)]
+            members += [parent, *(a for a in ancestors(db_path, parent) if a not in members)]
         i += 1
     return members[:MAX_LINEAGE]
 
@@ -157,11 +158,11 @@ def refresh_archived(store: Any, db_path: Path, session_id: str, members: list[s
     session's archived (compacted in place / rewound) rows and every row of the
     sessions it continues."""
     for member in members:
-        newest = host.last_row_id(db_path, member)
+        newest = host_port.bound().last_row_id(db_path, member)
         seen = store.archived_seen(session_id, member)
         if newest <= seen:
             continue
-        turns = host.stored_turns(db_path, member, seen, archived_only=(member == session_id))
+        turns = host_port.bound().stored_turns(db_path, member, seen, archived_only=(member == session_id))
         store.index_archived(session_id, member, turns, recall_content, newest)
 
 
@@ -184,7 +185,7 @@ def recall(args: Any, session_id: str) -> str:
         log.warning("session guard: indexing archived turns for recall failed: %s", exc)
     engine = Recall(
         store=store, session_id=session_id, lineage=members, max_chars=runtime.config.recall.max_chars,
-        db_path=db_path, stored_text=lambda row_id: host.stored_message(db_path, row_id),
+        db_path=db_path, stored_text=lambda row_id: host_port.bound().stored_message(db_path, row_id),
     )
     if not isinstance(args, dict):
         try:
@@ -240,9 +241,9 @@ def register_recall_tool(ctx: Any) -> None:
 
 def offered(runtime: Any, agent: Any) -> bool:
     """The host enabled the tool for this agent and its session has compacted history."""
-    sid = host.session_id(agent)
+    sid = host_port.bound().session_id(agent)
     return (
-        RECALL_TOOL in host.tool_names(agent)
+        RECALL_TOOL in host_port.bound().tool_names(agent)
         and runtime.config.recall.enabled
-        and has_compacted_history(runtime, sid, host.db_path(agent))
+        and has_compacted_history(runtime, sid, host_port.bound().db_path(agent))
     )

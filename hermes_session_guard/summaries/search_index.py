@@ -24,6 +24,10 @@ the first search after it was written (whoever wrote it: a compression, a
 lineage repair, an older guard), so a compression pays nothing for it.
 
 Nothing here imports Hermes; it reads Hermes's ``sessions`` table (never writes it).
+
+Why one module of ~450 lines: the index's schema, its lazy build, the in-memory vocabulary
+that answers "no snapshot can match" and the query itself share the FTS5 layout; a change to
+one is a change to all.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
-from .. import host
 from ..store import message_text, text_hash
+from . import host_port
 
 #: The guard's own marker key (frontends filter on it; never sent to a provider).
 SUMMARY_TAG = "is_compressed_summary"
@@ -39,11 +39,11 @@ _HEADER_SNAPSHOT_RE = re.compile(r"^\[Original context: session [^\n\]]*?, snaps
 def is_summary_text(text: str | None) -> bool:
     """True when ``text`` carries a compaction summary, standalone or merged into
     another message (0.19 puts the prefix after a merge delimiter, so look anywhere)."""
-    return bool(text) and any(p in text for p in host.summary_prefixes())
+    return bool(text) and any(p in text for p in host_port.summary_prefixes())
 
 
 def is_tagged(message: Any) -> bool:
-    return isinstance(message, dict) and bool(message.get(SUMMARY_TAG) or message.get(host.NATIVE_SUMMARY_KEY))
+    return isinstance(message, dict) and bool(message.get(SUMMARY_TAG) or message.get(host_port.NATIVE_SUMMARY_KEY))
 
 
 def is_summary_message(message: Any, known_hashes: Collection[str] = ()) -> bool:
@@ -152,11 +152,11 @@ def with_recall_header(text: str, header: str) -> str:
     """``text`` with ``header`` as its own line right after the line carrying the
     summary prefix, so prefix-based detection by the host keeps working."""
     text = strip_recall_header(text)
-    found = [(text.find(p), p) for p in host.summary_prefixes() if p in text]
+    found = [(text.find(p), p) for p in host_port.summary_prefixes() if p in text]
     if not found:
         return text
     start, _prefix = min(found)
-    located = _structured_start(text, host.merged_summary_markers()[1])
+    located = _structured_start(text, host_port.merged_summary_markers()[1])
     if located is not None:
         start = located[1]
     end_of_line = text.find("\n", start)
@@ -185,11 +185,11 @@ def map_summary_text(message: dict[str, Any], fn: Callable[[str], str]) -> None:
 def split_summary(text: str) -> tuple[str, str, str]:
     """``(before, summary_block, after)``: the block runs from the summary prefix (or
     the 0.19 merge delimiter in front of it) through the end-marker line."""
-    found = [text.find(p) for p in host.summary_prefixes() if p in text]
+    found = [text.find(p) for p in host_port.summary_prefixes() if p in text]
     if not found:
         return text, "", ""
     start = prefix_at = min(found)
-    prior_header, delimiter = host.merged_summary_markers()
+    prior_header, delimiter = host_port.merged_summary_markers()
     located = _structured_start(text, delimiter)
     if located is not None:
         start, prefix_at = located
@@ -213,7 +213,7 @@ def _structured_start(text: str, delimiter: str) -> tuple[int, int] | None:
     """``(block_start, prefix_at)`` where the host put a summary: the prefix right after
     the 0.19 merge delimiter, or at the very start of the message (standalone, 0.14
     merge). ``None`` when the prefix only appears somewhere inside other text."""
-    prefixes = host.summary_prefixes()
+    prefixes = host_port.summary_prefixes()
     if delimiter:
         at = text.find(delimiter)
         while at >= 0:
@@ -230,7 +230,7 @@ def _structured_start(text: str, delimiter: str) -> tuple[int, int] | None:
 
 def _structured_block(text: str) -> bool:
     """The message has a summary block where the host puts one (see :func:`_structured_start`)."""
-    return _structured_start(text, host.merged_summary_markers()[1]) is not None
+    return _structured_start(text, host_port.merged_summary_markers()[1]) is not None
 
 
 def has_summary_block(text: str | None) -> bool:
@@ -261,7 +261,7 @@ def summary_body(text: str) -> str:
     the model wrote."""
     block = split_summary(text)[1]
     text = block or text
-    for prefix in host.summary_prefixes():
+    for prefix in host_port.summary_prefixes():
         if prefix in text:
             text = text.split(prefix, 1)[1]
             break

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..host import NATIVE_SUMMARY_KEY
+from .host_port import NATIVE_SUMMARY_KEY
 from .tags import SUMMARY_TAG
 
 #: Message keys that exist only inside the process.

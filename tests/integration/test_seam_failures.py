@@ -24,9 +24,8 @@ import pytest
 
 from hermes_session_guard import audit, host
 from hermes_session_guard.inbox.repository import Inbox
-from hermes_session_guard.seams import buffering, compression
+from hermes_session_guard.seams import buffering, compression, compression_entry
 from hermes_session_guard.seams import summaries as summary_seams
-from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.table import SeamRow, seam_names, select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
@@ -144,7 +143,7 @@ def _compression(ctx: Ctx) -> None:
     agent, messages = ctx.seeded(SID)
     contents = [m["content"] for m in messages]
     with ctx.monkeypatch.context() as patch:
-        patch.setattr(seams, "guarded_compression", _boom)
+        patch.setattr(compression_entry, "guarded_compression", _boom)
         out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
     assert [m["content"] for m in out] == contents and agent.session_id == SID
     assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == contents

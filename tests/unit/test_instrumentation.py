@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.seams import apply as instrumentation
+from hermes_session_guard.seams import compression_entry
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.compression import DETACH_DB
 
@@ -89,7 +90,7 @@ def test_missing_target_is_refused(fake_table: types.ModuleType) -> None:
 
 def test_guard_failure_before_the_host_skips_the_compression(fake_table: types.ModuleType, mocker: Any) -> None:
     instrumentation.install(version="1.0.0")
-    mocker.patch.object(seams, "guarded_compression", side_effect=RuntimeError("guard bug"))
+    mocker.patch.object(compression_entry, "guarded_compression", side_effect=RuntimeError("guard bug"))
     agent = fake_table.AIAgent()
     messages = [1, 2, 3]
     out, prompt = agent._compress_context(messages, "sys")

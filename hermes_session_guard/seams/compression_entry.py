@@ -1,0 +1,118 @@
+"""The wrappers on Hermes's compression entry points: they pin the session and op id, pick the
+row's strategy and lock, and hand the agent to :func:`~.compression.guarded_compression`;
+plus the re-entry of Hermes's own native lock from inside a guarded compression (0.18+)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import host
+from ..audit import new_op_id
+from ..fail_open import fail_open as _fail_open
+from ..locks.session_lock import LOCK_GUARD
+from ..runtime import Runtime
+from ..seam_behaviour import FailurePolicy, LockMode
+from .compression import LockPolicy, guarded_compression
+from .row import SeamRow, Wrapper
+
+log = logging.getLogger("hermes_session_guard")
+
+
+def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Adapt the host's compression call shape to :func:`guarded_compression`.
+
+    ``AIAgent._compress_context(self, messages, system_message, ...)`` (method) and
+    ``compress_context(agent, messages, system_message, ...)`` (module function)
+    differ only in where the agent comes from."""
+    strategy = row.behaviour.strategy
+    if strategy is None:
+        raise ValueError(f"seam row {row.seam} {row.range_text} names no strategy")
+    lock = LockPolicy(mode=row.behaviour.lock or LockMode(LOCK_GUARD),
+                      on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called = False
+
+        def call_host() -> Any:
+            nonlocal called
+            called = True
+            return wrapped(*args, **kwargs)
+
+        try:
+            if instance is not None:
+                agent, rest = instance, args
+            else:
+                agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
+            messages = rest[0] if rest else kwargs.get("messages")
+            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+            return guarded_compression(
+                runtime, strategy, agent, messages, call_host,
+                native_summary_key=row.behaviour.native_summary_key or None,
+                system_message=system_message, lock=lock, behaviour=row.behaviour,
+            )
+        except Exception as exc:
+            if called:
+                raise
+            return skipped_before_host(runtime, row, agent_of(instance, args, kwargs), args, kwargs, instance, exc)
+
+    return wrapper
+
+
+def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if instance is not None:
+        return instance
+    return args[0] if args else kwargs.get("agent")
+
+
+def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
+    """A guard error before the host's compression ran (ADR D4, D15): this compression
+    is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
+    can fork on every release). The caller's messages come back unchanged, with the
+    prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
+    check. One ERROR line and a ``compression.failed`` event name the cause."""
+    rest = args if instance is not None else args[1:]
+    messages = rest[0] if rest else kwargs.get("messages")
+    system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+    cause = f"{type(exc).__name__}: {exc}"
+    sid = None
+    try:
+        sid = host.session_id(agent)
+    except Exception:
+        pass
+    log.error(
+        "session guard: seam %s failed before the host ran (%s); failing closed: compression of %s skipped, "
+        "messages unchanged, Hermes retries at its next threshold check. Run `hermes-session-guard selftest`.",
+        row.target, cause, sid or "(unknown session)",
+    )
+    try:
+        runtime.audit.operation(sid or "-", new_op_id()).error(
+            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
+            messages_before=len(messages) if isinstance(messages, list) else None,
+            messages_after=len(messages) if isinstance(messages, list) else None, session_id_after=sid,
+        )
+    except Exception as audit_exc:
+        log.debug("session guard: could not audit the skipped compression: %s", audit_exc)
+    try:
+        prompt = host.current_system_prompt(agent, system_message)
+    except Exception:
+        prompt = str(getattr(agent, "_cached_system_prompt", None) or system_message or "")
+    return messages, prompt
+
+
+def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
+    without touching the table when this thread's guarded operation already holds
+    the lock on that session; otherwise Hermes's own acquire, unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = args[0] if args else kwargs.get("session_id")
+            if host.native_lock_held_here(instance, sid):
+                return True
+        except Exception as exc:
+            _fail_open(row, exc, "Hermes's own lock decides", advice=None)
+        return wrapped(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,195 @@
+"""The wrappers on the gateway: one turn's transcript re-based on the stable id, the message
+handler's buffering while a session compresses, the busy message, and the inbox's drain,
+hand-off and replay (:mod:`.buffering` holds the logic they call)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import ExitStack
+from typing import Any
+
+from .. import host
+from ..contract.gateway_transcript import rebase_after_compaction
+from ..fail_open import fail_open as _fail_open
+from ..runtime import Runtime
+from ..seam_behaviour import GatewayTranscript
+from . import buffering
+from .row import SeamRow, Wrapper
+
+log = logging.getLogger("hermes_session_guard")
+
+
+def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Around one gateway turn: a turn addressed to a session the guard handed off
+    runs in its child; guard notices for the chat (hand-off packet written, fork)
+    are sent as messages of their own, before the turn (decided during gateway
+    hygiene) and after it (decided during the turn); then,
+    where the row says so (``transcript``: ``jsonl_and_offset`` on 0.13-0.14,
+    ``offset`` on 0.15-0.17; ``host`` from 0.18.0, whose gateway re-baselines by
+    itself), bring the gateway's transcript bookkeeping in line after the guard
+    compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
+    the host's own split handling already writes it whole (history offset 0)."""
+    transcript = row.behaviour.transcript
+    rebase = transcript in (GatewayTranscript.JSONL_AND_OFFSET, GatewayTranscript.OFFSET)
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sid: Any = None
+        source: Any = None
+        try:
+            sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+            source = kwargs["source"] if "source" in kwargs else args[3]
+            target = runtime.compactions.fork_target(sid) if sid else sid
+            if target != sid:
+                # A turn still addressed to a handed-off session (the host drains queued
+                # follow-ups with the id the turn started on): run it in the child.
+                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
+                if "session_id" in kwargs:
+                    kwargs = {**kwargs, "session_id": target}
+                else:
+                    args = (*args[:4], target, *args[5:])
+                sid = target
+            mark = runtime.compactions.mark()
+            notices = runtime.notices.pop(sid) if sid else []
+        except Exception as exc:
+            _fail_open(row, exc, "this turn runs as Hermes routed it, without the guard's notices or "
+                                 "transcript re-base")
+            sid, notices = None, []
+        await _deliver(instance, source, sid, notices)
+        result = await wrapped(*args, **kwargs)
+        if sid:
+            try:
+                after = runtime.notices.pop(sid)
+                moved_to = runtime.compactions.fork_target(sid)
+                if moved_to != sid:
+                    after += runtime.notices.pop(moved_to)
+            except Exception:
+                after = []
+            await _deliver(instance, source, sid, after)
+        if sid and rebase:
+            try:
+                compaction = runtime.compactions.since(sid, mark)
+                if compaction is not None:
+                    forked = runtime.compactions.fork_since(sid, mark) is not None
+                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
+                                            jsonl=transcript == GatewayTranscript.JSONL_AND_OFFSET)
+            except Exception as exc:
+                log.error(
+                    "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
+                    "for %s may still hold pre-compaction history (state.db is correct). Run "
+                    "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
+                )
+        return result
+
+    return wrapper
+
+
+async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
+    for text in notices:
+        try:
+            await host.gateway_send(runner, source, text)
+        except Exception as exc:
+            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
+
+
+def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Remember which chat the message being handled came from, so the guard's
+    ``/handoff-packet`` slash command (whose handler only gets its argument text)
+    knows which session it was typed in."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
+            except Exception as exc:
+                _fail_open(row, exc, "guard slash commands in this message cannot tell which chat they came from")
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """A message for a busy session: buffer it while the session compresses (see buffering)."""
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called = False
+
+        async def call_host() -> Any:
+            nonlocal called
+            called = True
+            return await wrapped(*args, **kwargs)
+
+        try:
+            event = _arg(args, kwargs, 0, "event")
+            session_key = _arg(args, kwargs, 1, "session_key")
+            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
+        except Exception as exc:
+            if called:
+                raise
+            _fail_open(row, exc, "Hermes handles this message as it would without the guard")
+            return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Where a finished turn picks its follow-up: the oldest buffered message when Hermes has none."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        picked = wrapped(*args, **kwargs)
+        try:
+            session_key = _arg(args, kwargs, 0, "session_key")
+            return buffering.on_drain(runtime, instance, session_key, picked)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+            return picked
+
+    return wrapper
+
+
+def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
+
+    def after(instance: Any, event: Any) -> None:
+        try:
+            buffering.on_handler_done(runtime, instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        event = _arg(args, kwargs, 0, "event")
+        try:
+            buffering.on_handler_start(instance, event)
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages are still delivered")
+        try:
+            result = await wrapped(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            after(instance, event)
+            raise
+        after(instance, event)
+        return result
+
+    return wrapper
+
+
+def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """Gateway startup (and 0.19 platform reconnect): replay what an earlier runner left buffered."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
+        except Exception as exc:
+            _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
+        return result
+
+    return wrapper
