@@ -20,7 +20,7 @@ from ..config import relative_path_problem
 from ..file_modes import make_private_dirs
 from ..store import message_text
 from ..summaries.tags import is_summary_message, summary_body, text_without_summary
-from .redaction import redact, redact_guard_patterns
+from .redaction import host_pass, redact, redact_guard_patterns
 
 PACKET_HEADING = "# Session hand-off packet"
 # The first line of the message that seeds a child session (recognised when a
@@ -264,13 +264,7 @@ def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | No
     if len(lineage) > 1:
         lines.append("Earlier sessions of this line: " + ", ".join(f"`{s}`" for s in lineage[:-1])
                      + " (`hermes-session-guard snapshots SESSION_ID`).")
-    text = redact_guard_patterns("\n".join(lines).rstrip() + "\n")
-    if host_redactor is not None:
-        try:
-            text = host_redactor(text)
-        except Exception:
-            pass
-    return text
+    return host_pass(redact_guard_patterns("\n".join(lines).rstrip() + "\n"), host_redactor)
 
 
 _HEADING = re.compile(r"^(#{1,6})\s", re.M)

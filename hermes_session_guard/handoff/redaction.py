@@ -260,9 +260,17 @@ def redact(text: str, host_redactor: Callable[[str], str] | None = None) -> str:
     except Exception as exc:
         log.warning("session guard: detect-secrets pass failed (%s: %s); the guard's own pass still applied",
                     type(exc).__name__, exc)
-    if host_redactor is not None:
-        try:
-            text = host_redactor(text)
-        except Exception:
-            pass
-    return text
+    return host_pass(text, host_redactor)
+
+
+def host_pass(text: str, host_redactor: Callable[[str], str] | None) -> str:
+    """Hermes's own ``redact_sensitive_text`` last, when there is one. Fails open: the
+    guard's passes already ran, so a failing host pass is logged and the text kept."""
+    if host_redactor is None:
+        return text
+    try:
+        return host_redactor(text)
+    except Exception as exc:
+        log.warning("session guard: Hermes's redaction pass failed (%s: %s); the guard's own passes still applied",
+                    type(exc).__name__, exc)
+        return text

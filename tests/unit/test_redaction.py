@@ -70,3 +70,14 @@ def test_a_failing_host_redactor_keeps_the_guard_pass() -> None:
         raise RuntimeError("boom")
 
     assert redact("passwd: hunter2hunter2", broken) == "passwd: [REDACTED]"
+
+
+def test_a_failing_host_pass_keeps_the_guards_redaction_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(_text: str) -> str:
+        raise ValueError("host redactor broke")
+
+    with caplog.at_level("WARNING", logger="hermes_session_guard"):
+        out = redact("password=hunter2hunter2 and more", broken)
+    assert "hunter2hunter2" not in out and MASK in out
+    assert any("Hermes's redaction pass failed" in r.getMessage() and "ValueError" in r.getMessage()
+               for r in caplog.records)
