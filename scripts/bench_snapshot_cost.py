@@ -94,7 +94,7 @@ def _seed(template: Path, n: int, chars: int, base_url: str, py: str, env: dict[
     starts with an empty WAL."""
     code = (
         "import os, sys, logging; logging.disable(logging.WARNING)\n"
-        "from pathlib import Path\nfrom hermes_session_guard import probe\n"
+        "from pathlib import Path\nfrom hermes_session_guard.selftest import probe\n"
         "home = Path(os.environ['HERMES_HOME'])\n"
         f"probe.write_config(home, {base_url!r}, plugin_enabled=False, in_place={_IN_PLACE[mode]!r})\n"
         "db = probe.open_db(home / 'state.db')\n"

@@ -41,13 +41,17 @@ _counter = _CompressionCounter()
 
 def _patched_targets() -> dict[str, bool]:
     from hermes_session_guard import current_runtime
+    from hermes_session_guard.seam_behaviour import SeamKind
     from hermes_session_guard.seams import apply as instrumentation
+    from hermes_session_guard.seams.table import rows_for
 
     runtime = current_runtime()
     out: dict[str, bool] = {}
     for status in runtime.seams if runtime else []:
         if status.state != "patched":
             continue
+        if any(row.kind is SeamKind.INSTANCE_SHIM for row in rows_for(status.name)):
+            continue  # shims host objects as they are made; nothing at class level carries __wrapped__
         module, _, attribute = status.target.partition(":")
         try:
             _, _, obj = instrumentation._resolve(module, attribute)

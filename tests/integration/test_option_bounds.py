@@ -46,7 +46,7 @@ lock_config = one.lock_config
 ROOT = Path(__file__).resolve().parents[2]
 _DISCOVER = (
     "import hermes_session_guard, logging, sys\n"
-    "from hermes_session_guard import probe\n"
+    "from hermes_session_guard.selftest import probe\n"
     "logging.basicConfig(stream=sys.stderr, level=logging.ERROR, format='%(name)s %(levelname)s %(message)s')\n"
     "probe.discover_guard()\n"
     "print('RUNTIME', hermes_session_guard.current_runtime() is not None)\n"

@@ -36,7 +36,7 @@ ROUNDS = 3
 FIXTURES = [p for p in HOST_FIXTURES if p.name.endswith(("anomaly-b", "rotation"))]
 _RACER = (
     "import os, sys, time\n"
-    "from hermes_session_guard import cli\n"
+    "from hermes_session_guard.commands import cli\n"
     "from hermes_session_guard.commands import repair\n"  # everything imported before the start signal
     "import hermes_state\n"
     "go = sys.argv[1]\n"
@@ -175,7 +175,7 @@ def test_a_running_agent_blocks_repair_and_a_killed_one_does_not(home: Path, db:
     import signal
 
     probe.seed_session(db, SID, probe.seed_messages(4))
-    code = ("import sys, time\nfrom hermes_session_guard import presence\n"
+    code = ("import sys, time\nfrom hermes_session_guard.locks import presence\n"
             "presence.announce(sys.argv[1])\nprint('announced', flush=True)\ntime.sleep(120)\n")
     agent = subprocess.Popen([sys.executable, "-c", code, str(home / "state.db")], env=_env(home),
                              stdout=subprocess.PIPE, text=True)
