@@ -17,11 +17,14 @@ from .hostinfo import hermes_home
 from .runtime import current_runtime
 from .seams.apply import install as _install
 from .seams.apply import is_installed, uninstall
+from .store.snapshots import bind_archived_reader as _bind_archived_reader
 from .summaries import host_port as _host_port
 
 # The composition root: summaries/ reads Hermes's markers and state.db through host/,
 # handed in here so it never imports host/ (docs/architecture.md, rule 3).
 _host_port.bind(_host)
+# store/ reads snapshots by reference (Hermes's archived rows, native mode) through host/.
+_bind_archived_reader(_host.referenced_messages)
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
+import logging
 import os
+import sys
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 HOST_DISTRIBUTION = "hermes-agent"
+
+log = logging.getLogger("hermes_session_guard")
 
 Version = tuple[int, ...]
 
@@ -28,19 +36,73 @@ def parse_version(text: str) -> Version:
     return tuple(parts)
 
 
-def installed_version() -> str | None:
-    try:
-        return metadata.version(HOST_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
+@dataclass(frozen=True)
+class HostRelease:
+    """The Hermes release in this environment and how it was found.
+
+    ``found_by`` is ``distribution`` (the ``hermes-agent`` distribution's metadata:
+    a wheel from the package index or an installer checkout) or ``hermes_cli``
+    (``hermes_cli.__version__``: forks and repackagings installed under another
+    distribution name, source trees on ``sys.path``). ``distribution`` names the
+    distribution that owns ``hermes_cli`` when that is not ``hermes-agent``."""
+
+    version: str
+    found_by: str
+    path: str | None
+    distribution: str | None = None
+
+    def describe(self) -> str:
+        if self.found_by == FOUND_BY_DISTRIBUTION:
+            return f"distribution {HOST_DISTRIBUTION} {self.version}"
+        owner = f", installed as distribution {self.distribution}" if self.distribution else ""
+        return f"hermes_cli.__version__ {self.version}{owner} (no {HOST_DISTRIBUTION} distribution)"
 
 
-def install_path() -> str | None:
+FOUND_BY_DISTRIBUTION = "distribution"
+FOUND_BY_MODULE = "hermes_cli"
+
+
+def find_host() -> HostRelease | None:
+    """Hermes in this Python environment: by the ``hermes-agent`` distribution, else
+    by importing ``hermes_cli`` and reading its ``__version__`` (a light package: its
+    ``__init__`` only repairs stdio encodings); ``None`` when neither is there."""
     try:
         dist = metadata.distribution(HOST_DISTRIBUTION)
     except metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        return HostRelease(dist.version, FOUND_BY_DISTRIBUTION, str(dist.locate_file("")))
+    return _host_by_module()
+
+
+@functools.lru_cache(maxsize=1)
+def _host_by_module() -> HostRelease | None:
+    if importlib.util.find_spec("hermes_cli") is None:
         return None
-    return str(dist.locate_file(""))
+    owners = metadata.packages_distributions().get("hermes_cli") or []
+    owner = owners[0] if owners else None
+    try:
+        module = importlib.import_module("hermes_cli")
+        version = str(module.__version__)
+    except Exception as exc:  # a fork's lazy __version__ may raise; its distribution still says
+        log.warning("session guard: hermes_cli.__version__ could not be read (%s: %s)", type(exc).__name__, exc)
+        if owner is None:
+            return None
+        version = metadata.version(owner)
+        module = sys.modules.get("hermes_cli")
+    location = getattr(module, "__file__", None)
+    path = str(Path(location).resolve().parents[1]) if location else None
+    return HostRelease(version, FOUND_BY_MODULE, path, owner)
+
+
+def installed_version() -> str | None:
+    host = find_host()
+    return host.version if host else None
+
+
+def install_path() -> str | None:
+    host = find_host()
+    return host.path if host else None
 
 
 def hermes_home() -> Path:

@@ -23,7 +23,10 @@ class Strategy(StrEnum):
     """How the host is kept from rotating the session id during a compression."""
 
     DETACH_DB = "detach_db"  # 0.13-0.17: run the host's compression with its SessionDB detached
-    HOST_IN_PLACE = "host_in_place"  # 0.18+: the host's own in-place compaction
+    HOST_IN_PLACE = "host_in_place"  # 0.18-0.19: the host's own in-place compaction, under the guard's hold
+    # 0.20+: Hermes compacts in place under its own holder-checked lock; the guard neither
+    # locks nor replaces anything, it tags, references the archived rows and records
+    HOST_NATIVE = "host_native"
 
 
 class FlushCursor(StrEnum):
@@ -45,7 +48,8 @@ class LockMode(StrEnum):
     """Which cross-process lease serialises compressions of one session."""
 
     GUARD = "guard"  # the guard's session_guard_locks
-    NATIVE = "native"  # Hermes's compression_locks
+    NATIVE = "native"  # Hermes's compression_locks, held by the guard
+    HOST = "host"  # Hermes's compression_locks, taken and checked by Hermes alone (native mode)
 
 
 class FailurePolicy(StrEnum):
@@ -98,6 +102,14 @@ class SeamKind(StrEnum):
 
     WRAP = "wrap"  # the class or module attribute is wrapped (instrumentation applies it)
     INSTANCE_SHIM = "instance shim"  # host objects get a per-instance attribute from the named function
+
+
+class Effect(StrEnum):
+    """What patching a row does to Hermes: on a release newer than the table only
+    ``observe`` rows may be patched on a signature match alone."""
+
+    CHANGES = "changes"  # compression, locks, turn order, buffering, delivery, requests: changes behaviour
+    OBSERVE = "observe"  # read-only and display: what a person sees or a read returns, never what is stored
 
 
 class SeamState(StrEnum):

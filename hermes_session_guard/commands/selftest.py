@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host import engines as engine_support
-from ..hostinfo import hermes_home, install_path, installed_version
+from ..hostinfo import find_host, hermes_home
 from ..maintenance.plugin_config import PluginConfigError, guard_enabled
 from ..maintenance.state_inspection import HomeError, check
 from ..seams import supported
@@ -90,12 +90,15 @@ def run(args: argparse.Namespace) -> int:
         home, home_report = user_home()
     except (HomeError, PluginConfigError) as exc:
         return fail(str(exc), args.json)
-    version = installed_version()
-    report: dict[str, Any] = {"hermes_version": version, "hermes_path": install_path(), "home": home_report}
+    found = find_host()
+    version = found.version if found else None
+    report: dict[str, Any] = {"hermes_version": version, "hermes_path": found.path if found else None,
+                              "hermes_found_by": found.describe() if found else None, "home": home_report}
     protected = home is None or bool(home_report["guard_enabled"])
     if version is None:
-        report.update(ok=False, error="hermes-agent is not installed in this Python environment "
-                      f"({sys.executable}); install the guard into the environment Hermes runs from")
+        report.update(ok=False, error="Hermes is not installed in this Python environment "
+                      f"({sys.executable}): no hermes-agent distribution and no importable hermes_cli; install "
+                      "the guard into the environment Hermes runs from")
         probe: dict[str, Any] = {"checks": [], "seams": []}
     else:
         probe = run_probe(args.timeout)
@@ -114,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}")
+        print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}"
+              + (f" (found by {report['hermes_found_by']})" if report.get("hermes_found_by") else ""))
         print(supported.describe(version))
         if report.get("compat_note"):
             print(f"UNTESTED RELEASE: {report['compat_note']}")

@@ -132,6 +132,8 @@ from .persistence import (
     repairs_pending,
 )
 from .reads import (
+    live_row_ranges,
+    referenced_messages,
     close_readers,
     compression_ancestors,
     last_row_id,
@@ -227,6 +229,8 @@ __all__ = [
     "compression_ancestors",
     "stored_turns",
     "last_row_id",
+    "live_row_ranges",
+    "referenced_messages",
     "stored_message",
     "delivered_nothing",
     "shim_adapter",

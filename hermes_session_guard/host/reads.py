@@ -3,6 +3,7 @@ turns and single messages, through one shared read-only connection per database.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
@@ -145,3 +146,59 @@ def stored_message(db_path: Path, row_id: int) -> str | None:
         return None
     finally:
         conn.close()
+
+
+def live_row_ranges(db_path: Path, sid: str) -> list[tuple[int, int]]:
+    """The ids of a session's live (``active = 1``) rows as ``(first, last)`` runs; empty
+    when it has none or the read fails. Native mode (0.20+) reads it when the context
+    engine returns, after Hermes took its lock and watermark: the rows its commit
+    summarises away or carries over, i.e. the transcript before this compaction."""
+    try:
+        ids = [int(r[0]) for r in _read_only(db_path).execute(
+            "SELECT id FROM messages WHERE session_id = ? AND active = 1 ORDER BY id", (sid,)).fetchall()]
+    except sqlite3.Error as exc:
+        log.debug("session guard: reading the live rows failed: %s", exc)
+        return []
+    runs: list[tuple[int, int]] = []
+    for row_id in ids:
+        if runs and row_id == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], row_id)
+        else:
+            runs.append((row_id, row_id))
+    return runs
+
+
+_ARCHIVED_COLUMNS = ("role", "content", "tool_call_id", "tool_calls", "tool_name")
+
+
+def referenced_messages(db_path: Path, sid: str, runs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """The session's rows with ids in ``runs`` (inclusive ``(first, last)`` pairs) as
+    message dicts in id order: what a snapshot by reference holds (``role``, ``content``
+    and, where set, the tool call fields Hermes stores). After the compaction Hermes
+    keeps them inactive (summarised: ``compacted = 1``; carried over: a new copy is live).
+    Raises ``sqlite3.Error`` when state.db cannot be read."""
+    if not runs:
+        return []
+    conn = _read_only(db_path)
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)").fetchall()}
+    wanted = [c for c in _ARCHIVED_COLUMNS if c in cols]
+    where = " OR ".join("id BETWEEN ? AND ?" for _ in runs)
+    rows = conn.execute(
+        f"SELECT {', '.join(wanted)} FROM messages WHERE session_id = ? AND ({where}) ORDER BY id",
+        (sid, *[n for run in runs for n in run]),
+    ).fetchall()
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        msg: dict[str, Any] = {}
+        for name, value in zip(wanted, row, strict=True):
+            if name in ("role", "content"):
+                msg[name] = value
+            elif value not in (None, ""):
+                if name == "tool_calls" and isinstance(value, str):
+                    try:
+                        value = json.loads(value)
+                    except ValueError:
+                        pass
+                msg["name" if name == "tool_name" else name] = value
+        out.append(msg)
+    return out

@@ -40,7 +40,7 @@ from ..config import GuardConfig
 from ..host import close_readers, unshim_adapters, unshim_engines
 from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
-from ..seam_behaviour import SeamKind, SeamState
+from ..seam_behaviour import Effect, SeamKind, SeamState
 from .table import (
     TESTED_RELEASES,
     SeamRow,
@@ -363,7 +363,16 @@ def _candidates_for(seam: str, runtime: Runtime) -> _Candidates | SeamStatus:
         return SeamStatus(seam, "-", SeamState.SKIPPED,
                           f"Hermes {host_version} is older than the oldest supported release "
                           f"{version_text(oldest)}; not patched", "")
-    return _Candidates(fallback_rows(seam), by_signature=True)
+    rows = [row for row in fallback_rows(seam) if row.effect is Effect.OBSERVE]
+    if not rows:
+        # Compression, locks, turn order, buffering, delivery, requests: a matching signature
+        # says nothing about what the code behind it now does (0.20's holder-checked commit
+        # refused every compaction a 0.19 row ran), so such a seam waits for a table row.
+        return SeamStatus(seam, "-", SeamState.SKIPPED,
+                          f"Hermes {host_version} is newer than the seam table (tested up to "
+                          f"{TESTED_RELEASES[-1]}); this seam changes what Hermes does and is never patched on a "
+                          "signature match alone", "")
+    return _Candidates(rows, by_signature=True)
 
 
 def _report_untested(runtime: Runtime) -> None:

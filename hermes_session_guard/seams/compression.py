@@ -67,8 +67,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +103,9 @@ from ..summaries.tags import (
 
 DETACH_DB = Strategy.DETACH_DB
 HOST_IN_PLACE = Strategy.HOST_IN_PLACE
-STRATEGIES = (DETACH_DB, HOST_IN_PLACE)
+HOST_NATIVE = Strategy.HOST_NATIVE
+STRATEGIES = (DETACH_DB, HOST_IN_PLACE, HOST_NATIVE)
+IN_PLACE_STRATEGIES = (HOST_IN_PLACE, HOST_NATIVE)  # the host keeps the id itself: stepping aside cannot rotate
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -150,6 +152,17 @@ def compressing_session() -> str | None:
     """The session whose compression this thread is running (the host rebuilds the
     system prompt inside it, before the snapshot exists)."""
     return getattr(_active, "session_id", None)
+
+
+@contextmanager
+def compressing_scope(session_id: str) -> Iterator[None]:
+    """Mark this thread as running ``session_id``'s compression (see :func:`compressing_session`)."""
+    previous = compressing_session()
+    _active.session_id = session_id
+    try:
+        yield
+    finally:
+        _active.session_id = previous
 
 
 def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], bool]) -> str:
@@ -433,10 +446,8 @@ class _Operation:
             )
             self.produced = {text_hash(message_text(engine_output[i])) for i in made}
 
-        previous = compressing_session()
-        _active.session_id = sid
         try:
-            with host.watching_engine(agent, decorate) as verdict:
+            with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
                         compressed, system_prompt = self.call_host()
@@ -448,8 +459,6 @@ class _Operation:
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
-        finally:
-            _active.session_id = previous
 
         try:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],

@@ -12,8 +12,9 @@ from ..audit import new_op_id
 from ..fail_open import fail_open as _fail_open
 from ..locks.session_lock import LOCK_GUARD
 from ..runtime import Runtime
-from ..seam_behaviour import FailurePolicy, LockMode
-from .compression import LockPolicy, guarded_compression
+from ..seam_behaviour import FailurePolicy, LockMode, Strategy
+from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
+from .native_compaction import native_compression
 from .row import SeamRow, Wrapper
 
 log = logging.getLogger("hermes_session_guard")
@@ -46,6 +47,9 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
+            if strategy == Strategy.HOST_NATIVE:
+                return native_compression(runtime, agent, messages, call_host,
+                                          native_summary_key=row.behaviour.native_summary_key or None)
             return guarded_compression(
                 runtime, strategy, agent, messages, call_host,
                 native_summary_key=row.behaviour.native_summary_key or None,
@@ -54,7 +58,10 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         except Exception as exc:
             if called:
                 raise
-            return skipped_before_host(runtime, row, agent_of(instance, args, kwargs), args, kwargs, instance, exc)
+            agent = agent_of(instance, args, kwargs)
+            if strategy in IN_PLACE_STRATEGIES:
+                return stepped_aside(runtime, row, agent, args, kwargs, exc, wrapped)
+            return skipped_before_host(runtime, row, agent, args, kwargs, instance, exc)
 
     return wrapper
 
@@ -99,6 +106,43 @@ def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[
     except Exception:
         prompt = str(getattr(agent, "_cached_system_prompt", None) or system_message or "")
     return messages, prompt
+
+
+def stepped_aside(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  exc: BaseException, wrapped: Any) -> Any:
+    """A guard error before the host's compression ran, on a host that compacts in place
+    (0.18+): the guard steps aside and Hermes's own compaction runs as without the guard,
+    in place (the id is kept), so installing the guard never stops compaction. One ERROR
+    line and a ``compression.failed`` event (``stage=before_host``, ``stepped_aside``) name
+    the cause. On a rotating host the D15 rule stands instead (:func:`skipped_before_host`)."""
+    cause = f"{type(exc).__name__}: {exc}"
+    sid = None
+    try:
+        sid = host.session_id(agent)
+    except Exception as read_exc:
+        log.debug("session guard: no session id on the agent: %s", read_exc)
+    log.error(
+        "session guard: seam %s failed before the host ran (%s); stepping aside: Hermes compacts %s in place "
+        "on its own this time. Run `hermes-session-guard selftest`.", row.target, cause, sid or "(unknown session)",
+    )
+    try:
+        runtime.audit.operation(sid or "-", new_op_id()).error(
+            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
+            stepped_aside=True,
+        )
+    except Exception as audit_exc:
+        log.debug("session guard: could not audit the step-aside: %s", audit_exc)
+    scope: Any = host.forced_in_place(agent)
+    try:
+        scope.__enter__()
+    except Exception as scope_exc:  # an agent that refuses the attribute: Hermes's own setting decides
+        log.debug("session guard: could not force in-place compaction: %s", scope_exc)
+        scope = None
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        if scope is not None:
+            scope.__exit__(None, None, None)
 
 
 def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..hostinfo import Version
 from ..runtime import Runtime
-from ..seam_behaviour import Behaviour, FailurePolicy, SeamKind
+from ..seam_behaviour import Behaviour, Effect, FailurePolicy, SeamKind
 
 Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -31,12 +31,15 @@ class SeamRow:
     kind: SeamKind = SeamKind.WRAP
     # an instance shim: the function that gives host objects their per-instance attribute
     applied_by: Callable[..., Any] | None = None
+    # ``observe`` rows (read-only, display) may be patched on a release newer than the table
+    effect: Effect = Effect.CHANGES
 
     def __post_init__(self) -> None:
         # the table is written with plain words; the row holds the typed values
         object.__setattr__(self, "failure_policy", FailurePolicy(self.failure_policy))
         object.__setattr__(self, "behaviour", Behaviour.of(self.behaviour))
         object.__setattr__(self, "kind", SeamKind(self.kind))
+        object.__setattr__(self, "effect", Effect(self.effect))
 
     @property
     def target(self) -> str:

@@ -108,20 +108,28 @@ def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
+def _agent(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The agent of a method seam (``instance``) or of a module function taking it first (0.21+)."""
+    if instance is not None:
+        return instance
+    return args[0] if args else kwargs.get("agent")
+
+
 def request_tools_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``AIAgent._build_api_kwargs``: offer ``session_guard_recall`` only to sessions
     with compacted history; remember which state.db the session lives in."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        agent = _agent(instance, args, kwargs)
         try:
-            sid = host.session_id(instance)
-            runtime.remember_session(sid, host.db_path(instance))
-            hide = set() if RECALL_TOOL not in host.tool_names(instance) or offered(runtime, instance) \
+            sid = host.session_id(agent)
+            runtime.remember_session(sid, host.db_path(agent))
+            hide = set() if RECALL_TOOL not in host.tool_names(agent) or offered(runtime, agent) \
                 else {RECALL_TOOL}
         except Exception as exc:
             fail_open(row, exc, "the recall tool is offered as the host configured it")
             return wrapped(*args, **kwargs)
-        with host.tools_hidden(instance, hide):
+        with host.tools_hidden(agent, hide):
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -137,11 +145,12 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         try:
             from .compression import compressing_session
 
-            sid = host.session_id(instance)
+            agent = _agent(instance, args, kwargs)
+            sid = host.session_id(agent)
             if (
                 isinstance(prompt, str) and SYSTEM_RULE not in prompt
-                and RECALL_TOOL in host.tool_names(instance) and runtime.config.recall.enabled
-                and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(instance)))
+                and RECALL_TOOL in host.tool_names(agent) and runtime.config.recall.enabled
+                and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(agent)))
             ):
                 return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
         except Exception as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..hostinfo import parse_version
 
 SUPPORTED_LOW = "0.13"
-SUPPORTED_HIGH = "0.20"
+SUPPORTED_HIGH = "0.23"
 SUPPORTED_HERMES = f"hermes-agent>={SUPPORTED_LOW},<{SUPPORTED_HIGH}"
 EXTRA = "hermes-session-guard[hermes]"
 

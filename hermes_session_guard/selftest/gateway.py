@@ -137,7 +137,7 @@ async def start_gateway(record_edits: bool = False, resume_interrupted: bool = T
     (``record_edits``: see :func:`make_adapter_class`; ``resume_interrupted=False`` skips
     ``start()``'s resuming of restart-interrupted sessions)."""
     GatewayConfig, Platform, PlatformConfig, *_ = _imports()
-    from gateway.config import SessionResetPolicy
+    import gateway.config as gateway_config
 
     os.environ.setdefault("GATEWAY_ALLOW_ALL_USERS", "true")
     import gateway.run as gr
@@ -148,9 +148,10 @@ async def start_gateway(record_edits: bool = False, resume_interrupted: bool = T
     gr._hermes_home = get_hermes_home()
     hermes_state.DEFAULT_DB_PATH = get_hermes_home() / "state.db"
     # never Hermes's default daily (04:00) / 24 h idle session reset: a session made earlier
-    # (a fixture, a seeded transcript) must keep its routing
-    config = GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)},
-                           default_reset_policy=SessionResetPolicy(mode="none"))
+    # (a fixture, a seeded transcript) must keep its routing (0.21+ has no automatic reset)
+    reset_policy = getattr(gateway_config, "SessionResetPolicy", None)
+    reset = {"default_reset_policy": reset_policy(mode="none")} if reset_policy is not None else {}
+    config = GatewayConfig(platforms={Platform.TELEGRAM: PlatformConfig(enabled=True)}, **reset)
     runner = gr.GatewayRunner(config)
     adapter = make_adapter_class(record_edits)()
     await adapter.connect()

@@ -16,9 +16,12 @@ import sqlite3
 # 3: all of them.
 # 4: adds the inbox of messages buffered while a session compresses
 #    (``session_guard_inbox``; a layout that already had it carried 1).
+# 5: adds snapshots by reference (``session_guard_snapshot_refs``): on hosts that keep
+#    the pre-compaction rows themselves (native mode, 0.20+) a snapshot names the ids of
+#    Hermes's own rows (``row_ranges``: ``first-last`` runs) instead of holding a copy.
 # Every table is created if missing on connect, so a file from any earlier layout
 # gains what it lacks.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 LOCK_TABLE = "session_guard_locks"  # the guard's own compression leases (see session_lock)
 
@@ -48,6 +51,13 @@ CREATE TABLE IF NOT EXISTS session_guard_snapshot_messages (
     content TEXT,
     message_json TEXT NOT NULL,
     PRIMARY KEY (snapshot_id, position)
+);
+CREATE TABLE IF NOT EXISTS session_guard_snapshot_refs (
+    snapshot_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    row_ranges TEXT NOT NULL,
+    row_count INTEGER NOT NULL,
+    content_digest TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS session_guard_compressions (
     op_id TEXT PRIMARY KEY,

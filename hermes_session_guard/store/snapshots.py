@@ -1,11 +1,19 @@
-"""Snapshots: the verbatim messages a compression replaced
-(``session_guard_snapshots`` and ``session_guard_snapshot_messages``). Immutable once written."""
+"""Snapshots: the verbatim messages a compression replaced, immutable once written.
+
+Two forms, read through the same methods: a copy (``session_guard_snapshot_messages``,
+every release before native mode and every snapshot written by earlier versions) and a
+reference (``session_guard_snapshot_refs``: the ids of the session's rows that were live
+when the compaction ran, which Hermes itself keeps after it, inactive; with the row count
+and a digest taken when it was written). A reference is read through the archived-rows reader the package
+root binds (:func:`bind_archived_reader`); ``store/`` itself names only its own tables.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +66,43 @@ def snapshots_recorded(db_path: Path, session_id: str) -> bool:
         return False
     finally:
         conn.close()
+
+#: ``(state.db path, session id, [(first id, last id), ...]) -> messages`` (host/reads.referenced_messages)
+ArchivedReader = Callable[[Path, str, list[tuple[int, int]]], list[dict[str, Any]]]
+_archived_reader: ArchivedReader | None = None
+
+
+def bind_archived_reader(reader: ArchivedReader) -> None:
+    """Hand ``store/`` the reader of Hermes's archived rows (the package root does, once)."""
+    global _archived_reader
+    _archived_reader = reader
+
+
+class SnapshotGone(RuntimeError):
+    """A snapshot by reference whose rows Hermes no longer holds as they were."""
+
+
+def format_runs(runs: list[tuple[int, int]]) -> str:
+    return ",".join(f"{a}-{b}" for a, b in runs)
+
+
+def parse_runs(text: str) -> list[tuple[int, int]]:
+    runs = []
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        runs.append((int(first), int(last or first)))
+    return runs
+
+
+def content_digest(messages: Iterable[dict[str, Any]]) -> str:
+    """A digest of the messages' roles and texts, to notice rows rewritten after the fact."""
+    h = hashlib.sha256()
+    for msg in messages:
+        content = msg.get("content")
+        h.update(f"{msg.get('role')}\x1f{content if isinstance(content, str) else repr(content)}\x1e"
+                 .encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
 
 class SnapshotRepository(RecallIndexRepository):
     """Writes and reads snapshots; a snapshot written with ``index_text`` enters the
@@ -129,8 +174,78 @@ class SnapshotRepository(RecallIndexRepository):
                 self._index_snapshot(conn, session_id, snapshot_id, first,
                                      [(role, content, raw) for _sid, _p, role, content, raw in rows], index_text)
         return info
+    def write_snapshot_reference(
+        self,
+        *,
+        snapshot_id: str,
+        session_id: str,
+        row_runs: list[tuple[int, int]],
+        op_id: str | None = None,
+        first_turn: int | None = None,
+        host_version: str | None = None,
+        host_mode: str | None = None,
+        created_at: float | None = None,
+    ) -> SnapshotInfo:
+        """Record a snapshot that names Hermes's own rows ``row_runs`` of ``session_id``
+        (read now, to count and digest them) instead of copying them."""
+        messages = self._archived(session_id, row_runs)
+        first = 1 if first_turn is None else first_turn
+        info = SnapshotInfo(
+            snapshot_id=snapshot_id, session_id=session_id, op_id=op_id,
+            created_at=time.time() if created_at is None else created_at, message_count=len(messages),
+            first_turn=first, last_turn=first + len(messages) - 1, reason="compression",
+            host_version=host_version, host_mode=host_mode,
+        )
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO session_guard_snapshots(snapshot_id, session_id, op_id, created_at,"
+                " message_count, first_turn, last_turn, reason, host_version, host_mode)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (info.snapshot_id, info.session_id, info.op_id, info.created_at, info.message_count,
+                 info.first_turn, info.last_turn, info.reason, info.host_version, info.host_mode),
+            )
+            conn.execute(
+                "INSERT INTO session_guard_snapshot_refs(snapshot_id, session_id, row_ranges, row_count,"
+                " content_digest) VALUES (?,?,?,?,?)",
+                (snapshot_id, session_id, format_runs(row_runs), len(messages), content_digest(messages)),
+            )
+        return info
+
+    def _archived(self, session_id: str, runs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        if _archived_reader is None:
+            raise SnapshotGone("no reader of Hermes's rows is bound (import hermes_session_guard)")
+        return _archived_reader(Path(self.db_path), session_id, runs)
+
+    def _reference(self, snapshot_id: str) -> tuple[str, list[tuple[int, int]], int, str] | None:
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT session_id, row_ranges, row_count, content_digest"
+                " FROM session_guard_snapshot_refs WHERE snapshot_id = ?", (snapshot_id,),
+            ).fetchone()
+        return (str(row[0]), parse_runs(str(row[1])), int(row[2]), str(row[3])) if row else None
+
+    def referenced_messages(self, snapshot_id: str) -> list[dict[str, Any]] | None:
+        """The messages of a snapshot by reference (None for a copied snapshot). Raises
+        :class:`SnapshotGone` when Hermes no longer holds the rows as they were (deleted,
+        rewritten, or the session pruned): never a silent partial transcript."""
+        ref = self._reference(snapshot_id)
+        if ref is None:
+            return None
+        session_id, runs, count, digest = ref
+        messages = self._archived(session_id, runs)
+        if len(messages) != count or content_digest(messages) != digest:
+            raise SnapshotGone(f"snapshot {snapshot_id} names rows {format_runs(runs)} of session {session_id} that "
+                               f"Hermes no longer holds as they were ({len(messages)} of {count} rows"
+                               f"{'' if len(messages) != count else ', content changed'})")
+        return messages
+
     def snapshot_message(self, snapshot_id: str, position: int) -> dict[str, Any] | None:
         """Message at 1-based ``position`` of a snapshot."""
+        referenced = self.referenced_messages(snapshot_id)
+        if referenced is not None:
+            info = self.snapshot_info(snapshot_id)
+            index = position - ((info.first_turn if info else None) or 1)
+            return referenced[index] if 0 <= index < len(referenced) else None
         with self.reading() as conn:
             row = conn.execute(
                 "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
@@ -142,6 +257,11 @@ class SnapshotRepository(RecallIndexRepository):
 
     def snapshot_turns(self, snapshot_id: str, first: int, last: int) -> list[tuple[int, dict[str, Any]]]:
         """``(turn, message)`` for turns ``first..last`` of a snapshot."""
+        referenced = self.referenced_messages(snapshot_id)
+        if referenced is not None:
+            info = self.snapshot_info(snapshot_id)
+            start = (info.first_turn if info else None) or 1
+            return [(start + i, m) for i, m in enumerate(referenced) if first <= start + i <= last]
         with self.reading() as conn:
             base = conn.execute(
                 "SELECT COALESCE(first_turn, 1) FROM session_guard_snapshots WHERE snapshot_id = ?", (snapshot_id,)
@@ -183,6 +303,10 @@ class SnapshotRepository(RecallIndexRepository):
     def snapshot_messages(self, snapshot_id: str, session_id: str | None = None) -> list[dict[str, Any]]:
         """The messages of one snapshot, in order. With ``session_id`` the snapshot
         must belong to that session (else an empty list)."""
+        referenced = self.referenced_messages(snapshot_id)
+        if referenced is not None:
+            ref = self._reference(snapshot_id)
+            return referenced if session_id is None or (ref and ref[0] == session_id) else []
         query = (
             "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
             " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
