@@ -72,7 +72,7 @@ def event_from_payload(payload: dict[str, Any], seq: int | None = None) -> Any:
     from gateway.platforms.base import MessageEvent, MessageType
     from gateway.session import SessionSource
 
-    known = {f.name for f in dataclasses.fields(MessageEvent)}
+    known = {f.name for f in dataclasses.fields(MessageEvent) if f.init}  # 0.21+ has init=False fields
     kwargs: dict[str, Any] = {k: v for k, v in payload.items() if k in known}
     if kwargs.get("source") is not None:
         kwargs["source"] = SessionSource.from_dict(kwargs["source"])

@@ -427,7 +427,10 @@ def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: lis
         answered = reply.get("final_response") == "probe ok"
     except Exception as exc:  # a 400 surfaces as an error result or an exception, depending on the host
         answered, reply = False, {"error": f"{type(exc).__name__}: {exc}"}
-    chats = llm.chat_requests()
+    # The turn's own request (a host may make side requests after it: a title, a review)
+    chats = [c for c in llm.chat_requests()
+             if any(isinstance(m, dict) and m.get("content") == "probe: one more question"
+                    for m in c.body.get("messages", []))]
     sent = chats[-1].body.get("messages", []) if chats else []
     carried = any(is_summary_text(str(m.get("content"))) for m in sent)
     clean = not llm.violations and not any("is_compressed_summary" in m for m in sent if isinstance(m, dict))
