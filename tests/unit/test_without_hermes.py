@@ -58,7 +58,8 @@ def home(tmp_path: Path) -> Path:
 def test_selftest_says_hermes_is_not_installed(home: Path) -> None:
     proc = _run(["selftest"], home)
     assert proc.returncode == 1, proc.stderr
-    assert "error: hermes-agent is not installed in this Python environment" in proc.stdout
+    assert "error: Hermes is not installed in this Python environment" in proc.stdout
+    assert "no hermes-agent distribution and no importable hermes_cli" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr and "No module named" not in proc.stdout + proc.stderr
 
 
