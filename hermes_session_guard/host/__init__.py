@@ -132,11 +132,11 @@ from .persistence import (
     repairs_pending,
 )
 from .reads import (
-    live_row_ranges,
-    referenced_messages,
     close_readers,
     compression_ancestors,
     last_row_id,
+    live_row_ranges,
+    referenced_messages,
     stored_message,
     stored_turns,
 )

@@ -258,6 +258,8 @@ class _Operation:
         self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
         # Content hashes of the summaries an engine of its own produced (known by position).
         self.produced: set[str] = set()
+        # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
+        self.referenced: list[tuple[int, int]] = []
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -358,6 +360,11 @@ class _Operation:
                 self.warn_phase()
 
     def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
+        if lock.mode == LockMode.HOST:
+            # Native mode (0.20+): Hermes takes its own lease and checks it inside its commit;
+            # a lease of the guard's would be a second holder that commit refuses.
+            self.lock_fields = {"lock": "host"}
+            return self.compress_locked()
         cfg = self.runtime.config.lock
         try:
             lease = _lease_table(self.runtime, lock.mode, self.agent, self.store, self.strategy)
@@ -416,6 +423,10 @@ class _Operation:
         arrived: list[list[Any]] = [foreign]
 
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if strategy == HOST_NATIVE and engine_output and engine_output != engine_input:
+                # Hermes took its lease and watermark before calling the engine: the rows live
+                # now are the transcript its commit replaces (the snapshot references them).
+                self.referenced = host.live_row_ranges(self.db_path, sid)
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
                 # returns, including what other writers stored during the summary call:
@@ -478,7 +489,11 @@ class _Operation:
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
                                         system_prompt=system_prompt)
-        if strategy == HOST_IN_PLACE and host.session_db(agent) is not None and not host.compacted_in_place(agent):
+        if strategy in IN_PLACE_STRATEGIES and host.session_db(agent) is not None \
+                and not host.compacted_in_place(agent):
+            if strategy == HOST_NATIVE and getattr(agent, "_compression_skipped_due_to_lock", None):
+                return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
+                                            system_prompt=system_prompt)
             # Hermes logs a failed archive_and_compact (locked, read-only or full state.db) and still
             # returns the compacted list; continuing with it would append the summary and tail after
             # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
@@ -487,7 +502,7 @@ class _Operation:
                 "failed", "Hermes could not write the compacted transcript to state.db (see its warning); "
                 "the conversation continues uncompressed", "warning", system_prompt=system_prompt,
             )
-        if strategy == HOST_IN_PLACE:
+        if strategy in IN_PLACE_STRATEGIES:
             self.persisted = compressed
 
         if self.grant is not None and not self.grant.still_held():
@@ -512,7 +527,9 @@ class _Operation:
         if strategy == DETACH_DB:
             foreign = self.arrived_meanwhile(foreign)
         try:
-            if self.written_ahead is None:  # 0.14, a deferred write-ahead, or an engine the shim did not reach
+            if strategy == HOST_NATIVE:
+                snapshot_id = self.write_reference(snapshot_id, created_at)
+            elif self.written_ahead is None:  # 0.14, a deferred write-ahead, or an engine the shim did not reach
                 self.write_snapshot(snapshot_id, created_at)
             if strategy == DETACH_DB:
                 final = compressed + foreign
@@ -529,7 +546,13 @@ class _Operation:
             # The host already compacted in place and archived the old rows itself.
             self.audit.warning("snapshot.failed", reason=reason)
             snapshot_id = None
-        if strategy == HOST_IN_PLACE and foreign:
+        if strategy == HOST_NATIVE and foreign:
+            # Turns other writers stored before this compression that the agent's list lacks:
+            # Hermes 0.20 archives every live row up to its watermark, 0.22 clones the rows
+            # its compressor did not hold after the new set. Only what is not live now is
+            # carried over.
+            foreign = self.not_live(foreign)
+        if strategy in IN_PLACE_STRATEGIES and foreign:
             try:
                 host.append_messages(agent, sid, foreign)
                 compressed.extend(foreign)
@@ -589,6 +612,29 @@ class _Operation:
                                stage="before persisting the compaction")
             return foreign
 
+    def write_reference(self, snapshot_id: str | None, created_at: float) -> str | None:
+        """Native mode: the snapshot names the rows Hermes keeps (read when the engine
+        returned), instead of a second copy; None when they were not seen."""
+        if snapshot_id is None or not self.referenced:
+            self.audit.warning("snapshot.failed", reason="the rows Hermes compacted were not seen when its context "
+                               "engine returned (an engine the shim did not reach)")
+            return None
+        self.store.write_snapshot_reference(
+            snapshot_id=snapshot_id, session_id=self.sid, row_runs=self.referenced, op_id=self.op_id,
+            host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
+        )
+        return snapshot_id
+
+    def not_live(self, foreign: list[Any]) -> list[Any]:
+        try:
+            live = set(Keyed(host.live_transcript(self.agent, self.sid)).keys)
+            theirs = Keyed(foreign)
+            return [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in live]
+        except Exception as exc:
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
+                               stage="after Hermes compacted")
+            return []
+
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
         self.store.write_snapshot(
@@ -609,7 +655,7 @@ class _Operation:
         reason = f"guard error after Hermes compressed: {type(exc).__name__}: {exc}"
         hint = "Run `hermes-session-guard selftest`."
         persisted = self.persisted
-        if persisted is None and self.strategy == HOST_IN_PLACE:
+        if persisted is None and self.strategy in IN_PLACE_STRATEGIES:
             try:  # failed before the guard looked: whether Hermes wrote in place decides
                 if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
                     persisted = compressed
@@ -681,7 +727,7 @@ class _Operation:
             return self.leave_unchanged("failed", f"adopting the live transcript failed: {type(exc).__name__}: {exc}",
                                         "warning", generation=standing.generation)
         host.rebase_flush(self.agent, sid, adopted, self.flush_cursor)
-        if self.strategy == HOST_IN_PLACE:
+        if self.strategy in IN_PLACE_STRATEGIES:
             host.mark_compacted_in_place(self.agent)
         # The conversation continues with a different list: on 0.14 the gateway's own
         # transcript bookkeeping (JSONL copy, history offset) must follow it, as after a compaction.

@@ -12,9 +12,8 @@ from ..audit import new_op_id
 from ..fail_open import fail_open as _fail_open
 from ..locks.session_lock import LOCK_GUARD
 from ..runtime import Runtime
-from ..seam_behaviour import FailurePolicy, LockMode, Strategy
+from ..seam_behaviour import FailurePolicy, LockMode
 from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
-from .native_compaction import native_compression
 from .row import SeamRow, Wrapper
 
 log = logging.getLogger("hermes_session_guard")
@@ -47,9 +46,6 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
             messages = rest[0] if rest else kwargs.get("messages")
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
-            if strategy == Strategy.HOST_NATIVE:
-                return native_compression(runtime, agent, messages, call_host,
-                                          native_summary_key=row.behaviour.native_summary_key or None)
             return guarded_compression(
                 runtime, strategy, agent, messages, call_host,
                 native_summary_key=row.behaviour.native_summary_key or None,

@@ -395,8 +395,8 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.21.0": {},
             "0.21.0+": {"module": "model_tools",
-                        "note": "tool dispatch (agent_runtime_helpers.invoke_tool) calls model_tools.handle_function_call;"
-                                " run_agent's name is a compat alias (0.21+)"},
+                        "note": "tool dispatch (agent_runtime_helpers.invoke_tool) calls "
+                                "model_tools.handle_function_call; run_agent's name is a compat alias (0.21+)"},
         },
     ),
     *seam(

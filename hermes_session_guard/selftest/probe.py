@@ -14,7 +14,9 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -262,7 +264,14 @@ def import_display_modules(runtime: Any) -> list[str]:
             imported.append(row.module)
         except Exception as exc:  # reported through the row's status
             imported.append(f"{row.module} ({type(exc).__name__}: {exc})")
-    apply_pending()
+    # apply_pending never blocks (it runs inside imports): the seams' own watcher thread may
+    # hold the lock for a moment, so ask until nothing imported is left waiting.
+    for _ in range(200):
+        apply_pending()
+        if not any(s.state == "pending" and (_row_module(runtime, s.name) or "") in sys.modules
+                   for s in runtime.seams):
+            break
+        time.sleep(0.01)
     return imported
 
 
@@ -431,7 +440,7 @@ def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: lis
     chats = [c for c in llm.chat_requests()
              if any(isinstance(m, dict) and m.get("content") == "probe: one more question"
                     for m in c.body.get("messages", []))]
-    sent = chats[-1].body.get("messages", []) if chats else []
+    sent = max((c.body.get("messages", []) for c in chats), key=len, default=[])  # a title request is short
     carried = any(is_summary_text(str(m.get("content"))) for m in sent)
     clean = not llm.violations and not any("is_compressed_summary" in m for m in sent if isinstance(m, dict))
     return result.check(

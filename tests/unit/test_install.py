@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 import hermes_session_guard
+from hermes_session_guard.seam_behaviour import Effect
 from hermes_session_guard.seams import apply as instrumentation
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE
-from hermes_session_guard.seam_behaviour import Effect
 from hermes_session_guard.seams.table import SeamRow
 
 calls: list[str] = []
