@@ -137,27 +137,36 @@ def case(*names: str, policy: str) -> Callable[[Callable[[Ctx], None]], Callable
 
 @case("compression", policy="closed")
 def _compression(ctx: Ctx) -> None:
-    # Before the host runs: the compression is skipped, never run unguarded (the host
-    # would rotate the id, ADR D15): messages and id unchanged, one ERROR line and a
-    # compression.failed event name the cause; the next attempt compresses, guarded.
+    # Before the host runs, on a host that compacts in place (0.18+): the guard steps aside
+    # and Hermes's own compaction runs, in place (ADR 0002): the id stays, the transcript is
+    # compacted, one ERROR line and a compression.failed event name the cause. On a rotating
+    # host (0.13-0.17) it is skipped instead, never run unguarded (the host would rotate the
+    # id, ADR D15): messages and id unchanged; the next attempt compresses, guarded.
     agent, messages = ctx.seeded(SID)
     contents = [m["content"] for m in messages]
     with ctx.monkeypatch.context() as patch:
         patch.setattr(compression_entry, "guarded_compression", _boom)
         out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
-    assert [m["content"] for m in out] == contents and agent.session_id == SID
-    assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == contents
+    assert agent.session_id == SID
     assert [r["id"] for r in probe.sessions_table(ctx.home / "state.db")] == [SID]
     assert ctx.guard.store_for(ctx.home / "state.db").list_snapshots(SID) == []
-    ctx.assert_said("closed")
     (line,) = [line for line in ctx.errors() if ctx.row.target in line]
     assert "before the host ran" in line and "InjectedFault" in line and SID in line
     (failed,) = [e for e in audit.read_events(ctx.guard.audit_path)
                  if e.get("session_id") == SID and e["event"] == "compression.failed"]
     assert failed["stage"] == "before_host" and "InjectedFault" in failed["reason"]
-    out, _ = agent._compress_context(out, SYSTEM, approx_tokens=150_000)  # the next threshold check
-    assert len(out) < len(messages) and agent.session_id == SID
-    assert len(ctx.guard.store_for(ctx.home / "state.db").list_snapshots(SID)) == 1
+    if ctx.row.behaviour.strategy in compression.IN_PLACE_STRATEGIES:
+        assert "stepping aside" in line and failed["stepped_aside"] is True
+        assert len(out) < len(messages)  # Hermes compacted, as it does without the guard
+        assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == \
+            [m["content"] for m in out]
+    else:
+        ctx.assert_said("closed")
+        assert [m["content"] for m in out] == contents
+        assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == contents
+        out, _ = agent._compress_context(out, SYSTEM, approx_tokens=150_000)  # the next threshold check
+        assert len(out) < len(messages) and agent.session_id == SID
+        assert len(ctx.guard.store_for(ctx.home / "state.db").list_snapshots(SID)) == 1
 
     # After the host ran: never run twice, nothing propagates into the turn, and the
     # caller continues with what state.db holds (the compaction, already persisted).
