@@ -13,7 +13,8 @@ from typing import Any
 log = logging.getLogger("hermes_session_guard")
 
 _shimmed_adapters: weakref.WeakSet[Any] = weakref.WeakSet()
-_DELIVERY_METHODS = ("send", "edit_message", "send_draft")
+# send_for_platform: the relay adapter's second send path (scheduled and home deliveries, 0.20+)
+_DELIVERY_METHODS = ("send", "edit_message", "send_draft", "send_for_platform")
 
 
 def _content_slot(fn: Any) -> int | None:

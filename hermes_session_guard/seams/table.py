@@ -509,6 +509,22 @@ SEAMS: tuple[SeamRow, ...] = (
         note="each adapter wired up (platform_delivery) gets its own send_draft: text filtered",
         ranges=EVERY_RELEASE,
     ),
+    *seam(
+        "delivery_platform_send_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        module="gateway.relay.adapter",
+        attribute="RelayAdapter.send_for_platform",
+        params=("self", "logical_platform", "chat_id", "content"),
+        applied_by=host.shim_adapter,
+        requires=("gateway.platforms.base:SendResult",),
+        lazy=True,
+        ranges={
+            "0.13.0-0.20.0": not_needed("no relay adapter send path besides send() before 0.20",
+                                        kind=SeamKind.WRAP, applied_by=None),
+            "0.20.0+": {"note": "the relay adapter's second send path (scheduled and home deliveries, "
+                                "gateway/delivery.py) gets its own filtered send_for_platform"},
+        },
+    ),
     # Messages for a session that is compressing (see buffering). What the host does with
     # them instead differs (the compression rows' busy_queue); the targets do not.
     *seam(
