@@ -11,7 +11,8 @@ Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` (
 repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
 (editable, with its test extras). Suites:
 
-``unit``   tests/unit, once (no Hermes needed; run in the first release's venv)
+``unit``   tests/unit, once (no Hermes needed; run in the first release's venv, Python 3.11)
+``pythons`` tests/unit again on Python 3.12 and 3.13 (``.venvs/py3.X``, no Hermes), where the machine has them
 ``ruff``   lint and the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml), once
 ``dist``   once: build sdist and wheel, check their contents, install the wheel with the last
            release named into a fresh venv outside the checkout and run ``selftest`` and the
@@ -89,7 +90,9 @@ def packages_for(version: str) -> list[str]:
 
 def sdist_for(version: str) -> str | None:
     return RELEASE_SDISTS.get(version, f"hermes-agent=={version}")
-SUITES = ("unit", "ruff", "dist", "host", "hermes")
+SUITES = ("unit", "pythons", "ruff", "dist", "host", "hermes")
+# The other Pythons the unit suite runs on (the classifiers list 3.11 and these); 3.11 runs ``unit``.
+OTHER_PYTHONS = ("3.12", "3.13")
 HERMES_MARKER = "HERMES_SUITE "
 
 
@@ -123,6 +126,51 @@ def venv_for(version: str) -> Path:
     else:
         sh([str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT)], check=True)
     return py
+
+
+def find_python(minor: str) -> Path | None:
+    """``python3.X`` on PATH, else under pyenv's versions directory (where this machine keeps them)."""
+    import shutil
+
+    found = shutil.which(f"python{minor}")
+    candidates = [Path(found)] if found else []
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += sorted(pyenv.glob(f"{minor}.*/bin/python{minor}"), reverse=True)
+    for candidate in candidates:
+        probe = subprocess.run([str(candidate), "-c", "import sys; print(sys.version_info[:2])"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            return candidate
+    return None
+
+
+def python_venv(minor: str) -> Path | None:
+    """A venv of Python ``minor`` with this package and its test extras (no Hermes)."""
+    base = find_python(minor)
+    if base is None:
+        return None
+    venv = VENVS / f"py{minor}"
+    py = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        sh([str(base), "-m", "venv", str(venv)], check=True)
+        sh([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+        sh([str(py), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True)
+        (venv / ".installed").write_text(minor)
+    return py
+
+
+def run_other_pythons(extra: list[str]) -> list[Cell]:
+    """tests/unit on every other Python the classifiers list; one that is not on this machine is said, not run."""
+    cells = []
+    for minor in OTHER_PYTHONS:
+        py = python_venv(minor)
+        if py is None:
+            print(f"===== unit tests, Python {minor}: not on this machine, not run =====")
+            continue
+        cell = run_pytest(py, f"py{minor}", "unit", ["tests/unit"], extra)
+        cell.release, cell.suite = "-", f"unit {minor}"  # listed with the once-only suites
+        cells.append(cell)
+    return cells
 
 
 def pytest_counts(text: str) -> dict[str, int]:
@@ -208,7 +256,7 @@ def print_table(cells: list[Cell]) -> bool:
           "that went through the guard")
     once = [c for c in cells if c.release == "-"]
     for c in once:
-        print(f"  {c.suite:<6} {_fmt(c):<14} {c.seconds:7.1f}s")
+        print(f"  {c.suite:<9} {_fmt(c):<14} {c.seconds:7.1f}s")
     releases = [r for r in dict.fromkeys(c.release for c in cells) if r != "-"]
     header = (f"{'release':<9} {'host':<14} {'skipped':<8} {'hermes':<14} {'baseline':<10} {'new fail':<9} "
               f"{'expected':<9} {'via guard':<10} seconds")
@@ -295,6 +343,8 @@ def main(argv: list[str]) -> int:
     if "dist" in suites:
         once.append(lambda: run_dist(releases[-1]))
     work: list[Callable[[], list[Cell]]] = [lambda: [task() for task in once]]
+    if "pythons" in suites:
+        work.append(lambda: run_other_pythons(extra))
     for version, py in zip(releases, pythons, strict=True):
         work.append(functools.partial(release_suites, py, version, suites, extra))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
