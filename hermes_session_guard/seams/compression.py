@@ -546,12 +546,18 @@ class _Operation:
             # The host already compacted in place and archived the old rows itself.
             self.audit.warning("snapshot.failed", reason=reason)
             snapshot_id = None
-        if strategy == HOST_NATIVE and foreign:
-            # Turns other writers stored before this compression that the agent's list lacks:
-            # Hermes 0.20 archives every live row up to its watermark, 0.22 clones the rows
-            # its compressor did not hold after the new set. Only what is not live now is
-            # carried over.
-            foreign = self.not_live(foreign)
+        if strategy == HOST_NATIVE:
+            # What Hermes kept live after the compacted block that the returned list lacks
+            # (messages stored during the summary, re-sequenced after its watermark; on 0.22
+            # rows its compressor did not hold): the agent continues with what is stored.
+            kept = self.live_beyond(compressed)
+            if kept:
+                compressed.extend(kept)
+                host.rebase_flush(agent, sid, compressed, self.flush_cursor)
+            # Turns other writers stored before this compression that the agent's list
+            # lacks and that Hermes did not keep live (0.20 archives every live row up to its
+            # watermark): carried over like on 0.18-0.19.
+            foreign = self.not_live(foreign) if foreign else []
         if strategy in IN_PLACE_STRATEGIES and foreign:
             try:
                 host.append_messages(agent, sid, foreign)
@@ -624,6 +630,17 @@ class _Operation:
             host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
         )
         return snapshot_id
+
+    def live_beyond(self, compressed: list[Any]) -> list[Any]:
+        """Live messages of the session that ``compressed`` does not carry, in stored order."""
+        try:
+            mine = set(Keyed(compressed).keys)
+            live = Keyed(host.live_transcript(self.agent, self.sid))
+            return [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
+        except Exception as exc:
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
+                               stage="after Hermes compacted")
+            return []
 
     def not_live(self, foreign: list[Any]) -> list[Any]:
         try:
