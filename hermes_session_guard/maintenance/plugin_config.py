@@ -23,7 +23,9 @@ comments); PyYAML only checks the result the way Hermes will read it:
   still the one that was edited (bytes and inode): Hermes's own writers
   (``hermes plugins enable``, ``hermes config set``) take no lock another
   process could share, so a file that changed meanwhile is edited again from
-  what is there now, and after the replace the file is read back.
+  what is there now; after the replace the file is watched for a second, and a
+  Hermes write based on what it read before (which drops the guard's change)
+  makes the edit start over.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ PLUGIN_NAME = "session-guard"
 BACKUP_INFIX = ".session-guard-backup-"
 MAX_BACKUPS = 3  # copies of config.yaml kept (it may hold secrets); a copy equal to a kept one is not made
 MAX_ATTEMPTS = 20  # edits started over because another writer changed config.yaml meanwhile
+SETTLE_SECONDS = 1.0  # how long config.yaml is watched after the replace for a writer that read it before
+SETTLE_POLL_SECONDS = 0.02
 
 
 class PluginConfigError(Exception):
@@ -400,14 +404,33 @@ def _state(data: bytes, path: Path) -> bool | None:
     return PLUGIN_NAME in enabled and PLUGIN_NAME not in disabled
 
 
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _kept(path: Path, enable: bool) -> bool:
+    """Whether config.yaml still says what was written once :data:`SETTLE_SECONDS` have
+    passed: Hermes's writers read the file, then replace it with what they read plus
+    their change, so one that read before the guard's replace removes the guard's change
+    when it lands; it is looked for until the file has been left alone that long."""
+    settled_at = time.monotonic() + SETTLE_SECONDS
+    while True:
+        if _state(_read(path).data, path) is not enable:
+            return False
+        if time.monotonic() >= settled_at:
+            return True
+        _pause(SETTLE_POLL_SECONDS)
+
+
 def set_enabled(home: Path, enable: bool) -> Change:
     """Enable (or disable) the guard in ``home``'s config.yaml; a backup of the old file first.
 
     Another writer (``hermes plugins enable``, an editor) is never overwritten: just
     before the new file replaces the old one, the old one is read again and, when it
     changed since it was edited, the edit starts over from what is there now. After the
-    replace the file is read back; a writer that replaced it meanwhile without the
-    guard's change makes the edit start over too."""
+    replace the file is read back until :data:`SETTLE_SECONDS` have passed (:func:`_kept`);
+    a writer that replaced it meanwhile without the guard's change makes the edit start
+    over too."""
     path = _config_path(home)
     if os.path.lexists(path) and not path.is_file():
         raise PluginConfigError(f"{path} is not a regular file; edit it by hand")
@@ -433,8 +456,7 @@ def set_enabled(home: Path, enable: bool) -> Change:
             raise PluginConfigError(f"cannot write {path}: {exc.strerror or exc}; nothing changed") from exc
         backup = copy or backup
         _prune_backups(path, backup)
-        after = _read(path)
-        if after.data == data or _state(after.data, path) is enable:
+        if _kept(path, enable):
             return Change(path, changed=True, backup=backup, enabled=enable, old=seen.data, new=data)
     raise PluginConfigError(f"{path} kept changing while the guard edited it ({MAX_ATTEMPTS} attempts); "
                             "run the command again")

@@ -25,6 +25,12 @@ root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, 
 CONFIG = "# mine\nmodel:\n  default: x\nplugins:\n  enabled:\n  - other\n"
 
 
+@pytest.fixture(autouse=True)
+def no_settling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.yaml is not watched after the replace here (tests of that set it themselves)."""
+    monkeypatch.setattr(plugin_config, "SETTLE_SECONDS", 0.0)
+
+
 def tree(root: Path) -> dict[str, tuple[int, bytes | str]]:
     """Every entry under ``root`` (links not followed): mode and bytes (or link target)."""
     out: dict[str, tuple[int, bytes | str]] = {}
@@ -294,3 +300,24 @@ def test_a_config_root_creates_in_a_service_home_belongs_to_the_home_owner(home:
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (12345, 23456, 0o600)
     plugins = (home / "plugins").stat()
     assert (plugins.st_uid, plugins.st_gid, stat.S_IMODE(plugins.st_mode)) == (12345, 23456, 0o700)
+
+
+def test_a_writer_that_read_before_the_replace_and_lands_after_it_is_seen(home: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Hermes's ``save_config`` does with what it read before enable replaced the file."""
+    monkeypatch.setattr(plugin_config, "SETTLE_SECONDS", 0.2)
+    stale = yaml.safe_load(CONFIG)
+    stale["plugins"]["enabled"].append("another")
+    landed: list[bool] = []
+    real_pause = plugin_config._pause
+
+    def lands_while_watched(seconds: float) -> None:
+        if not landed:
+            landed.append(True)
+            (home / "config.yaml").write_text(yaml.safe_dump(stale, sort_keys=False), encoding="utf-8")
+        real_pause(seconds)
+
+    monkeypatch.setattr(plugin_config, "_pause", lands_while_watched)
+    change = set_enabled(home, True)
+    enabled = yaml.safe_load((home / "config.yaml").read_text(encoding="utf-8"))["plugins"]["enabled"]
+    assert landed and change.changed and "another" in enabled and "session-guard" in enabled

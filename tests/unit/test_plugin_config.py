@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance import plugin_config
 from hermes_session_guard.maintenance.plugin_config import PluginConfigError, edited_text, guard_enabled, set_enabled
 
 COMMENTED = """\
@@ -45,6 +46,12 @@ model:
 terminal:
   backend: local
 """
+
+
+@pytest.fixture(autouse=True)
+def no_settling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.yaml is not watched after the replace here (tests of that set it themselves)."""
+    monkeypatch.setattr(plugin_config, "SETTLE_SECONDS", 0.0)
 
 
 def _outside_plugins(text: str) -> list[str]:
