@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 
 from .. import dashboard_plugin
 from ..maintenance.plugin_config import PLUGIN_NAME, PluginConfigError, set_enabled, undo
@@ -12,6 +13,12 @@ from .output import emit_json, fail
 
 def add_switch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and exc.filename:
+        return f"{exc.filename} is read-only ({exc.strerror})"
+    return str(exc)
 
 
 def switch(args: argparse.Namespace, *, enable: bool) -> int:
@@ -31,7 +38,7 @@ def switch(args: argparse.Namespace, *, enable: bool) -> int:
         prepared = dashboard_plugin.stage(home) if enable else dashboard_plugin.detach(home)
     except OSError as exc:
         return fail(f"the dashboard plugin directory {target} could not be "
-                    f"{'written' if enable else 'removed'}: {exc}; nothing changed", args.json)
+                    f"{'written' if enable else 'removed'}: {_why(exc)}; nothing changed", args.json)
     try:
         change = set_enabled(home, enable)
     except PluginConfigError as exc:
@@ -48,7 +55,7 @@ def switch(args: argparse.Namespace, *, enable: bool) -> int:
             dashboard = str(target) if prepared is not None else None
     except OSError as exc:
         undone = undo(change)
-        return fail(f"the dashboard plugin directory {target} could not be written: {exc}; "
+        return fail(f"the dashboard plugin directory {target} could not be written: {_why(exc)}; "
                     + ("config.yaml was put back as it was" if undone or not change.changed else
                        f"config.yaml {word} the guard (it changed meanwhile, so it was not put back)"), args.json)
     if args.json:

@@ -30,6 +30,7 @@ comments); PyYAML only checks the result the way Hermes will read it:
 
 from __future__ import annotations
 
+import errno
 import glob
 import io
 import os
@@ -453,6 +454,8 @@ def set_enabled(home: Path, enable: bool) -> Change:
                 os.unlink(copy)
             if isinstance(exc, _ChangedMeanwhile):
                 continue
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and exc.filename:  # not a chown
+                raise PluginConfigError(f"{path} is read-only ({exc.strerror}); nothing changed") from exc
             raise PluginConfigError(f"cannot write {path}: {exc.strerror or exc}; nothing changed") from exc
         backup = copy or backup
         _prune_backups(path, backup)
