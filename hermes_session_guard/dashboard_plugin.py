@@ -37,6 +37,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ FILES: dict[str, bytes] = {
     "dashboard/api.py": API_SOURCE.encode("utf-8"),
     "dashboard/dist/index.js": SCRIPT_SOURCE.encode("utf-8"),
 }
+LEFTOVER_SECONDS = 3600.0  # a hidden staging directory this old is a killed run's, not a running one's
 _STAGED = re.compile(rf"^\.{re.escape(DIR_NAME)}\.[0-9a-f]+\.(new|old)$")
 
 
@@ -121,6 +123,13 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path)  # never follows a link inside (fd-based on POSIX)
 
 
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - os.lstat(path).st_mtime > seconds
+    except OSError:
+        return False
+
+
 def stage(home: Path) -> Path:
     """Build the plugin directory under a hidden name in ``plugins/`` (created if missing)
     and return it; nothing in place changes. Raises :class:`OSError`."""
@@ -133,8 +142,8 @@ def stage(home: Path) -> Path:
         if owner is not None:
             os.chown(plugins, *owner, follow_symlinks=False)
         _refuse_links(home)
-    for leftover in os.listdir(plugins):  # of a run that was killed between stage and commit
-        if _STAGED.match(leftover):
+    for leftover in os.listdir(plugins):  # of a run killed between stage and commit, not one running now
+        if _STAGED.match(leftover) and _older_than(plugins / leftover, LEFTOVER_SECONDS):
             _remove_tree(plugins / leftover)
     staged = plugins / f".{DIR_NAME}.{secrets.token_hex(6)}.new"
     try:

@@ -321,3 +321,47 @@ def test_a_writer_that_read_before_the_replace_and_lands_after_it_is_seen(home: 
     change = set_enabled(home, True)
     enabled = yaml.safe_load((home / "config.yaml").read_text(encoding="utf-8"))["plugins"]["enabled"]
     assert landed and change.changed and "another" in enabled and "session-guard" in enabled
+
+
+@posix_only
+def test_a_killed_run_s_staging_directory_is_removed_and_a_running_one_s_kept(home: Path) -> None:
+    plugins = home / "plugins"
+    (plugins / f".{dashboard_plugin.DIR_NAME}.0a1b.new" / "dashboard").mkdir(parents=True)
+    (plugins / f".{dashboard_plugin.DIR_NAME}.2c3d.old").mkdir()
+    old = plugins / f".{dashboard_plugin.DIR_NAME}.0a1b.new"
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+    assert _enable() == 0
+    assert sorted(p.name for p in plugins.iterdir()) == [f".{dashboard_plugin.DIR_NAME}.2c3d.old",
+                                                          dashboard_plugin.DIR_NAME]
+
+
+@root_only
+def test_a_config_link_planted_by_another_account_is_refused(home: Path, tmp_path: Path) -> None:
+    target = tmp_path / "root-owned.yaml"
+    target.write_text("model: x\n", encoding="utf-8")
+    (home / "config.yaml").unlink()
+    (home / "config.yaml").symlink_to(target)
+    os.lchown(home / "config.yaml", 12345, 12345)
+    with pytest.raises(plugin_config.PluginConfigError, match="another account owns"):
+        set_enabled(home, True)
+    assert target.read_text(encoding="utf-8") == "model: x\n"
+
+
+def test_the_tree_is_written_without_directory_descriptors_too(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on Windows, where ``os.open`` takes no ``dir_fd``."""
+    from hermes_session_guard import file_modes
+
+    monkeypatch.setattr(file_modes, "_dir_fds_supported", lambda: False)
+    file_modes.write_private_tree(tmp_path / "t", {"a/b/c.txt": b"c", "a/d.txt": b"d", "e.txt": b"e"})
+    assert (tmp_path / "t" / "a" / "b" / "c.txt").read_bytes() == b"c"
+    assert (tmp_path / "t" / "a" / "d.txt").read_bytes() == b"d" and (tmp_path / "t" / "e.txt").read_bytes() == b"e"
+    if os.name == "posix":
+        (tmp_path / "u").mkdir()
+        (tmp_path / "elsewhere").mkdir()
+        with pytest.raises(FileExistsError):
+            file_modes.write_private_tree(tmp_path / "u", {"x": b"x"})
+        (tmp_path / "v").symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(FileExistsError):
+            file_modes.write_private_tree(tmp_path / "v", {"x": b"x"})
+        assert list((tmp_path / "elsewhere").iterdir()) == []
