@@ -16,6 +16,14 @@ applies to the agent plugin), and serves ``GET /api/plugins/session-guard/status
 ``disable`` removes the directory. The directory holds no ``plugin.yaml``, so
 Hermes's agent-plugin discovery passes over it.
 
+Writing it never follows a symbolic link: the new directory is built next to
+the old one under a hidden name (:func:`stage`, every name created exclusively,
+directories ``0700``, files ``0600``, owned like ``plugins/`` when root runs
+``enable``) and renamed into place (:func:`commit`); an existing directory that
+holds a link, or is one, is refused before anything is written. ``enable``
+stages before it touches config.yaml, so a ``plugins/`` it cannot write leaves
+config.yaml as it was.
+
 Failure policy: open. Anything that goes wrong here leaves the dashboard
 running unguarded (search and export without the snapshots) with one error
 line naming the cause; :func:`activate` never raises into the dashboard.
@@ -25,11 +33,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
-from .file_modes import make_private_dirs, write_private_text
+from .file_modes import PRIVATE_DIR, links_under, write_private_tree
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -61,30 +73,150 @@ router = activate()
 SCRIPT_SOURCE = "/* hermes-session-guard: no dashboard page; see api.py */\n"
 
 
+FILES: dict[str, bytes] = {
+    "dashboard/manifest.json": (json.dumps(MANIFEST, indent=2) + "\n").encode("utf-8"),
+    "dashboard/api.py": API_SOURCE.encode("utf-8"),
+    "dashboard/dist/index.js": SCRIPT_SOURCE.encode("utf-8"),
+}
+LEFTOVER_SECONDS = 3600.0  # a hidden staging directory this old is a killed run's, not a running one's
+_STAGED = re.compile(rf"^\.{re.escape(DIR_NAME)}\.[0-9a-f]+\.(new|old)$")
+
+
+class DashboardPluginError(OSError):
+    """The dashboard plugin directory cannot be written or removed safely; the message says why."""
+
+
 def plugin_dir(home: Path) -> Path:
     return Path(home) / "plugins" / DIR_NAME
 
 
+def _refuse_links(home: Path, *, inside: bool = True) -> None:
+    plugins = Path(home) / "plugins"
+    if os.path.islink(plugins) or (os.path.lexists(plugins) and not os.path.isdir(plugins)):
+        raise DashboardPluginError(f"{plugins} is a symbolic link or not a directory; the guard writes its dashboard "
+                                   "plugin only into a real directory")
+    bad = links_under(plugin_dir(home)) if inside else []
+    if bad:
+        raise DashboardPluginError(f"{bad[0]} is a symbolic link or not a regular file; remove "
+                                   f"{plugin_dir(home)} and run the command again")
+
+
+def _owner(path: Path) -> tuple[int, int] | None:
+    """Whose files the guard's should be: ``path``'s owner when root runs it (a service's home)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    st = os.lstat(path)
+    return st.st_uid, st.st_gid
+
+
+def check(home: Path, *, removing: bool = False) -> None:
+    """Raise :class:`DashboardPluginError` where :func:`stage` and :func:`commit` (or, with
+    ``removing``, :func:`detach`) would refuse; writes nothing. Links inside the plugin
+    directory do not stop its removal: nothing in it is opened, links are deleted as links."""
+    _refuse_links(home, inside=not removing)
+
+
+def _remove_tree(path: Path) -> None:
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.unlink(path)
+    elif os.path.lexists(path):
+        shutil.rmtree(path)  # never follows a link inside (fd-based on POSIX)
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - os.lstat(path).st_mtime > seconds
+    except OSError:
+        return False
+
+
+def stage(home: Path) -> Path:
+    """Build the plugin directory under a hidden name in ``plugins/`` (created if missing)
+    and return it; nothing in place changes. Raises :class:`OSError`."""
+    home = Path(home)
+    _refuse_links(home)
+    plugins = home / "plugins"
+    if not os.path.lexists(plugins):
+        os.mkdir(plugins, PRIVATE_DIR)
+        owner = _owner(home)
+        if owner is not None:
+            os.chown(plugins, *owner, follow_symlinks=False)
+        _refuse_links(home)
+    for leftover in os.listdir(plugins):  # of a run killed between stage and commit, not one running now
+        if _STAGED.match(leftover) and _older_than(plugins / leftover, LEFTOVER_SECONDS):
+            _remove_tree(plugins / leftover)
+    staged = plugins / f".{DIR_NAME}.{secrets.token_hex(6)}.new"
+    try:
+        write_private_tree(staged, FILES, owner=_owner(plugins))
+    except BaseException:
+        try:
+            _remove_tree(staged)
+        except OSError:
+            pass
+        raise
+    return staged
+
+
+def commit(home: Path, staged: Path) -> Path:
+    """Put a directory made by :func:`stage` in place of the old one (which is removed)."""
+    root = plugin_dir(home)
+    try:
+        _refuse_links(home)
+    except BaseException:
+        discard(staged)
+        raise
+    aside = detach(home)
+    try:
+        os.rename(staged, root)
+    except BaseException:
+        if aside is not None:
+            reattach(home, aside)
+        discard(staged)
+        raise
+    if aside is not None:
+        discard(aside)
+    return root
+
+
+def discard(path: Path | None) -> None:
+    """Remove a staged or detached directory; errors are left unreported (it is hidden and
+    the next :func:`stage` removes leftovers)."""
+    if path is None:
+        return
+    try:
+        _remove_tree(path)
+    except OSError:
+        pass
+
+
+def detach(home: Path) -> Path | None:
+    """Move the plugin directory out of Hermes's sight (a hidden name in ``plugins/``) and
+    return where it went; ``None`` when there is none. Raises :class:`OSError`."""
+    root = plugin_dir(home)
+    if not os.path.lexists(root):
+        return None
+    _refuse_links(home, inside=False)
+    aside = root.with_name(f".{DIR_NAME}.{secrets.token_hex(6)}.old")
+    os.rename(root, aside)  # a link is renamed itself, never followed
+    return aside
+
+
+def reattach(home: Path, aside: Path) -> None:
+    """Undo :func:`detach`."""
+    os.rename(aside, plugin_dir(home))
+
+
 def write(home: Path) -> Path:
     """Write (or rewrite) the dashboard plugin directory under ``home``; returns it."""
-    root = plugin_dir(home)
-    dashboard = root / "dashboard"
-    make_private_dirs(dashboard / "dist")
-    write_private_text(dashboard / "manifest.json", json.dumps(MANIFEST, indent=2) + "\n")
-    write_private_text(dashboard / "api.py", API_SOURCE)
-    write_private_text(dashboard / "dist" / "index.js", SCRIPT_SOURCE)
-    return root
+    return commit(home, stage(home))
 
 
 def remove(home: Path) -> bool:
     """Remove the dashboard plugin directory; ``True`` when there was one."""
-    root = plugin_dir(home)
-    if not root.exists() and not root.is_symlink():
+    aside = detach(home)
+    if aside is None:
         return False
-    if root.is_symlink() or not root.is_dir():
-        root.unlink()
-    else:
-        shutil.rmtree(root)
+    _remove_tree(aside)
     return True
 
 

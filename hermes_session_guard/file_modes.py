@@ -11,13 +11,23 @@ user's own.
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
 
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
-_EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+# Create, never open what is there: O_EXCL fails on any existing name, a symlink included
+# (dangling or not); O_NOFOLLOW says the same where it exists (not on Windows).
+EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+_EXCL_FLAGS = EXCL_FLAGS
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+class LinkRefused(OSError):
+    """A path the guard would write through is a symbolic link (or not what it should be)."""
 
 
 def chmod_quietly(path: Path | str, mode: int) -> bool:
@@ -80,3 +90,126 @@ def file_mode(path: Path) -> int | None:
         return os.stat(path).st_mode & 0o777
     except OSError:
         return None
+
+
+def _dir_fds_supported() -> bool:
+    return (os.open in os.supports_dir_fd and os.mkdir in os.supports_dir_fd and hasattr(os, "fchmod")
+            and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY"))
+
+
+def _check_not_link(path: Path, *, directory: bool) -> None:
+    """Where no directory descriptors exist (Windows): ``path`` just created must be what we made."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) != directory):
+        raise LinkRefused(f"{path} changed under the guard while it was being written (a link?)")
+
+
+def _chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
+    if owner is None or not hasattr(os, "fchown"):
+        return
+    st = os.fstat(fd)
+    if (st.st_uid, st.st_gid) != owner:
+        os.fchown(fd, *owner)
+
+
+def create_private_file(path: Path | str, data: bytes, *, owner: tuple[int, int] | None = None,
+                        dir_fd: int | None = None) -> None:
+    """Create ``path`` (relative to ``dir_fd`` when given) holding ``data``: exclusively
+    (:data:`EXCL_FLAGS`: whatever is at the name, a link included, makes it raise
+    ``FileExistsError`` and is left alone), mode ``0600``, fsynced, owned by ``owner``
+    (uid, gid) when given. A file left half-written by an error is removed again."""
+    fd = os.open(path, EXCL_FLAGS, PRIVATE_FILE, dir_fd=dir_fd) if dir_fd is not None else \
+        os.open(path, EXCL_FLAGS, PRIVATE_FILE)
+    try:
+        if dir_fd is None and not hasattr(os, "O_NOFOLLOW"):
+            _check_not_link(Path(path), directory=False)
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fd)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, PRIVATE_FILE)
+        _chown_fd(fd, owner)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(path, dir_fd=dir_fd) if dir_fd is not None else os.unlink(path)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    if not hasattr(os, "fchmod"):
+        chmod_quietly(path, PRIVATE_FILE)
+
+
+def write_private_tree(directory: Path, files: Mapping[str, bytes], *,
+                       owner: tuple[int, int] | None = None) -> None:
+    """Create ``directory`` (it must not exist; its parent must) holding ``files``
+    (relative ``/``-separated paths to contents): every directory ``0700``, every file
+    ``0600``, owned by ``owner`` (uid, gid) when given, and no symbolic link ever followed.
+
+    On POSIX every name is created relative to a descriptor of the directory just
+    made (opened ``O_NOFOLLOW | O_DIRECTORY``), so a link swapped in by another
+    account anywhere in the tree is refused rather than written through; elsewhere
+    each new name is checked with ``lstat`` after it is created. Files are created
+    ``O_CREAT | O_EXCL`` (:data:`EXCL_FLAGS`). On any error whatever was created is
+    left for the caller to remove (it lives under ``directory`` only)."""
+    directory = Path(directory)
+    os.mkdir(directory, PRIVATE_DIR)
+    if not _dir_fds_supported():
+        _check_not_link(directory, directory=True)
+        chmod_quietly(directory, PRIVATE_DIR)
+        for rel, data in sorted(files.items()):
+            target = directory.joinpath(*rel.split("/"))
+            for level in reversed(target.relative_to(directory).parents[:-1]):
+                sub = directory / level
+                if not sub.exists():
+                    os.mkdir(sub, PRIVATE_DIR)
+                _check_not_link(sub, directory=True)
+            create_private_file(target, data, owner=owner)
+        return
+    top = os.open(directory, _DIR_FLAGS)
+    opened: dict[str, int] = {"": top}
+    try:
+        st = os.fstat(top)
+        if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "geteuid") and st.st_uid != os.geteuid()):
+            raise LinkRefused(f"{directory} is not the directory the guard just created")
+        os.fchmod(top, PRIVATE_DIR)
+        _chown_fd(top, owner)
+        for rel, data in sorted(files.items()):
+            *dirs, name = rel.split("/")
+            parent = ""
+            for part in dirs:
+                here = f"{parent}/{part}" if parent else part
+                if here not in opened:
+                    try:
+                        os.mkdir(part, PRIVATE_DIR, dir_fd=opened[parent])
+                    except FileExistsError:
+                        pass
+                    opened[here] = os.open(part, _DIR_FLAGS, dir_fd=opened[parent])  # a link: ELOOP/ENOTDIR
+                    os.fchmod(opened[here], PRIVATE_DIR)
+                    _chown_fd(opened[here], owner)
+                parent = here
+            create_private_file(name, data, owner=owner, dir_fd=opened[parent])
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+
+
+def links_under(root: Path) -> list[Path]:
+    """``root`` itself when it is there but is no directory (a link included); else every
+    symbolic link under it (none followed) and anything neither a directory nor a file."""
+    found: list[Path] = []
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return found
+    if not stat.S_ISDIR(st.st_mode):  # a link (to a directory or not) or a file where a directory belongs
+        return [Path(root)]
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            mode = os.lstat(p).st_mode
+            if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                found.append(p)
+    return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -33,14 +34,33 @@ def _fsync_dir(directory: Path) -> None:
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o600) -> None:
     """Replace ``path`` with ``text`` (UTF-8, newlines as given) so that readers see the
     old file or the new one, never a mix; the new file gets ``mode``."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] | None = None,
+                       before_replace: Callable[[], None] | None = None) -> None:
+    """:func:`atomic_write_text` for bytes. The temporary file is created exclusively
+    (``mkstemp``: a name nobody had, never a link followed) and gets ``mode`` and, when
+    given, ``owner`` (uid, gid) through its descriptor before it replaces ``path``; a
+    failing ``chown`` raises (the file would otherwise change hands). ``before_replace``
+    runs last before the rename: raising there leaves ``path`` untouched."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
+            if hasattr(os, "fchmod"):
+                os.fchmod(fh.fileno(), mode)
+            if owner is not None and hasattr(os, "fchown"):
+                st = os.fstat(fh.fileno())
+                if (st.st_uid, st.st_gid) != owner:
+                    os.fchown(fh.fileno(), *owner)
+        if not hasattr(os, "fchmod"):
+            os.chmod(tmp, mode)
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         try:

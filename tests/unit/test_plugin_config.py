@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from hermes_session_guard.commands import cli
+from hermes_session_guard.maintenance import plugin_config
 from hermes_session_guard.maintenance.plugin_config import PluginConfigError, edited_text, guard_enabled, set_enabled
 
 COMMENTED = """\
@@ -45,6 +46,12 @@ model:
 terminal:
   backend: local
 """
+
+
+@pytest.fixture(autouse=True)
+def no_settling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.yaml is not watched after the replace here (tests of that set it themselves)."""
+    monkeypatch.setattr(plugin_config, "SETTLE_SECONDS", 0.0)
 
 
 def _outside_plugins(text: str) -> list[str]:
@@ -104,7 +111,7 @@ def test_refuses_what_it_cannot_edit_safely(tmp_path: Path, bad: str, why: str) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
-def test_backs_up_the_old_file_with_its_mode(tmp_path: Path) -> None:
+def test_backs_up_the_old_file_privately_and_keeps_its_mode(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(COMMENTED, encoding="utf-8")
     path.chmod(0o640)
@@ -112,7 +119,7 @@ def test_backs_up_the_old_file_with_its_mode(tmp_path: Path) -> None:
     assert change.changed and change.backup is not None
     assert change.backup.name.startswith("config.yaml.session-guard-backup-")
     assert change.backup.read_text(encoding="utf-8") == COMMENTED
-    assert stat.S_IMODE(change.backup.stat().st_mode) == 0o640
+    assert stat.S_IMODE(change.backup.stat().st_mode) == 0o600  # a copy of a file that may hold secrets
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert guard_enabled(tmp_path)[0]
     again = set_enabled(tmp_path, True)
