@@ -399,7 +399,7 @@ SCENARIOS: dict[str, tuple[tuple[int, ...], tuple[int, ...], bool | None, Callab
     # second compressor skips); the rotation scenario plants a native lock.
     "anomaly-a": ((0, 13, 0), (0, 18, 0), None, scenario_anomaly_a),
     "anomaly-b": ((0, 13, 0), (0, 16, 0), None, scenario_anomaly_b),
-    "rotation": ((0, 16, 0), (0, 20, 0), False, scenario_rotation),
+    "rotation": ((0, 16, 0), (0, 23, 0), False, scenario_rotation),
 }
 
 

@@ -12,7 +12,8 @@ repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
 (editable, with its test extras). Suites:
 
 ``unit``   tests/unit, once (no Hermes needed; run in the first release's venv, Python 3.11)
-``pythons`` tests/unit again on Python 3.12 and 3.13 (``.venvs/py3.X``, no Hermes), where the machine has them
+``pythons`` tests/unit again on Python 3.12 and 3.13 (``.venvs/py3.X`` with hermes-agent 0.19.0), where the machine
+           has them
 ``ruff``   lint and the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml), once
 ``dist``   once: build sdist and wheel, check their contents, install the wheel with the last
            release named into a fresh venv outside the checkout and run ``selftest`` and the
@@ -144,8 +145,13 @@ def find_python(minor: str) -> Path | None:
     return None
 
 
+# The Hermes the unit suite's few host-reading tests import on the other Pythons (as in the first
+# release's venv on 3.11): the newest hermes-agent wheel, which declares Python >=3.11,<3.14.
+UNIT_HERMES = "hermes-agent==0.19.0"
+
+
 def python_venv(minor: str) -> Path | None:
-    """A venv of Python ``minor`` with this package and its test extras (no Hermes)."""
+    """A venv of Python ``minor`` with this package, its test extras and :data:`UNIT_HERMES`."""
     base = find_python(minor)
     if base is None:
         return None
@@ -154,7 +160,7 @@ def python_venv(minor: str) -> Path | None:
     if not (venv / ".installed").exists():
         sh([str(base), "-m", "venv", str(venv)], check=True)
         sh([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-        sh([str(py), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True)
+        sh([str(py), "-m", "pip", "install", "-q", UNIT_HERMES, "-e", f"{ROOT}[test]"], check=True)
         (venv / ".installed").write_text(minor)
     return py
 
