@@ -66,11 +66,14 @@ def home(tmp_path: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
-def guard(discovered: Any, home: Path) -> Iterator[Any]:
-    """The guard as Hermes loaded it (patched seams, default config)."""
+def guard(discovered: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The guard as Hermes loaded it (patched seams, default config). Hermes 0.20+ loads
+    plugins again when a gateway starts on a new home, and ``register`` then applies that
+    home's config.yaml; a test that set the guard's options itself keeps them."""
     import hermes_session_guard
 
     runtime = hermes_session_guard.current_runtime() or hermes_session_guard.install()
+    monkeypatch.setattr(hermes_session_guard, "load_config", lambda _home: runtime.config)
     yield runtime
 
 
