@@ -8,8 +8,9 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import host
 from ..maintenance.state_inspection import HomeError, check, readonly_connection
-from ..store import SnapshotInfo, _row_message
+from ..store import SnapshotGone, SnapshotInfo, _row_message, content_digest, read_snapshot_references
 from .output import fail
 
 HELP = "List a session's snapshots, or show one snapshot's messages (read-only)"
@@ -47,6 +48,17 @@ def read_snapshots(conn: Any, session_id: str) -> list[SnapshotInfo]:
 
 
 def read_snapshot_messages(conn: Any, session_id: str, snapshot_id: str) -> list[dict[str, Any]]:
+    """A snapshot's messages: Hermes's own rows for a snapshot by reference (native mode;
+    :class:`SnapshotGone` when Hermes no longer holds them as they were), else the copy."""
+    for ref_id, sid, runs, count, digest in read_snapshot_references(conn):
+        if ref_id == snapshot_id:
+            if sid != session_id:
+                return []
+            msgs = host.rows_by_runs(conn, sid, runs)
+            if len(msgs) != count or content_digest(msgs) != digest:
+                raise SnapshotGone(f"snapshot {snapshot_id} names rows of session {sid} that Hermes no longer holds "
+                                   f"as they were ({len(msgs)} of {count} rows); see `hermes-session-guard doctor`")
+            return msgs
     rows = conn.execute(
         "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
         " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
@@ -70,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
                     conn.execute("ROLLBACK")
     except HomeError as exc:
         return fail(str(exc), args.json)
+    except SnapshotGone as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.show:
         if args.show not in {s.snapshot_id for s in snaps}:
             print(f"error: no snapshot {args.show} for session {args.session_id}", file=sys.stderr)

@@ -137,6 +137,7 @@ from .reads import (
     last_row_id,
     live_row_ranges,
     referenced_messages,
+    rows_by_runs,
     stored_message,
     stored_turns,
 )
@@ -231,6 +232,7 @@ __all__ = [
     "last_row_id",
     "live_row_ranges",
     "referenced_messages",
+    "rows_by_runs",
     "stored_message",
     "delivered_nothing",
     "shim_adapter",

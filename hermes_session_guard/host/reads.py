@@ -179,7 +179,13 @@ def referenced_messages(db_path: Path, sid: str, runs: list[tuple[int, int]]) ->
     Raises ``sqlite3.Error`` when state.db cannot be read."""
     if not runs:
         return []
-    conn = _read_only(db_path)
+    return rows_by_runs(_read_only(db_path), sid, runs)
+
+
+def rows_by_runs(conn: Any, sid: str, runs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """:func:`referenced_messages` through any open connection to state.db (``doctor``'s)."""
+    if not runs:
+        return []
     cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)").fetchall()}
     wanted = [c for c in _ARCHIVED_COLUMNS if c in cols]
     where = " OR ".join("id BETWEEN ? AND ?" for _ in runs)

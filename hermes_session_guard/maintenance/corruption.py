@@ -27,6 +27,8 @@ SIGNATURES: dict[str, str] = {
     "dead_lock_holder": "a compression lock is held by a process that no longer runs (same machine, pid gone "
                         "or reused); the next compression takes it over, repair clears it",
     "multiple_live_summaries": "a live session holds more than one compaction summary generation",
+    "snapshot_gone": "a snapshot names Hermes's own archived rows (native mode) and Hermes no longer holds them "
+                     "as they were (pruned, deleted or rewritten): that pre-compaction transcript is gone",
 }
 
 
@@ -148,6 +150,12 @@ def multiple_summaries(state: HomeState, lineages: list[Lineage]) -> Iterable[Fi
                           count=len(rows), extra={"rows": rows})
 
 
+def gone_snapshots(state: HomeState, lineages: list[Lineage]) -> Iterable[Finding]:
+    for snapshot_id, sid, detail in state.gone_snapshots:
+        yield Finding("snapshot_gone", sid, [sid], f"snapshot {snapshot_id}: {detail}",
+                      extra={"snapshot_id": snapshot_id})
+
+
 CHECKS: list[Check] = [
     rotated_lineages,
     forked_compressions,
@@ -158,6 +166,7 @@ CHECKS: list[Check] = [
     expired_locks,
     dead_holders,
     multiple_summaries,
+    gone_snapshots,
 ]
 
 

@@ -29,7 +29,7 @@ from ..config import ConfigError, GuardConfig, load_config
 from ..hooks.manager import get_plugin_manager
 from ..hooks.specs import BufferTable, LockTable
 from ..hostinfo import hermes_home, state_db_path
-from ..store import read_snapshot_counts
+from ..store import content_digest, read_snapshot_counts, read_snapshot_references
 
 BUSY_TIMEOUT_SECONDS = 2.0
 MERGED_END_REASON = "session_guard_merged"
@@ -137,6 +137,8 @@ class HomeState:
     buffered: dict[str, int] = field(default_factory=dict)
     buffer_tables: list[str] = field(default_factory=list)
     snapshots: dict[str, int] = field(default_factory=dict)
+    # snapshots by reference whose rows Hermes no longer holds as they were: (snapshot, session, detail)
+    gone_snapshots: list[tuple[str, str, str]] = field(default_factory=list)
     has_db: bool = True  # False: a fresh home, no Hermes sessions schema in state.db yet (see CheckedHome)
 
 
@@ -449,9 +451,21 @@ def load_home_state(home: Path | None = None, *, now: float | None = None) -> Ho
             _locks(conn, state)
             _buffers(conn, state)
             state.snapshots = read_snapshot_counts(conn)
+            state.gone_snapshots = _gone_references(conn)
         finally:
             conn.execute("ROLLBACK")
     return state
+
+
+def _gone_references(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """Snapshots by reference (native mode) whose rows changed since they were recorded."""
+    gone = []
+    for snapshot_id, sid, runs, count, digest in read_snapshot_references(conn):
+        rows = host.rows_by_runs(conn, sid, runs)
+        if len(rows) != count or content_digest(rows) != digest:
+            gone.append((snapshot_id, sid, f"{len(rows)} of its {count} rows are there"
+                         + (", with changed content" if len(rows) == count else "")))
+    return gone
 
 
 def read_rows(db_path: Path, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:

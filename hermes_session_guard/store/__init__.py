@@ -28,7 +28,15 @@ from .leases import LeaseRepository
 from .recall import IndexText, RecallDoc, RecallIndexRepository, porter_stems, scope_token
 from .rows import _row_message, _row_parts, message_text, text_hash
 from .schema import LOCK_TABLE, SCHEMA_VERSION
-from .snapshots import SnapshotInfo, SnapshotRepository, read_snapshot_counts, snapshots_recorded
+from .snapshots import (
+    SnapshotGone,
+    SnapshotInfo,
+    SnapshotRepository,
+    content_digest,
+    read_snapshot_counts,
+    read_snapshot_references,
+    snapshots_recorded,
+)
 from .summaries import SummaryRepository
 
 
@@ -66,6 +74,9 @@ __all__ = [
     "message_text",
     "porter_stems",
     "read_snapshot_counts",
+    "read_snapshot_references",
+    "SnapshotGone",
+    "content_digest",
     "scope_token",
     "snapshots_recorded",
     "text_hash",

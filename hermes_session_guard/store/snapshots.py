@@ -48,6 +48,16 @@ def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return {str(sid): int(n) for sid, n in rows}
 
 
+def read_snapshot_references(conn: sqlite3.Connection) -> list[tuple[str, str, list[tuple[int, int]], int, str]]:
+    """``(snapshot_id, session_id, row runs, row count, digest)`` of every snapshot by
+    reference, through any (read-only) connection; empty when there are none."""
+    if not _has_table(conn, "session_guard_snapshot_refs"):
+        return []
+    rows = conn.execute("SELECT snapshot_id, session_id, row_ranges, row_count, content_digest"
+                        " FROM session_guard_snapshot_refs ORDER BY snapshot_id")
+    return [(str(a), str(b), parse_runs(str(c)), int(d), str(e)) for a, b, c, d, e in rows]
+
+
 def snapshots_recorded(db_path: Path, session_id: str) -> bool:
     """Whether the guard recorded a snapshot of ``session_id`` in ``db_path``, read
     through a short-lived read-only connection (nothing created, nothing kept open;
