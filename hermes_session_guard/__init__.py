@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]
 
 log = logging.getLogger("hermes_session_guard")
+_warned: set[str] = set()
 
 
 def install(config: GuardConfig | dict[str, Any] | None = None) -> Any:
@@ -37,6 +38,12 @@ def install(config: GuardConfig | dict[str, Any] | None = None) -> Any:
     ``session_guard`` mapping, or ``None`` for the defaults. Idempotent."""
     if not isinstance(config, GuardConfig):
         config = parse_config(config)
+    for fallback in config.fallbacks:
+        if fallback.describe() in _warned:  # Hermes may load the plugin more than once per process
+            continue
+        _warned.add(fallback.describe())
+        log.warning("session guard: config.yaml option %s; the guard stays on, fix or remove the option",
+                    fallback.describe())
     if not config.enabled:
         log.info("session guard: disabled by session_guard.enabled: false")
         uninstall()
@@ -71,6 +78,10 @@ def register(ctx: Any) -> None:
     except ConfigError as exc:
         log.error("session guard DISABLED: invalid config.yaml option %s (%s). Hermes continues unguarded; "
                   "fix the option and restart.", exc.key, exc)
+        return
+    except (OSError, ValueError) as exc:  # unreadable or not UTF-8: no config to go by
+        log.error("session guard DISABLED: cannot read config.yaml (%s). Hermes continues unguarded; "
+                  "fix the file and restart.", type(exc).__name__)
         return
     try:
         install(config)

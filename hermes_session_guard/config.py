@@ -1,13 +1,19 @@
 """The ``session_guard:`` section of Hermes's config.yaml, validated.
 
 Every option has a default, so an absent section means "guard on, defaults".
-A bad value raises :class:`ConfigError` naming the dotted key; callers turn
-that into one log line and a disabled guard, never a crash of the host.
+A bad value of any option but ``enabled`` (wrong type, out of bounds, not finite,
+an unknown key, a sub-section that is not a mapping) does not switch the guard
+off: that option keeps its default and the problem is recorded in
+``GuardConfig.fallbacks`` (logged as a WARNING by ``install``, reported by
+``doctor`` and ``selftest``). Only ``enabled: false`` switches the guard off; a
+bad ``enabled`` value, a ``session_guard:`` that is not a mapping and a
+config.yaml that cannot be read raise :class:`ConfigError` naming the dotted key,
+which callers turn into one log line and a disabled guard, never a crash of the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 
@@ -17,6 +23,44 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"session_guard.{key}: {message}")
         self.key = f"session_guard.{key}"
+
+
+@dataclass(frozen=True)
+class OptionFallback:
+    """One option of config.yaml that could not be used: the guard runs with its default.
+
+    ``key`` is the dotted path (``session_guard.lock.wait_seconds``), ``value`` the
+    offending value as written (shortened), ``default`` the value used instead
+    (``None`` for an unknown key, which is ignored)."""
+
+    key: str
+    value: str
+    problem: str
+    default: Any = None
+    unknown: bool = False
+
+    def describe(self) -> str:
+        if self.unknown:
+            return f"{self.key} = {self.value} ignored: {self.problem}"
+        return f"{self.key} = {self.value} is invalid ({self.problem}); using the default {_show(self.default)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "problem": self.problem,
+                "default": None if self.unknown else _plain(self.default), "unknown": self.unknown}
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    return value
+
+
+_INTERNAL = {"internal": True}
 
 
 @dataclass(frozen=True)
@@ -82,6 +126,8 @@ class GuardConfig:
     handoff: HandoffConfig = field(default_factory=HandoffConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     turns: TurnsConfig = field(default_factory=TurnsConfig)
+    # Options config.yaml set to an unusable value, each replaced by its default (not an option itself).
+    fallbacks: tuple[OptionFallback, ...] = field(default=(), compare=False, repr=False, metadata=_INTERNAL)
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -192,31 +238,51 @@ def _coerce(key: str, expected: type, value: Any) -> Any:
     return value
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
+def _options(cls: type) -> dict[str, Any]:
+    return {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+
+
+def _build(cls: type, raw: Any, prefix: str, fallbacks: list[OptionFallback]) -> Any:
+    """``cls`` from ``raw``; an unusable value keeps its default and is added to ``fallbacks``.
+    Only the top-level ``enabled`` (and a top level that is not a mapping) raises."""
     if raw is None:
         return cls()
     if not isinstance(raw, dict):
         where = prefix.rstrip(".") or "(section)"
-        raise ConfigError(where, f"expected a mapping, got {type(raw).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown option (known: {', '.join(known)})")
+        problem = f"expected a mapping, got {type(raw).__name__}"
+        if not prefix:
+            raise ConfigError(where, problem)
+        fallbacks.append(OptionFallback(f"session_guard.{where}", _show(raw), problem, cls()))
+        return cls()
+    known = _options(cls)
     kwargs: dict[str, Any] = {}
     for name, value in raw.items():
-        f = known[name]
         key = f"{prefix}{name}"
+        f = known.get(name) if isinstance(name, str) else None
+        if f is None:
+            fallbacks.append(OptionFallback(f"session_guard.{key}", _show(value),
+                                            f"unknown option (known: {', '.join(known)})", unknown=True))
+            continue
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
         if is_dataclass(default):
-            kwargs[name] = _build(type(default), value, f"{key}.")
-        else:
+            kwargs[name] = _build(type(default), value, f"{key}.", fallbacks)
+            continue
+        try:
             kwargs[name] = _coerce(key, type(default), value)
+        except ConfigError as exc:
+            if key == "enabled":  # the one switch: a guess either way could betray the user's intent
+                raise
+            problem = str(exc).split(": ", 1)[-1].rsplit("; got ", 1)[0].rsplit(", got ", 1)[0]
+            fallbacks.append(OptionFallback(exc.key, _show(value), problem, default))
     return cls(**kwargs)
 
 
 def parse_config(raw: Any) -> GuardConfig:
-    """Validate the raw ``session_guard`` mapping (``None`` means defaults)."""
-    return _build(GuardConfig, raw, "")
+    """Validate the raw ``session_guard`` mapping (``None`` means defaults). Unusable
+    options keep their defaults and are listed in the result's ``fallbacks``."""
+    fallbacks: list[OptionFallback] = []
+    config = _build(GuardConfig, raw, "", fallbacks)
+    return replace(config, fallbacks=tuple(fallbacks)) if fallbacks else config
 
 
 def load_config(hermes_home: Any) -> GuardConfig:

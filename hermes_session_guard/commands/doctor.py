@@ -45,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FOUND if findings or strict_fail else 0
     print(f"Hermes home {state.home}")
     if not state.has_db and not findings:
+        # a new install before its first session: the configuration is all there is to check, and matters most now
         print(f"state.db {state.db_path}: no Hermes sessions yet (Hermes has not stored one in this home)")
-        print("doctor: nothing to check yet")
-        return 0
+        print_config_findings(config)
+        print("doctor: no sessions to check yet")
+        return EXIT_FOUND if strict_fail else 0
     print(f"state.db {state.db_path}: {len(state.sessions)} sessions, {len(state.routing)} routing entries, "
           f"lock tables: {', '.join(state.lock_tables) or 'none'} (read-only)")
     print_config_findings(config)

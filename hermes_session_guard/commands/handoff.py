@@ -16,7 +16,7 @@ from ..config import ConfigError
 from ..handoff.packet import PathEscapeError
 from ..hostinfo import installed_version
 from ..maintenance.state_inspection import HomeError, check
-from .output import fail
+from .output import argument_problem, fail
 
 HELP = "Write a redacted hand-off packet for a session (nothing is switched)"
 SLASH_NAME = "handoff-packet"
@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..handoff.writer import write_requested_packet
 
+    problem = argument_problem(args.session_id, "the session id") or argument_problem(
+        args.note, "the --note text", required=False)
+    if problem:
+        return fail(problem, args.json)
     try:
         checked = check(writes=True)
     except HomeError as exc:

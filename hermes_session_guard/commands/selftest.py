@@ -64,8 +64,9 @@ def user_home() -> tuple[Path | None, dict[str, Any]]:
                       "detail": f"no Hermes home at {home} and HERMES_HOME is not set"}
     checked = check(home, empty_ok=True)
     enabled, where = guard_enabled(checked.home)
-    return checked.home, {"path": str(checked.home), "exists": True, "config_valid": True,
-                          "state_db": checked.has_db, "guard_enabled": enabled, "detail": where}
+    return checked.home, {"path": str(checked.home), "exists": True, "config_valid": not checked.config.fallbacks,
+                          "state_db": checked.has_db, "guard_enabled": enabled, "detail": where,
+                          "option_defaults_used": [f.describe() for f in checked.config.fallbacks]}
 
 
 def context_engine_report(home: Any, probe: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -130,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"HERMES_HOME {home}: NOT PROTECTED: the guard is not enabled in this home "
                   f"({home_report['detail']})")
+        for used in home_report.get("option_defaults_used", []):
+            print(f"  WARNING: config.yaml option {used}")
         print("Seams:")
         for s in report.get("seams", []):
             row = f" [row {s['row']}]" if s.get("row") else ""

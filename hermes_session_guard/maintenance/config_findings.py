@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError, OptionFallback, parse_config
 from ..host.rules import HostRules, load_host_rules
 
 RECOMMENDED_TIMEOUT = 300  # seconds; the value Hermes's own PR raised the default to, and seed 001's advice
@@ -46,6 +47,8 @@ SIGNATURES: dict[str, str] = {
     "custom_provider_no_context_length": "a custom provider (or custom main model) has no context_length",
     "threshold_above_hygiene": "compression.threshold is at or above the gateway's session hygiene threshold",
     "protected_exceeds_budget": "protected head + tail leave no room for a compaction to get under the limit",
+    "guard_option_invalid": "a session_guard option has an unusable value: the guard runs with that option's "
+                            "default (an unknown option is ignored)",
 }
 
 # The lines seed 001 recommends, per signature (YAML to merge into config.yaml).
@@ -67,6 +70,7 @@ SEED_LINES: dict[str, str] = {
     ),
     "threshold_above_hygiene": "compression:\n  threshold: 0.50",
     "protected_exceeds_budget": "compression:\n  protect_first_n: 3\n  protect_last_n: 20",
+    "guard_option_invalid": "session_guard:\n  <section>:\n    <option>: <a valid value, or remove the line>",
 }
 
 
@@ -207,6 +211,35 @@ def _finding(signature: str, key: str, detail: str, fix: str) -> ConfigFinding:
     return ConfigFinding(signature, key, detail, fix, SEED_LINES[signature])
 
 
+def _default_lines(fallback: OptionFallback) -> str:
+    """The YAML that sets the option back to its default (or the line to delete, for an unknown one)."""
+    import yaml
+
+    parts = fallback.key.split(".")
+    if fallback.unknown:
+        return f"# remove {fallback.key} from config.yaml"
+    node: Any = fallback.as_dict()["default"]
+    for part in reversed(parts):
+        node = {part: node}
+    return yaml.safe_dump(node, sort_keys=False, width=200).rstrip("\n")
+
+
+def guard_option_findings(raw: Mapping[str, Any]) -> list[ConfigFinding]:
+    """One finding per ``session_guard`` option that runs on its default because its value
+    is unusable (``enabled`` and a non-mapping section are refused by the home check)."""
+    try:
+        fallbacks = parse_config(raw.get("session_guard")).fallbacks
+    except ConfigError:
+        return []
+    out = []
+    for fb in fallbacks:
+        fix = (f"remove {fb.key} (or correct its name)" if fb.unknown
+               else f"set {fb.key} to a valid value ({fb.problem}) or remove it to keep the default")
+        out.append(ConfigFinding("guard_option_invalid", fb.key, fb.describe() + "; every other option applies",
+                                 fix, _default_lines(fb)))
+    return out
+
+
 def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding]:
     """Every configuration finding for one config.yaml (raw, as on disk) under ``rules``."""
     cfg = merge_defaults(rules.defaults, raw)
@@ -337,7 +370,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
                 "lower compression.target_ratio (Hermes's default is "
                 f"{config_section(rules.defaults, 'compression').get('target_ratio', 0.2)})",
             ))
-    return out
+    return out + guard_option_findings(raw)
 
 
 def diagnose_config(home: Path, rules: HostRules | None = None) -> dict[str, Any]:

@@ -151,3 +151,53 @@ def test_doctor_reports_config_findings_as_warnings(
     (home / "config.yaml").write_text(yaml.safe_dump(GOOD), encoding="utf-8")
     code, out = _doctor(home, ["doctor", "--strict"], monkeypatch, capsys)
     assert code == 0 and "no findings" in out
+
+
+SEED_001 = _with(auxiliary__compression__context_length=None, auxiliary__compression__timeout=None)
+
+
+def test_doctor_reports_config_findings_before_the_first_session(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new install: config.yaml, no state.db yet. The findings seed 001 needed are reported
+    (not "nothing to check yet"), and doctor creates no state.db."""
+    (home / "config.yaml").write_text(yaml.safe_dump(SEED_001), encoding="utf-8")
+    assert not (home / "state.db").exists()
+    code, out = _doctor(home, ["doctor"], monkeypatch, capsys)
+    assert code == 0, out
+    assert "[aux_compression_timeout_low]" in out and "[aux_compression_window_unknown]" in out, out
+    assert "timeout: 300" in out and "nothing to check yet" not in out
+    assert _doctor(home, ["doctor", "--strict"], monkeypatch, capsys)[0] == 1
+    code, out = _doctor(home, ["doctor", "--json"], monkeypatch, capsys)
+    report = json.loads(out)
+    assert code == 0 and report["state_db_exists"] is False
+    assert sorted(f["signature"] for f in report["config"]["findings"]) == [
+        "aux_compression_timeout_low", "aux_compression_window_unknown"]
+    assert not (home / "state.db").exists()
+
+    (home / "config.yaml").write_text(yaml.safe_dump(GOOD), encoding="utf-8")
+    code, out = _doctor(home, ["doctor", "--strict"], monkeypatch, capsys)
+    assert code == 0 and "no findings" in out, out
+
+
+@pytest.mark.parametrize("with_db", [False, True], ids=["no-state-db", "state-db"])
+def test_doctor_names_an_invalid_guard_option_and_the_default_used(
+    db: Any, home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], with_db: bool
+) -> None:
+    cfg = _with(session_guard={"lock": {"wait_seconds": float("inf")}, "recall": {"max_chars": 500}})
+    (home / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    if with_db:
+        db.create_session(session_id="s1", source="cli", model="fake-model")
+    else:
+        db.close()
+        for name in ("state.db", "state.db-wal", "state.db-shm"):
+            (home / name).unlink(missing_ok=True)
+    code, out = _doctor(home, ["doctor"], monkeypatch, capsys)
+    assert code == 0, out  # a warning: the guard runs, on the default
+    assert "[guard_option_invalid]" in out and "session_guard.lock.wait_seconds = inf" in out, out
+    assert "default 2.0" in out and "wait_seconds: 2.0" in out
+    code, out = _doctor(home, ["doctor", "--json", "--strict"], monkeypatch, capsys)
+    report = json.loads(out)
+    assert code == 1
+    (finding,) = report["config"]["findings"]
+    assert (finding["signature"], finding["key"]) == ("guard_option_invalid", "session_guard.lock.wait_seconds")

@@ -2,8 +2,10 @@
 made from a real Hermes state.db (the corrupted fixture the installed release made):
 one ``error:`` line, exit status 2, every byte and directory entry unchanged, no Hermes
 malformed-database recovery (``state.db.malformed-backup-*``); a read-only home serves the
-read-only commands; ``selftest`` with no Hermes home and with the guard not enabled;
-``enable``/``disable`` as Hermes's own plugin discovery sees them."""
+read-only commands; ``export`` and ``handoff`` given bad arguments (an output path that
+cannot be written, an empty or non-UTF-8 id or note) the same way; ``selftest`` with no
+Hermes home and with the guard not enabled; ``enable``/``disable`` as Hermes's own plugin
+discovery sees them."""
 
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ from .test_operator_commands import HOST_FIXTURES, _manifest, materialize
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = [["doctor"], ["status"], ["repair"], ["repair", "--apply"], ["snapshots", "S"], ["handoff", "S"],
-            ["selftest"], ["enable"], ["disable"]]
+            ["export", "S"], ["selftest"], ["enable"], ["disable"]]
 READ_ONLY_COMMANDS = [["doctor"], ["status"], ["snapshots", "S"], ["repair"]]
-WRITING_COMMANDS = [["repair", "--apply"], ["handoff", "S"], ["enable"], ["disable"]]
+WRITING_COMMANDS = [["repair", "--apply"], ["handoff", "S"], ["export", "S"], ["enable"], ["disable"]]
 
 requires_fixture = pytest.mark.skipif(not HOST_FIXTURES, reason=f"no fixture made by Hermes {HERMES_VERSION}")
 
@@ -313,3 +315,59 @@ def test_enable_and_disable_as_hermes_sees_them(tmp_path: Path) -> None:
     before = listing(home)
     proc = run_cli(["enable"], home)
     assert proc.returncode == 2 and "not valid YAML" in proc.stderr and listing(home) == before
+
+
+def _export_bad_input(tmp: Path, sid: str) -> dict[str, tuple[list[str], str]]:
+    (tmp / "a-directory").mkdir()
+    (tmp / "elsewhere.json").write_text("mine\n", encoding="utf-8")
+    (tmp / "link.json").symlink_to(tmp / "elsewhere.json")
+    return {
+        "missing-directory": (["export", sid, "-o", str(tmp / "nope" / "out.json")], "does not exist"),
+        "directory": (["export", sid, "-o", str(tmp / "a-directory")], "is a directory"),
+        "dev-full": (["export", sid, "-o", "/dev/full"], "not a regular file"),
+        "symlink": (["export", sid, "-o", str(tmp / "link.json")], "symbolic link"),
+        "empty-id": (["export", ""], "empty"),
+        "blank-id": (["export", "  "], "empty"),
+        "non-utf8-id": (["export", sid[:4] + "\udcff"], "UTF-8"),
+        "handoff-non-utf8-note": (["handoff", sid, "--note", "caf\udce9 note"], "UTF-8"),
+        "handoff-non-utf8-id": (["handoff", sid[:4] + "\udcff"], "UTF-8"),
+        "handoff-empty-id": (["handoff", ""], "empty"),
+    }
+
+
+@requires_fixture
+@pytest.mark.parametrize("case", [
+    "missing-directory", "directory", "dev-full", "symlink", "empty-id", "blank-id", "non-utf8-id",
+    "handoff-non-utf8-note", "handoff-non-utf8-id", "handoff-empty-id"])
+def test_export_and_handoff_refuse_bad_arguments_with_one_line(case: str, tmp_path: Path) -> None:
+    home = _real_home(tmp_path)
+    sid = next(iter(_manifest(HOST_FIXTURES[0])["lineages"]))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    argv, reason = _export_bad_input(outside, sid)[case]
+    before, before_outside = listing(home), listing(outside)
+    proc = run_cli(argv, home)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, (argv, proc.stdout, proc.stderr[-2000:])
+    assert proc.stdout == "" and len(lines) == 1 and lines[0].startswith("error: "), (argv, proc.stderr)
+    assert reason in lines[0], lines[0]
+    assert listing(home) == before and listing(outside) == before_outside
+    _no_malformed_backup(home)
+
+
+@requires_fixture
+def test_export_replaces_an_existing_file_with_a_private_one(tmp_path: Path) -> None:
+    home = _real_home(tmp_path)
+    sid = next(iter(_manifest(HOST_FIXTURES[0])["lineages"]))
+    out = tmp_path / "export.json"
+    out.write_text("old\n", encoding="utf-8")
+    out.chmod(0o644)
+    proc = run_cli(["export", sid, "-o", str(out)], home)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out.stat().st_mode & 0o777) == 0o600
+    import json
+
+    assert json.loads(out.read_text(encoding="utf-8"))["id"] == sid
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".export")) == []  # no temporary left
+    proc = run_cli(["export", sid], home)  # standard output
+    assert proc.returncode == 0 and json.loads(proc.stdout)["id"] == sid

@@ -46,13 +46,25 @@ def test_not_listed_in_plugins_enabled_means_not_loaded(home: Path, llm: FakeLLM
     assert "SEAMS null" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
-def test_bad_option_disables_the_guard_with_one_clear_line(home: Path, llm: FakeLLMServer) -> None:
+def test_bad_option_keeps_its_default_and_the_guard_on_with_one_clear_line(home: Path, llm: FakeLLMServer) -> None:
     probe.write_config(home, llm.base_url, session_guard={"lock": {"wait_seconds": "soon"}})
+    proc = _run([sys.executable, "-c", _discover_script()], home)
+    assert proc.returncode == 0  # Hermes keeps running
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("SEAMS "))
+    seams = json.loads(line[6:])
+    assert seams is not None and seams["compression"] == "patched", proc.stderr[-2000:]
+    assert "session guard DISABLED" not in proc.stderr
+    warned = [x for x in proc.stderr.splitlines() if "session_guard.lock.wait_seconds" in x]
+    assert len(warned) == 1 and "'soon'" in warned[0] and "default 2.0" in warned[0], proc.stderr[-2000:]
+
+
+def test_a_bad_enabled_value_disables_the_guard_with_one_clear_line(home: Path, llm: FakeLLMServer) -> None:
+    probe.write_config(home, llm.base_url, session_guard={"enabled": "maybe"})
     proc = _run([sys.executable, "-c", _discover_script()], home)
     assert proc.returncode == 0  # Hermes keeps running
     assert "SEAMS null" in proc.stdout
     disabled = [x for x in proc.stderr.splitlines() if "session guard DISABLED" in x]
-    assert len(disabled) == 1 and "session_guard.lock.wait_seconds" in disabled[0]
+    assert len(disabled) == 1 and "session_guard.enabled" in disabled[0]
 
 
 def test_hermes_session_guard_subcommand_lists_snapshots(home: Path, llm: FakeLLMServer, guard: object,

@@ -68,17 +68,26 @@ def test_hermes_home_that_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("section, key", [
-    ("session_guard:\n  lock:\n    wait_seconds: soon\n", "session_guard.lock.wait_seconds"),
-    ("session_guard:\n  buffer:\n    max_messages: 2.5\n", "session_guard.buffer.max_messages"),
     ("session_guard:\n  enabled: 'yes'\n", "session_guard.enabled"),
     ("session_guard: [1, 2]\n", "session_guard.(section)"),
-    ("session_guard:\n  nope: 1\n", "session_guard.nope"),
 ])
 def test_config_with_wrong_types(good_home: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str], section: str, key: str) -> None:
     (good_home / "config.yaml").write_text(section, encoding="utf-8")
     for message in _run_all(good_home, monkeypatch, capsys):
         assert key in message and "config.yaml" in message
+
+
+@pytest.mark.parametrize("section, key", [
+    ("session_guard:\n  lock:\n    wait_seconds: soon\n", "session_guard.lock.wait_seconds"),
+    ("session_guard:\n  buffer:\n    max_messages: 2.5\n", "session_guard.buffer.max_messages"),
+    ("session_guard:\n  nope: 1\n", "session_guard.nope"),
+])
+def test_a_bad_option_passes_the_home_check_on_its_default(good_home: Path, section: str, key: str) -> None:
+    """Any option but ``enabled``: the commands run, with the option's default (doctor reports it)."""
+    (good_home / "config.yaml").write_text(section, encoding="utf-8")
+    checked = state_inspection.check(good_home)
+    assert [f.key for f in checked.config.fallbacks] == [key]
 
 
 def test_config_that_is_not_yaml(good_home: Path, monkeypatch: pytest.MonkeyPatch,

@@ -39,7 +39,7 @@ def test_hermes_subcommand_registration_uses_the_same_table() -> None:
 
 @pytest.mark.parametrize("config, expected", [
     (None, "does not exist"),
-    ("session_guard:\n  recall:\n    max_chars: lots\n", "session_guard.recall.max_chars"),
+    ("session_guard:\n  enabled: maybe\n", "session_guard.enabled"),
 ])
 def test_selftest_refuses_a_bad_home_before_probing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str], config: str | None,

@@ -201,7 +201,8 @@ def test_a_fresh_home_is_not_an_error(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("HERMES_HOME", str(home))
     before = listing(home)
     assert cli.main(["doctor"]) == 0
-    assert "doctor: nothing to check yet" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "doctor: no sessions to check yet" in out and "configuration:" in out  # the config is checked already
     assert cli.main(["status"]) == 0
     assert "status: nothing yet" in capsys.readouterr().out
     assert cli.main(["repair"]) == 0
@@ -246,6 +247,6 @@ def test_a_state_db_with_only_the_guards_tables_is_a_fresh_home(tmp_path: Path, 
     conn.close()
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     assert check(tmp_path).has_db is False
-    assert cli.main(["doctor"]) == 0 and "nothing to check yet" in capsys.readouterr().out
+    assert cli.main(["doctor"]) == 0 and "no sessions to check yet" in capsys.readouterr().out
     assert cli.main(["status"]) == 0 and "nothing yet" in capsys.readouterr().out
     assert cli.main(["disable"]) == 0

@@ -150,12 +150,26 @@ def test_install_with_the_guard_disabled_patches_nothing(host: FakeHost, monkeyp
     assert not hermes_session_guard.is_installed()
 
 
-def test_invalid_config_raises_before_patching(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_enabled_raises_before_patching(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_version(monkeypatch, "0.19.0")
     with pytest.raises(hermes_session_guard.ConfigError) as err:
-        hermes_session_guard.install({"lock": {"wait_seconds": -1}})
-    assert err.value.key == "session_guard.lock.wait_seconds"
+        hermes_session_guard.install({"enabled": "maybe", "lock": {"wait_seconds": -1}})
+    assert err.value.key == "session_guard.enabled"
     assert host.compression.compress_context is host.function
+
+
+def test_an_invalid_option_patches_with_its_default_and_warns(
+    host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _fake_version(monkeypatch, "0.19.0")
+    monkeypatch.setattr(hermes_session_guard, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+        runtime = hermes_session_guard.install({"lock": {"wait_seconds": -1}})
+    assert runtime is not None and runtime.config.lock.wait_seconds == 2.0
+    assert host.compression.compress_context is not host.function
+    warned = [r for r in caplog.records if "session_guard.lock.wait_seconds" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert "-1" in warned[0].getMessage() and "default 2.0" in warned[0].getMessage()
 
 
 def test_unknown_newer_release_uses_the_newest_row_that_verifies(
