@@ -42,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "hermes_session_guard"
 BUILD_VENV = ROOT / ".venvs" / "build"
 DEFAULT_HERMES = "0.19.0"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matrix import packages_for  # noqa: E402  (the one map of releases to what pip installs)
+
 # A warning of this kind in the build output fails the check.
 BAD_BUILD_OUTPUT = re.compile(r"deprecat|SetuptoolsWarning|UserWarning", re.IGNORECASE)
 # Files the package reads at run time besides its modules (kept in sync with package-data).
@@ -153,9 +157,9 @@ def check_installed(checks: Checks, wheel: Path, hermes: str, keep: bool) -> Non
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         py = venv_python(venv)
         started = time.monotonic()
-        proc = run([str(py), "-m", "pip", "install", "-q", f"hermes-agent=={hermes}", str(wheel)], cwd=tmp,
-                   env=clean_env())
-        if not checks.check(f"wheel and hermes-agent=={hermes} install into a fresh venv "
+        packages = packages_for(hermes)  # hermes-agent==X, or the repackaging of a release after 0.19.0
+        proc = run([str(py), "-m", "pip", "install", "-q", *packages, str(wheel)], cwd=tmp, env=clean_env())
+        if not checks.check(f"wheel and {' '.join(packages)} install into a fresh venv "
                             f"({time.monotonic() - started:.0f}s)", proc.returncode == 0, proc.stdout[-2000:]):
             return
         env = clean_env(HERMES_HOME=str(tmp / "home"))
