@@ -2,26 +2,24 @@
 and a last net for the audit log.
 
 The text is first normalised (zero-width characters and soft hyphens removed, so a
-key with an invisible character inside is still one key), then three passes run,
-each replacing what it finds with ``[REDACTED]``:
+key with an invisible character inside is still one key), then each pass replaces
+what it finds with ``[REDACTED]``:
 
-1. the guard's targeted rules (:func:`redact_guard_patterns`): the forms the two
-   scanners below do not catch or only half-mask (``MYSQL_ROOT_PASS=``, ``REDIS_PW=``,
-   JSON ``"pass"``, Slack and Discord webhook URLs, Azure ``AccountKey=``, ``curl -u``,
-   ``mysql -p``, ``sshpass -p``, cookies, ``.pgpass`` lines, Twilio tokens, AWS secret
-   keys in prose, provider API keys, URL credentials, private keys, JWTs, ...);
-2. ``detect-secrets`` (Yelp's maintained scanner), line by line with its
-   pattern plugins (AWS, Azure, Slack, Discord, Twilio, Stripe, GitHub, GitLab, npm,
-   PyPI, SendGrid, Telegram, OpenAI, Mailchimp, Artifactory, IBM, Square, JWT,
-   private keys, basic-auth URLs, secret keywords); its entropy and IP plugins are
-   off: they flag ordinary words, session ids and commit hashes;
-3. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
-   has it, as a net for the provider formats Hermes knows.
+1. private key blocks;
+2. the shipped provider rule sets (:mod:`.rule_set`: CredSweeper's rules, kept as
+   package data, and detect-secrets' pattern plugins);
+3. the guard's own rules (:data:`_GUARD_RULES`): agent-world provider keys, URL
+   credentials, headers, cookies, command-line passwords, ``.pgpass`` and ``.netrc``
+   lines, Docker ``"auth"``, webhook URLs, PuTTY and header-less key bodies, YAML
+   block scalars, assignments (full-width separators too) and prose, the rest of a
+   value split over two lines;
+4. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
+   has it, as a net for the provider formats Hermes knows (:func:`host_pass`).
 
-A pass that fails (detect-secrets not installed, an error in the host's function)
-is skipped with the others still applied; the guard's own pass always runs.
-Callers redact each piece of text before clipping it, so a clipped secret is never
-left half-visible.
+Passes 1-3 are :func:`redact_guard_patterns` (the audit log's net too). A pass that
+fails is logged and skipped with the others still applied. Every rule runs in time
+linear in the text: see :mod:`.rule_set` and docs/redaction.md. Callers redact each
+piece of text before clipping it, so a clipped secret is never left half-visible.
 """
 
 from __future__ import annotations
