@@ -47,6 +47,7 @@ WINDOW = 2048
 OVERLAP = 512
 BEFORE = 64
 AFTER = 512
+ANCHORED_SPAN = 384  # an anchored pair rule's match: key, separator and value fit in it
 RULES_RESOURCE = ("rules", "credsweeper.yaml")
 
 # Rules that fire on ordinary conversation text, not on secrets.
@@ -319,7 +320,7 @@ def _masked_span(m: re.Match[str], group: str | int) -> tuple[int, int]:
 def _anchored_spans(rule: Rule, positions: dict[str, list[int]], text: str) -> list[tuple[int, int]]:
     """An anchored rule's matches, tried at each occurrence of its required substrings
     (and at a quote just before one) that lies after the previous match, as ``finditer``
-    would; a match is bounded to WINDOW characters."""
+    would; a match is bounded to ANCHORED_SPAN characters."""
     out = []
     last = 0
     for p in sorted({p for t in rule.triggers for p in positions.get(t, ())}):
@@ -328,7 +329,7 @@ def _anchored_spans(rule: Rule, positions: dict[str, list[int]], text: str) -> l
         for start in ((p - 1, p) if p and text[p - 1] in _QUOTES else (p,)):
             m = None
             for pattern in rule.patterns:
-                m = pattern.match(text, start, min(len(text), start + WINDOW))
+                m = pattern.match(text, start, min(len(text), start + ANCHORED_SPAN))
                 if m:
                     break
             if m:
