@@ -3,8 +3,8 @@
 Two maintained sets feed one engine:
 
 - CredSweeper's rules (Samsung, MIT; ``rules/credsweeper.yaml``, copied unchanged from
-  the ``credsweeper`` 1.19.5 wheel, licence in ``rules/LICENSE.credsweeper``): about 140
-  provider token shapes (Vault, age, Shopify, Sentry, Mailgun, Heroku, Terraform Cloud,
+  the ``credsweeper`` 1.19.5 wheel, licence in ``rules/LICENSE.credsweeper``): 151 rules,
+  about 120 of them provider token shapes (Vault, age, Shopify, Sentry, Mailgun, Heroku, Terraform Cloud,
   New Relic, Google OAuth, Atlassian, Linear, Postman, Grafana, Databricks, Doppler,
   Supabase, Pulumi, ...) and ``name = value`` pair rules. CredSweeper itself is not a
   dependency (it pulls an ML runtime and office-file parsers); only its rule data is used,
@@ -19,16 +19,19 @@ What is used, and what is not (counted in :func:`rule_stats`):
 - CredSweeper ``keyword`` rules (a template built in CredSweeper's code) and ``pem_key``
   are left out: the guard's own assignment and private-key rules cover them;
 - :data:`LEFT_OUT`: rules that flag things that are not secrets in conversation text
-  (UUIDs, host names, app ids, any 32-hex run, ...) or whose matching time grows faster
-  than the text (measured: seconds on 50 KB of one repeated character).
+  (UUIDs, host names, app ids, any 32-hex run, ...) or whose matching costs far more
+  than the rest (measured: seconds on 50 KB of one repeated character).
 
-Linear time: one combined search finds every rule's required substrings; a rule runs
-only on the regions around them (:data:`BEFORE` characters before, :data:`AFTER` after),
-and every region is cut into windows of at most :data:`WINDOW` characters overlapping by
-:data:`OVERLAP` (a secret up to that long lies whole in some window). A rule without
-required substrings runs over windows of the whole text. The matching work of one
-window is bounded by its size, and each rule covers the text at most about twice, so
-the total grows linearly with the text.
+Linear time: one ``str.find`` scan per required substring finds where each occurs
+(capitals as written, the rest in any case). A pair rule that starts with its key word
+(:data:`ANCHORED_START`) is tried only there, its match bounded to :data:`ANCHORED_SPAN`
+characters. Any other rule runs on the regions around the occurrences (:data:`BEFORE`
+characters before, :data:`AFTER` after), cut into windows of at most :data:`WINDOW`
+characters overlapping by :data:`OVERLAP` (a secret up to that long lies whole in some
+window); a rule without required substrings runs over windows of the whole text. The
+matching work of one window is bounded by its size and each rule covers the text at
+most about 1.4 times, so the total grows linearly with the text. :func:`sub_near` and
+:func:`sub_at` run the guard's own rules the same way.
 """
 
 from __future__ import annotations
