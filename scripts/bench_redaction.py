@@ -127,13 +127,15 @@ KINDS: dict[str, Callable[[int], str]] = {
 }
 
 
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
+def best_of(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """The best wall and the best CPU seconds of ``repeat`` runs."""
+    wall = cpu = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,19 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}"
           if hasattr(os, "getloadavg") else f"python {sys.version.split()[0]}")
     print("rule sets: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
-    print(f"{'kind':22s} " + " ".join(f"{s // 1024:>7d}KB" for s in SIZES) + "   1MB/256KB")
-    worst = 0.0
+    print(f"{'kind':22s} " + " ".join(f"{s // 1024:>7d}KB" for s in SIZES) + "   1MB/256KB   1MB CPU")
+    worst = worst_cpu = 0.0
     for kind in args.kinds:
         make = KINDS[kind]
         times = []
         for size in SIZES:
             text = make(size)
             times.append(best_of(lambda text=text: redact(text), args.repeat))
-        worst = max(worst, times[-1])
-        flag = "  over 1 s" if times[-1] > TARGET_SECONDS else ""
-        print(f"{kind:22s} " + " ".join(f"{t:8.3f}s" for t in times) + f"   {times[-1] / max(times[0], 1e-9):6.1f}"
-              + flag, flush=True)
-    print(f"slowest 1 MB: {worst:.3f} s (target {TARGET_SECONDS:.0f} s)")
+        worst, worst_cpu = max(worst, times[-1][0]), max(worst_cpu, times[-1][1])
+        flag = "  over 1 s" if times[-1][0] > TARGET_SECONDS else ""
+        print(f"{kind:22s} " + " ".join(f"{t:8.3f}s" for t, _ in times)
+              + f"   {times[-1][0] / max(times[0][0], 1e-9):6.1f}   {times[-1][1]:7.3f}s" + flag, flush=True)
+    print(f"slowest 1 MB: {worst:.3f} s wall, {worst_cpu:.3f} s CPU (target {TARGET_SECONDS:.0f} s)")
     return 0
 
 
