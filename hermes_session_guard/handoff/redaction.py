@@ -2,35 +2,33 @@
 and a last net for the audit log.
 
 The text is first normalised (zero-width characters and soft hyphens removed, so a
-key with an invisible character inside is still one key), then three passes run,
-each replacing what it finds with ``[REDACTED]``:
+key with an invisible character inside is still one key), then each pass replaces
+what it finds with ``[REDACTED]``:
 
-1. the guard's targeted rules (:func:`redact_guard_patterns`): the forms the two
-   scanners below do not catch or only half-mask (``MYSQL_ROOT_PASS=``, ``REDIS_PW=``,
-   JSON ``"pass"``, Slack and Discord webhook URLs, Azure ``AccountKey=``, ``curl -u``,
-   ``mysql -p``, ``sshpass -p``, cookies, ``.pgpass`` lines, Twilio tokens, AWS secret
-   keys in prose, provider API keys, URL credentials, private keys, JWTs, ...);
-2. ``detect-secrets`` (Yelp's maintained scanner), line by line with its
-   pattern plugins (AWS, Azure, Slack, Discord, Twilio, Stripe, GitHub, GitLab, npm,
-   PyPI, SendGrid, Telegram, OpenAI, Mailchimp, Artifactory, IBM, Square, JWT,
-   private keys, basic-auth URLs, secret keywords); its entropy and IP plugins are
-   off: they flag ordinary words, session ids and commit hashes;
-3. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
-   has it, as a net for the provider formats Hermes knows.
+1. private key blocks;
+2. the shipped provider rule sets (:mod:`.rule_set`: CredSweeper's rules, kept as
+   package data, and detect-secrets' pattern plugins);
+3. the guard's own rules (:data:`_GUARD_RULES`): agent-world provider keys, URL
+   credentials, headers, cookies, command-line passwords, ``.pgpass`` and ``.netrc``
+   lines, Docker ``"auth"``, webhook URLs, PuTTY and header-less key bodies, YAML
+   block scalars, assignments (full-width separators too) and prose, the rest of a
+   value split over two lines;
+4. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
+   has it, as a net for the provider formats Hermes knows (:func:`host_pass`).
 
-A pass that fails (detect-secrets not installed, an error in the host's function)
-is skipped with the others still applied; the guard's own pass always runs.
-Callers redact each piece of text before clipping it, so a clipped secret is never
-left half-visible.
+Passes 1-3 are :func:`redact_guard_patterns` (the audit log's net too). A pass that
+fails is logged and skipped with the others still applied. Every rule runs in time
+linear in the text: see :mod:`.rule_set` and docs/redaction.md. Callers redact each
+piece of text before clipping it, so a clipped secret is never left half-visible.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable
-from typing import Any
+
+from . import rule_set
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -62,9 +60,7 @@ _TOKEN_PATTERNS = [
     r"pypi-[A-Za-z0-9_\-]{30,}",
     r"(?:gsk|xai|tvly|pplx|fw)[_-][A-Za-z0-9]{20,}",
     r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",  # SendGrid
-    r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b",  # Telegram bot token
     r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
-    r"\b(?:SK|AC)[0-9a-fA-F]{32}\b",  # Twilio API key / account SIDs
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+",  # Slack webhook
     r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]+",  # Discord webhook
 ]
@@ -74,13 +70,20 @@ _PRIVATE_KEY = re.compile(
     re.DOTALL,
 )
 _TOKENS = re.compile("|".join(f"(?:{p})" for p in _TOKEN_PATTERNS))
+# The literal starts of _TOKEN_PATTERNS (the pattern runs only near them)
+_TOKEN_TRIGGERS = ("sk-", "sk_", "rk_", "pk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
+                   "xapp-", "aiza", "ya29.", "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa", "abia",
+                   "acca", "hf_", "npm_", "pypi-", "gsk", "xai", "tvly", "pplx", "fw_", "fw-", "sg.", "eyj",
+                   "https://")
+_TELEGRAM = re.compile(r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b")  # Telegram bot token
+_TWILIO_SID = re.compile(r"\b(?:SK|AC)[0-9a-fA-F]{32}\b")  # Twilio API key / account SIDs
 # Authorization headers and bare bearer credentials.
 _AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)(?:(bearer|basic|token|digest)\s+)?[^\s,;]+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{8,}")
 # X-Api-Key: ..., X-Auth-Token: ...
-_KEY_HEADER = re.compile(r"(?im)^(\s*x-[a-z\-]*(?:key|token|secret|auth)[a-z\-]*\s*:\s*)\S+")
+_KEY_HEADER = re.compile(r"(?im)^([ \t]{0,16}x-[a-z\-]{0,64}?(?:key|token|secret|auth)[a-z\-]{0,64}[ \t]*:[ \t]*)\S+")
 # scheme://user:password@host  and  scheme://token@host  and  scheme://:password@host
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
+_URL_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]{0,31}://)[^/\s@:]{0,256}(?::[^/\s@]{0,256})?@")
 # ?access_token=...&sig=...
 _URL_SECRET_PARAM = re.compile(
     r"(?i)([?&#;](?:access_token|refresh_token|id_token|token|api_?key|key|secret|client_secret|password|passwd|pwd"
@@ -88,15 +91,18 @@ _URL_SECRET_PARAM = re.compile(
 )
 # Azure connection strings: AccountKey=...; SharedAccessKey=...; SharedAccessSignature=...
 _AZURE = re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*)[^;\s\"']+")
-_SECRET_WORD = (
-    r"[A-Za-z0-9_.\-]*(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
-    r"|private[_\-]?key|client[_\-]?secret|credential|auth[_\-]?key|session[_\-]?key|sessionid|session_id"
-    r"|(?<![A-Za-z])(?:pass|pw|pword)(?![A-Za-z]))[A-Za-z0-9_.\-]*"
+_SECRET_KEYWORD = (
+    r"(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
+    r"|private[_\-]?key|client[_\-]?secret|credential|auth[_\-]?key|app[_\-]?key|session[_\-]?key|sessionid"
+    r"|session_id|key[_\-]?data|密码|密碼|口令|令牌|密钥|密鑰|秘钥|秘鑰|暗号|パスワード|비밀번호|비번|토큰|пароль|токен"
+    r"|(?<![A-Za-z])(?:pass|pw|pword)(?![A-Za-z]))"
 )
+_SECRET_WORD = r"[A-Za-z0-9_.\-]{0,64}?" + _SECRET_KEYWORD + r"[A-Za-z0-9_.\-]{0,64}"
 # KEY=value, key: value, "key": "value" (a quoted value may hold spaces; a bare one
 # runs up to whitespace, a quote, a comma or a bracket)
 _ASSIGNMENT = re.compile(
-    r"(?i)(?P<key>[\"']?\b" + _SECRET_WORD + r"[\"']?\s*(?:=|:)\s*)"
+    # the key from its secret word on (what comes before the word is kept as it is anyway)
+    r"(?i)(?P<key>" + _SECRET_KEYWORD + r"[A-Za-z0-9_.\-]{0,64}[\"']?[ \t]{0,16}[=:\uff1a\uff1d][ \t]{0,16})"
     r"(?:(?P<q>[\"'])(?P<quoted>[^\"'\n]{1,256})(?P=q)|(?P<value>[^\s\"',;}{\]]{3,}))"
 )
 # "my password is hunter2", "the password for the vpn is X"
@@ -105,29 +111,109 @@ _PROSE_PASSWORD = re.compile(
     r"([^\s,;]{3,})"
 )
 # aws_secret_access_key-like 40-char values next to an AWS word
-_AWS_SECRET = re.compile(r"(?i)(aws[A-Za-z0-9_\-]*\s*[:=]\s*[\"']?)[A-Za-z0-9/+=]{40}")
+_AWS_SECRET = re.compile(r"(?i)(aws[A-Za-z0-9_\-]{0,64}[ \t]{0,8}[:=]\s*[\"']?)[A-Za-z0-9/+=]{40}")
 # A free-standing 40-character AWS-secret-shaped token (mixed case and a digit or a
 # slash/plus): a secret key pasted into prose. A 40-hex git hash is one case only.
 _AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
                                r"(?=[A-Za-z0-9/+]*[0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 # curl -u user:pass / --user user:pass / --user=user:pass
-_CURL_USER = re.compile(r"(?i)(\bcurl\b[^\n]*?\s(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"']+:)([^\s\"']+)")
+_CURL_USER = re.compile(r"(?i)((?<=\s)(?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']{1,256}:)([^\s\"']+)")
 # mysql -pSECRET / --password=SECRET (a bare -p prompts: nothing to hide)
-_MYSQL_P = re.compile(r"(?i)(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n]*?\s(?:-p|--password=))"
-                      r"([^\s\"'`]+|\"[^\"\n]*\"|'[^'\n]*')")
+_MYSQL_P = re.compile(r"(?i)((?<=\s)(?:-p|--password=))([^\s\"'`]+|\"[^\"\n]*\"|'[^'\n]*')")
 # sshpass -p SECRET, docker login -p SECRET, --password SECRET
-_DASH_P = re.compile(r"(?i)(\b(?:sshpass|docker\s+login|podman\s+login|helm\s+registry\s+login)\b[^\n]*?\s"
-                     r"(?:-p|--password)(?:\s+|=))([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
+_DASH_P = re.compile(r"(?i)((?<=\s)(?:-p|--password)(?:[ \t]+|=))([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
+# The command an option above must follow on its line (looked for in at most 512 characters before it)
+_CURL_COMMAND = re.compile(r"(?i)\bcurl\b")
+_MYSQL_COMMAND = re.compile(r"(?i)\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b")
+_DASH_P_COMMAND = re.compile(r"(?i)\b(?:sshpass|docker\s+login|podman\s+login|helm\s+registry\s+login)\b")
+
+
+def _after_command(command: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
+    """A replacement that masks the option's value when ``command`` comes earlier on its line."""
+    def repl(m: re.Match[str]) -> str:
+        text = m.string
+        start = max(0, m.start() - 512)
+        line_start = text.rfind("\n", start, m.start()) + 1
+        if command.search(text, max(start, line_start), m.start()):
+            return f"{m.group(1)}{MASK}"
+        return m.group(0)
+    return repl
 # Cookie: a=b; c=d  and  Set-Cookie: a=b; Path=/
 _COOKIE = re.compile(r"(?im)\b((?:set-)?cookie\s*:\s*)([^\n]+)")
-_COOKIE_PAIR = re.compile(r"([A-Za-z0-9_.\-]+=)([^;\s]+)")
+_COOKIE_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128}=)([^;\s]+)")
 _COOKIE_ATTRS = {"path=", "domain=", "expires=", "max-age=", "samesite=", "priority="}
 # .pgpass: hostname:port:database:username:password
 # (a line of its own or the end of one; the host is ``*`` or has a letter or a dot)
-_PGPASS = re.compile(r"(?m)((?:^|(?<=\s))(?:\*|[^:\s#]*[A-Za-z.][^:\s#]*):(?:\d+|\*):[^:\s]+:[^:\s]+:)(\S+)"
+_PGPASS = re.compile(r"(?m)((?:^|(?<=\s))(?:\*|(?=[^:\s#]{0,253}[A-Za-z.])[^:\s#]{1,253}):(?:\d{1,5}|\*)"
+                     r":[^:\s]{1,128}:[^:\s]{1,128}:)(\S{1,512})"
                      r"(?=[ \t]*$)")
 # A Twilio auth token (32 hex) named as such
 _TWILIO = re.compile(r"(?i)(\btwilio\b[^\n]{0,40}?)\b[0-9a-f]{32}\b")
+
+
+# -- forms outside single-line key=value ---------------------------------------------------
+# .netrc: "machine h login u password p" on one line, or "password p" on a line of its own
+_NETRC = re.compile(r"(?im)(\b(?:machine|default|login|account)\b[^\n]{0,256}?[ \t]password[ \t]+"
+                    r"|^[ \t]*password[ \t]+)"
+                    r"(?![\[*])(\S+)")
+# JSON/YAML "auth": "<base64>" (Docker's config.json)
+_QUOTED_AUTH = re.compile(r"(?i)([\"']auth[\"'][ \t]{0,8}:[ \t]{0,8}[\"'])([A-Za-z0-9+/=_\-]{8,})")
+# "sig=..." (a SAS or request signature) standing on its own, not only after ? or &
+_BARE_SIG = re.compile(r"(?i)((?<![A-Za-z0-9_\-])(?:sig|signature)=)[^&#\s;]+")
+# Incoming-webhook URLs (Teams, Office 365, Google Chat, generic /hooks/ paths): the path is the secret
+_WEBHOOK_URL = re.compile(r"(?i)(https?://[A-Za-z0-9.\-]{1,253}(?::\d{1,5})?/(?:[A-Za-z0-9_.\-]{1,64}/){0,4}?"
+                          r"(?:webhook|webhookb2|webhooks|hooks|IncomingWebhook)/)[^\s\"'<>)]+")
+# PuTTY key file: the lines under "Private-Lines: N" (and "Private-MAC:")
+_PUTTY_PRIVATE = re.compile(r"(?m)^((?:Private-Lines|Private-MAC)[ \t]*:[ \t]*(?:\d{1,3}[ \t]*\n)?)"
+                            r"((?:[ \t]*[A-Za-z0-9+/=]{1,256}[ \t]*(?:\n|\Z)){1,64})")
+# A long base64 run (a key body without its header: OpenSSH, PuTTY, PEM data in a kubeconfig,
+# a token): 60+ characters with capitals, small letters and digits, few slashes (not a path).
+_BLOB = re.compile(r"(?<![A-Za-z0-9+/=_\-])[A-Za-z0-9+/]{60,}={0,2}(?![A-Za-z0-9+/=_\-])")
+# A YAML block scalar under a secret key ("password: >-" / "token: |"): its indented lines
+_BLOCK_SCALAR_KEY = re.compile(r"(?i)^([ \t]*)[\"']?" + _SECRET_WORD
+                               + r"[\"']?[ \t]*[:\uff1a][ \t]*[>|][+\-0-9]{0,2}[ \t]*$")
+# A token-only line right after a line that ends in a mask: the rest of a value split over two lines
+_CONTINUATION = re.compile(r"(?m)((?:\[REDACTED\]|\*\*\*)[\"']?[ \t]*\n[ \t]*)([A-Za-z0-9_+/=.\-]{8,512})"
+                           r"(?=[\"'?.,;:!)]{0,3}[ \t]*$)")
+
+
+def _mask_blob(m: re.Match[str]) -> str:
+    run = m.group(0)
+    if run.count("/") * 16 > len(run):
+        return run  # a path
+    if not (re.search("[a-z]", run) and re.search("[A-Z]", run) and re.search("[0-9]", run)):
+        return run
+    return MASK
+
+
+def redact_block_scalars(text: str) -> str:
+    """The indented lines of a YAML block scalar (``>``/``|``) under a secret key."""
+    if ">" not in text and "|" not in text:
+        return text
+    lines = text.split("\n")
+    indent: int | None = None
+    for i, line in enumerate(lines):
+        if indent is not None:
+            stripped = line.lstrip(" \t")
+            if stripped and len(line) - len(stripped) > indent:
+                lines[i] = line[: len(line) - len(stripped)] + MASK
+                continue
+            if stripped:
+                indent = None
+        if len(line) <= 512:
+            m = _BLOCK_SCALAR_KEY.match(line)
+            if m:
+                indent = len(m.group(1))
+    return "\n".join(lines)
+
+
+def redact_continuations(text: str) -> str:
+    """A value split over two lines: the token-only line after a masked line end."""
+    return rule_set.sub_near(_CONTINUATION, _keep_head, text, _MASK_TRIGGERS, before=16, after=600)
+
+
+_MASK_TRIGGERS = ("[redacted]", "***")
+_BLOCK_SCALAR_HINT = re.compile(r"[:\uff1a][ \t]*[>|][+\-0-9]{0,2}[ \t]*$", re.MULTILINE)
 
 
 # The rest of a token an earlier mask only half covered (a zero-width character split
@@ -159,108 +245,96 @@ def _keep_head(m: re.Match[str]) -> str:
     return f"{m.group(1)}{MASK}"
 
 
-def redact_guard_patterns(text: str) -> str:
-    """The guard's own pass (on normalised text): every match becomes ``[REDACTED]``."""
+def _redact_prose_password(m: re.Match[str]) -> str:
+    return m.group(1) + (m.group(2) if m.group(2).startswith("[REDACTED") else MASK)
+
+
+def _redact_userinfo(m: re.Match[str]) -> str:
+    return f"{m.group(1)}{MASK}@"
+
+
+def _redact_auth_header(m: re.Match[str]) -> str:
+    return f"{m.group(1)}{(m.group(2) + ' ') if m.group(2) else ''}{MASK}"
+
+
+# The first characters of every _SECRET_KEYWORD alternative: _ASSIGNMENT is tried where one occurs
+_SECRET_WORD_TRIGGERS = ("pass", "pw", "secret", "token", "api", "access", "private", "client", "credential", "auth",
+                         "app", "session", "key", "密", "口令", "令牌", "秘", "暗号", "パスワード", "비밀번호", "비번",
+                         "토큰", "пароль", "токен")
+# The guard's rules in order: (pattern, replacement, the literal text a match contains or
+# lies next to; the pattern runs only near it; empty: over the whole text). A rule whose
+# matches start with the literal is in _ANCHORED_RULES: it is tried only where that occurs.
+_GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str], tuple[str, ...]]] = [
+    (_TOKENS, MASK, _TOKEN_TRIGGERS),
+    (_TELEGRAM, MASK, ()),
+    (_TWILIO_SID, MASK, ("SK", "AC")),
+    (_URL_USERINFO, _redact_userinfo, ("://",)),
+    (_URL_SECRET_PARAM, _keep_head, ("token", "key", "secret", "password", "passwd", "pwd", "sig", "x-amz", "auth",
+                                     "code")),
+    (_AZURE, _keep_head, ("accountkey", "sharedaccess")),
+    (_AUTH_HEADER, _redact_auth_header, ("authorization",)),
+    (_BEARER, _keep_head, ("bearer",)),
+    (_KEY_HEADER, _keep_head, ("x-",)),
+    (_COOKIE, _redact_cookie, ("cookie",)),
+    (_CURL_USER, _after_command(_CURL_COMMAND), ("curl",)),
+    (_MYSQL_P, _after_command(_MYSQL_COMMAND), ("mysql", "mariadb")),
+    (_DASH_P, _after_command(_DASH_P_COMMAND), ("sshpass", "login")),
+    (_PGPASS, _keep_head, (":",)),
+    (_TWILIO, _keep_head, ("twilio",)),
+    (_AWS_SECRET, _keep_head, ("aws",)),
+    (_AWS_SECRET_SHAPE, MASK, ()),
+    (_NETRC, _keep_head, ("password",)),
+    (_QUOTED_AUTH, _keep_head, ("auth",)),
+    (_BARE_SIG, _keep_head, ("sig",)),
+    (_WEBHOOK_URL, _keep_head, ("hook",)),
+    (_PUTTY_PRIVATE, _keep_head, ("private-",)),
+    (_BLOB, _mask_blob, ()),
+    (_ASSIGNMENT, _redact_assignment, _SECRET_WORD_TRIGGERS),
+    (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "pin", "secret", "api key",
+                                               "token")),
+]
+
+_ANCHORED_RULES = {_TOKENS, _ASSIGNMENT, _PROSE_PASSWORD}
+
+
+def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
+    """The guard's own pass (on normalised text): the provider rule sets
+    (:mod:`.rule_set`, skipped with ``with_rule_sets=False``) and the guard's rules;
+    every match becomes ``[REDACTED]``."""
     if not text:
         return text
     text = normalise(text)
     text = _PRIVATE_KEY.sub(MASK, text)
-    text = _TOKENS.sub(MASK, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    text = _URL_SECRET_PARAM.sub(_keep_head, text)
-    text = _AZURE.sub(_keep_head, text)
-    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{(m.group(2) + ' ') if m.group(2) else ''}{MASK}", text)
-    text = _BEARER.sub(_keep_head, text)
-    text = _KEY_HEADER.sub(_keep_head, text)
-    text = _COOKIE.sub(_redact_cookie, text)
-    text = _CURL_USER.sub(_keep_head, text)
-    text = _MYSQL_P.sub(_keep_head, text)
-    text = _DASH_P.sub(_keep_head, text)
-    text = _PGPASS.sub(_keep_head, text)
-    text = _TWILIO.sub(_keep_head, text)
-    text = _AWS_SECRET.sub(_keep_head, text)
-    text = _AWS_SECRET_SHAPE.sub(MASK, text)
-    text = _ASSIGNMENT.sub(_redact_assignment, text)
-    text = _PROSE_PASSWORD.sub(lambda m: m.group(1) + (m.group(2) if m.group(2).startswith("[REDACTED") else MASK),
-                               text)
-    text = _MASK_REMAINDER.sub(MASK, text)
-    return text
-
-
-# -- detect-secrets ------------------------------------------------------------------------
-
-# Plugins that flag ordinary words, ids and hashes in prose, or things that are not secrets.
-_SCANNER_EXCLUDED = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"}
-_MIN_SCANNED_SECRET = 4
-_scanner_state: dict[str, Any] = {}
-_scanner_lock = threading.Lock()
-
-
-def _scanner() -> Callable[[list[str]], list[list[str]]] | None:
-    """A function returning the secret values detect-secrets finds in each of some
-    lines, or ``None`` when it is not installed or fails to start (said once)."""
-    with _scanner_lock:
-        if "scan" in _scanner_state:
-            return _scanner_state["scan"]  # type: ignore[no-any-return]
+    if with_rule_sets:
         try:
-            from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-            from detect_secrets.core.scan import scan_line
-            from detect_secrets.settings import transient_settings
-
-            names = sorted(
-                cls.__name__ for cls in get_mapping_from_secret_type_to_class().values()
-                if cls.__name__ not in _SCANNER_EXCLUDED
-            )
-            settings = {"plugins_used": [{"name": n} for n in names]}
-
-            def scan(lines: list[str]) -> list[list[str]]:
-                with transient_settings(settings):  # once per text: setting the plugins up is the costly part
-                    return [[s.secret_value for s in scan_line(line) if s.secret_value] if line.strip() else []
-                            for line in lines]
-
-            scan(["warm-up"])
+            text = rule_set.redact_with_rules(text, MASK)
         except Exception as exc:
-            log.warning("session guard: detect-secrets is unavailable (%s: %s); hand-off packets are redacted by "
-                        "the guard's rules and Hermes's redactor only. `pip install detect-secrets`.",
+            log.warning("session guard: the provider rule pass failed (%s: %s); the guard's own rules still apply",
                         type(exc).__name__, exc)
-            _scanner_state["scan"] = None
-            return None
-        _scanner_state["scan"] = scan
-        return scan
+    for pattern, repl, triggers in _GUARD_RULES:
+        if pattern in _ANCHORED_RULES:
+            text = rule_set.sub_at(pattern, repl, text, triggers)
+        elif triggers:
+            text = rule_set.sub_near(pattern, repl, text, triggers)
+        else:
+            text = pattern.sub(repl, text)
+    if _BLOCK_SCALAR_HINT.search(text):
+        text = redact_block_scalars(text)
+    text = rule_set.sub_near(_MASK_REMAINDER, MASK, text, _MASK_TRIGGERS)
+    return redact_continuations(text)
 
 
-def scanner_available() -> bool:
-    return _scanner() is not None
-
-
-def redact_with_scanner(text: str) -> str:
-    """detect-secrets' pass: each secret value it reports on a line is masked there."""
-    scan = _scanner()
-    if scan is None or not text:
-        return text
-    lines = text.split("\n")
-    found_per_line = scan(lines)
-    out = []
-    for line, found in zip(lines, found_per_line, strict=True):
-        for value in sorted(set(found), key=len, reverse=True):
-            if len(value) >= _MIN_SCANNED_SECRET and "[REDACTED]" not in value:
-                line = line.replace(value, MASK)
-        out.append(line)
-    return "\n".join(out)
+def rules_available() -> bool:
+    """Whether the provider rule sets loaded (see :mod:`.rule_set`)."""
+    return rule_set.rule_set() is not None
 
 
 def redact(text: str, host_redactor: Callable[[str], str] | None = None) -> str:
-    """All passes: normalise, the guard's rules, detect-secrets, then the host's
-    function (``None``: skipped). A failing pass never undoes the ones before it."""
+    """All passes: normalise, the provider rule sets and the guard's rules, then the
+    host's function (``None``: skipped). A failing pass never undoes the ones before it."""
     if not text:
         return text
-    text = redact_guard_patterns(text)
-    try:
-        text = redact_with_scanner(text)
-    except Exception as exc:
-        log.warning("session guard: detect-secrets pass failed (%s: %s); the guard's own pass still applied",
-                    type(exc).__name__, exc)
-    return host_pass(text, host_redactor)
+    return host_pass(redact_guard_patterns(text), host_redactor)
 
 
 def host_pass(text: str, host_redactor: Callable[[str], str] | None) -> str:

@@ -23,6 +23,7 @@ from .conftest import new_agent
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "secrets_corpus.json").read_text(encoding="utf-8"))
 SECRETS: list[dict[str, str]] = CORPUS["secrets"]
 CONTROLS: list[str] = CORPUS["controls"]
+HELD_OUT: list[dict[str, str]] = CORPUS["held_out"]
 SID = "20260604_100000_eeeeee"
 
 
@@ -62,6 +63,26 @@ def test_every_form_in_a_note_and_a_request_is_redacted(guard: Any, db: Any, hom
     audit_log = (home / "logs" / "session_guard.jsonl").read_text(encoding="utf-8")
     for entry in SECRETS:
         assert not leaked(audit_log, entry["secret"]), entry["name"]
+
+
+def test_held_out_forms_in_a_note_and_a_request_are_masked(guard: Any, db: Any, home: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The forms the rules were not tuned on, through ``handoff`` with Hermes's redactor in
+    the chain: at least 95 % masked in both fields."""
+    from hermes_session_guard.commands.cli import main
+
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    missed = []
+    for entry in HELD_OUT:
+        db.append_message(session_id=SID, role="user", content=entry["text"])
+        db.append_message(session_id=SID, role="assistant", content="noted")
+        assert main(["handoff", SID, "--note", entry["text"]]) == 0
+        text = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
+        if leaked(text, entry["secret"]):
+            missed.append(entry["name"])
+    fraction = 1 - len(missed) / len(HELD_OUT)
+    print(f"held-out forms masked in note and request: {len(HELD_OUT) - len(missed)}/{len(HELD_OUT)} ({fraction:.1%})")
+    assert fraction >= 0.95, missed
 
 
 def test_controls_reach_the_packet_unchanged(guard: Any, db: Any, home: Path,

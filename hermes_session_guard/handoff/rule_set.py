@@ -1,0 +1,478 @@
+"""Provider rule sets loaded from data shipped in packages, run in linear time.
+
+Two maintained sets feed one engine:
+
+- CredSweeper's rules (Samsung, MIT; ``rules/credsweeper.yaml``, copied unchanged from
+  the ``credsweeper`` 1.19.5 wheel, licence in ``rules/LICENSE.credsweeper``): 151 rules,
+  about 120 of them provider token shapes (Vault, age, Shopify, Sentry, Mailgun, Heroku, Terraform Cloud,
+  New Relic, Google OAuth, Atlassian, Linear, Postman, Grafana, Databricks, Doppler,
+  Supabase, Pulumi, ...) and ``name = value`` pair rules. CredSweeper itself is not a
+  dependency (it pulls an ML runtime and office-file parsers); only its rule data is used,
+  with Python's ``re`` (the rules are written for it).
+- detect-secrets' pattern plugins (the installed ``detect-secrets``): their ``denylist``
+  expressions, without the plugin machinery (which costs seconds per megabyte).
+
+What is used, and what is not (counted in :func:`rule_stats`):
+
+- CredSweeper ``pattern`` and ``multi`` rules: every pattern of a rule runs on its own;
+  the ``value`` group (the whole match when there is none) is masked;
+- CredSweeper ``keyword`` rules (a template built in CredSweeper's code) and ``pem_key``
+  are left out: the guard's own assignment and private-key rules cover them;
+- :data:`LEFT_OUT`: rules that flag things that are not secrets in conversation text
+  (UUIDs, host names, app ids, any 32-hex run, ...) or whose matching costs far more
+  than the rest (measured: seconds on 50 KB of one repeated character).
+
+Linear time: one ``str.find`` scan per required substring finds where each occurs
+(capitals as written, the rest in any case). A pair rule that starts with its key word
+(:data:`ANCHORED_START`) is tried only there, its match bounded to :data:`ANCHORED_SPAN`
+characters. Any other rule runs on the regions around the occurrences (:data:`BEFORE`
+characters before, :data:`AFTER` after), cut into windows of at most :data:`WINDOW`
+characters overlapping by :data:`OVERLAP` (a secret up to that long lies whole in some
+window); a rule without required substrings runs over windows of the whole text. The
+matching work of one window is bounded by its size and each rule covers the text at
+most about 1.4 times, so the total grows linearly with the text. :func:`sub_near` and
+:func:`sub_at` run the guard's own rules the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+log = logging.getLogger("hermes_session_guard")
+
+WINDOW = 2048
+OVERLAP = 512
+BEFORE = 64
+AFTER = 512
+ANCHORED_SPAN = 384  # an anchored pair rule's match: key, separator and value fit in it
+RULES_RESOURCE = ("rules", "credsweeper.yaml")
+
+# Rules that fire on ordinary conversation text, not on secrets.
+LEFT_OUT = frozenset({
+    "UUID",  # session and request ids
+    "Firebase Domain",  # a host name
+    "AWS S3 Bucket",  # a host name
+    "Tencent WeChat API App ID",  # a public app id
+    "AWS Client ID",  # the guard's own rule masks AWS key ids; this one also takes ids in prose
+    "JSON Web Key",  # kty/alg fields of a public key
+    "JWK",  # same
+    "Twilio Multi",  # its second pattern is any 32-hex run (commit hashes, md5 sums); the guard has Twilio rules
+    "Alibaba Multi",  # its second pattern is any 30-character mixed-case word
+    "AWS Multi",  # its second pattern is any 40-44 character run (the guard's AWS rules need context)
+    "IP_ID_PASSWORD_TRIPLE",  # any word after an IP address
+    "ID_PAIR_PASSWD_PAIR",  # its second pattern takes "user X", "host X", "name X" in prose
+    "ID_PASSWD_PAIR",  # same
+    "Product Activation Key",  # any 5x5 group of capitals and digits
+    "OTP / 2FA Secret",  # base32 words
+    "Docker Swarm Key",  # a prefix, not a credential
+    "Dropbox App secret",  # any 15-character lower-case word ("recommendations")
+    "Dropbox API secret (long term)",  # 1-2 s on 1 MB of capital A's (a lookahead and three runs per position)
+    "X App-Only Authentication Bearer Token",  # same
+    "CURL User Password",  # a 512-character lazy scan after every "curl" (24 s on 1 MB of "curl -u "); the
+    # guard's curl rule looks for the option first
+    "DOC_GET",  # super-linear: up to 8,000-character groups with a lookahead at every step
+    "DOC_CREDENTIALS",  # same
+})
+# detect-secrets plugins left out: entropy and IP plugins flag words, ids and hashes; the
+# keyword plugin is not a pattern list (the guard's assignment rule does its work).
+DETECT_SECRETS_LEFT_OUT = frozenset({"IPPublicDetector", "Base64HighEntropyString", "HexHighEntropyString",
+                                     "KeywordDetector"})
+# The literal text each detect-secrets plugin's patterns contain (lower case), so they run
+# near it only; a plugin not named here runs over the whole text.
+DETECT_SECRETS_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "ArtifactoryDetector": ("akc", "ap"),
+    "AWSKeyDetector": ("a3t", "abia", "acca", "akia", "asia", "aws"),
+    "AzureStorageKeyDetector": ("accountkey",),
+    "BasicAuthDetector": ("://",),
+    "CloudantDetector": ("cl",),
+    "GitHubTokenDetector": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitLabTokenDetector": ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-"),
+    "IbmCloudIamDetector": ("ibm",),
+    "IbmCosHmacDetector": ("cos",),
+    "JwtTokenDetector": ("eyj",),
+    "MailchimpDetector": ("-us",),
+    "NpmDetector": ("_authtoken",),
+    "OpenAIDetector": ("t3blbkfj",),
+    "PrivateKeyDetector": ("private key", "putty", "ssh2"),
+    "PypiTokenDetector": ("pypi-",),
+    "SendGridDetector": ("sg.",),
+    "SlackDetector": ("xox", "hooks.slack.com"),
+    "SoftlayerDetector": ("softlayer", "sl"),
+    "SquareOAuthDetector": ("sq0csp",),
+    "StripeDetector": ("k_live_",),
+    "TelegramBotTokenDetector": (":",),
+    "TwilioKeyDetector": ("ac", "sk"),
+    "DiscordBotTokenDetector": (".",),
+}
+_UNUSED_TYPES = frozenset({"keyword", "pem_key"})
+# The left boundary many CredSweeper patterns start with (start of text, a separator, or an
+# escape sequence before the token). Tried at every position it costs more than the rest of
+# the pattern, so it is cut off and checked in Python on each match (:func:`_left_boundary`),
+# which lets ``re`` jump to the token's literal start.
+BOUNDARY_PREFIX = (r"(?:^|/|[^\\0-9A-Za-z+_-]|\\[0abfnrtv]|(?:%|\\x)[0-9A-Fa-f]{2}|\\[0-7]{3}"
+                   r"|\\[Uu][0-9A-Fa-f]{4}|\x1B\[[0-9;]{0,80}m)")
+# Pair rules that start with their key word (after an optional quote): tried only where it occurs.
+ANCHORED_START = "(?P<variable>[\\\"'`]?(?i:"
+_QUOTES = frozenset("\"'`")
+_ESCAPE_BEFORE = re.compile(r"(?:\\[0abfnrtv]|(?:%|\\x)[0-9A-Fa-f]{2}|\\[0-7]{3}|\\[Uu][0-9A-Fa-f]{4}"
+                            r"|\x1B\[[0-9;]{0,80}m)\Z")
+_WORD_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz+_-\\")
+# Required substrings given here instead of the rule's own, which are single characters
+# found everywhere (the rule would run over all of every text).
+TRIGGER_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "MailGun API Key": ("key-",),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    patterns: tuple[re.Pattern[str], ...]
+    triggers: tuple[str, ...]  # capitals: as written; others: any case; empty: runs on every window
+    group: str | int = "value"  # what is masked: this group when it matched, else the whole match
+    required: re.Pattern[str] | None = None  # a window must hold a match of this for the rule to run
+    boundary: bool = False  # the match must start after BOUNDARY_PREFIX (checked by _left_boundary)
+    anchored: bool = False  # every match starts at a required substring (or a quote just before it)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    triggers: tuple[str, ...]  # every rule's required substrings
+    stats: dict[str, int]
+
+
+_state: dict[str, RuleSet | None] = {}
+_lock = threading.Lock()
+
+
+def _load_data() -> list[dict[str, Any]]:
+    import yaml
+
+    ref = resources.files(__package__).joinpath(*RULES_RESOURCE)
+    data = yaml.safe_load(ref.read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError("the rule file is not a list of rules")
+    return data
+
+
+def build(data: list[dict[str, Any]]) -> RuleSet:
+    """The usable rules of ``data`` (CredSweeper's rule format), compiled."""
+    stats = {"rules": len(data), "used": 0, "left_out": 0, "other_type": 0, "patterns": 0, "not_compiled": 0}
+    rules: list[Rule] = []
+    for item in data:
+        name = str(item.get("name", ""))
+        if item.get("type") in _UNUSED_TYPES:
+            stats["other_type"] += 1
+            continue
+        if name in LEFT_OUT:
+            stats["left_out"] += 1
+            continue
+        compiled = []
+        values = [str(v) for v in item.get("values") or []]
+        boundary = bool(values) and all(v.startswith(BOUNDARY_PREFIX) for v in values)
+        for value in values:
+            try:
+                compiled.append(re.compile(value[len(BOUNDARY_PREFIX):] if boundary else value, re.MULTILINE))
+            except (re.error, OverflowError, RecursionError):
+                stats["not_compiled"] += 1
+        if not compiled:
+            continue
+        stats["boundary_checked_in_python"] = stats.get("boundary_checked_in_python", 0) + boundary
+        # a substring written in capitals is looked for as written, the others in any case
+        triggers = TRIGGER_OVERRIDES.get(name) or tuple(sorted(
+            {str(s) if str(s).isupper() else str(s).lower() for s in item.get("required_substrings") or [] if s}))
+        if any(len(t) < 2 and t.isascii() for t in triggers):
+            triggers = ()  # a one-character substring is everywhere: the rule runs on the whole text
+        required = None
+        if item.get("required_regex"):
+            try:
+                required = re.compile(str(item["required_regex"]))
+            except re.error:
+                stats["not_compiled"] += 1
+        anchored = bool(triggers) and all(v.startswith(ANCHORED_START) for v in values)
+        rules.append(Rule(name, tuple(compiled), triggers, "value", required, boundary, anchored))
+        stats["patterns"] += len(compiled)
+    rules += _detect_secrets_rules(stats)
+    stats["used"] = len(rules)
+    return RuleSet(tuple(rules), tuple(sorted({t for r in rules for t in r.triggers})), stats)
+
+
+def _detect_secrets_rules(stats: dict[str, int]) -> list[Rule]:
+    """detect-secrets' pattern plugins as rules (none when it is not installed)."""
+    stats.setdefault("detect_secrets_plugins", 0)
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.base import RegexBasedDetector
+    except Exception as exc:
+        log.warning("session guard: detect-secrets is unavailable (%s: %s); its patterns are not used. "
+                    "`pip install detect-secrets`.", type(exc).__name__, exc)
+        return []
+    out = []
+    for cls in sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__):
+        if cls.__name__ in DETECT_SECRETS_LEFT_OUT or not issubclass(cls, RegexBasedDetector):
+            continue
+        try:
+            patterns = tuple(p if isinstance(p, re.Pattern) else re.compile(p) for p in cls().denylist)
+        except Exception:
+            stats["not_compiled"] += 1
+            continue
+        for pattern in patterns:
+            # detect-secrets reports group 1 when a pattern has groups (``findall``)
+            triggers = DETECT_SECRETS_TRIGGERS.get(cls.__name__, ())
+            out.append(Rule(f"detect-secrets {cls.__name__}", (pattern,), triggers, 1 if pattern.groups else 0))
+        stats["detect_secrets_plugins"] += 1
+        stats["patterns"] += len(patterns)
+    return out
+
+
+def rule_set() -> RuleSet | None:
+    """The shipped rule set, loaded once; ``None`` (said once) when it cannot be read."""
+    with _lock:
+        if "rules" not in _state:
+            try:
+                _state["rules"] = build(_load_data())
+            except Exception as exc:
+                log.warning("session guard: the provider rule set could not be loaded (%s: %s); hand-off packets "
+                            "are redacted by the other passes only", type(exc).__name__, exc)
+                _state["rules"] = None
+        return _state["rules"]
+
+
+def rule_stats() -> dict[str, int]:
+    rs = rule_set()
+    return dict(rs.stats) if rs else {}
+
+
+def _windows(start: int, end: int) -> list[tuple[int, int]]:
+    """``[start, end)`` as windows of at most WINDOW characters overlapping by OVERLAP."""
+    if end - start <= WINDOW:
+        return [(start, end)]
+    out = []
+    while True:
+        stop = min(start + WINDOW, end)
+        out.append((start, stop))
+        if stop == end:
+            return out
+        start += WINDOW - OVERLAP
+
+
+def _lower(text: str) -> str:
+    """``text`` in lower case, same length (a character whose lower case is longer is kept)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
+
+
+def _trigger_positions(rs: RuleSet, text: str) -> dict[str, list[int]]:
+    """Where each required substring occurs (case-insensitive): one ``str.find`` scan
+    per substring, linear in the text."""
+    low = _lower(text)
+    positions: dict[str, list[int]] = {}
+    for trigger in rs.triggers:
+        found = []
+        where = text if trigger.isupper() else low
+        i = where.find(trigger)
+        while i >= 0:
+            found.append(i)
+            i = where.find(trigger, i + 1)
+        if found:
+            positions[trigger] = found
+    return positions
+
+
+def _regions(rule: Rule, positions: dict[str, list[int]], length: int) -> list[tuple[int, int]]:
+    if not rule.triggers:
+        return [(0, length)]
+    starts = sorted(p for t in rule.triggers for p in positions.get(t, ()))
+    out: list[tuple[int, int]] = []
+    for p in starts:
+        s, e = max(0, p - BEFORE), min(length, p + AFTER)
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _left_boundary(text: str, i: int) -> bool:
+    """Whether a token starting at ``text[i]`` has BOUNDARY_PREFIX before it."""
+    if i == 0 or text[i - 1] not in _WORD_CHARS or text[i - 1] == "/":
+        return True
+    return _ESCAPE_BEFORE.search(text, max(0, i - 90), i) is not None
+
+
+def _masked_span(m: re.Match[str], group: str | int) -> tuple[int, int]:
+    if group:
+        try:
+            s, e = m.span(group)
+        except IndexError:
+            s = -1
+        if s >= 0:
+            return s, e
+    return m.span()
+
+
+def _anchored_spans(rule: Rule, positions: dict[str, list[int]], text: str) -> list[tuple[int, int]]:
+    """An anchored rule's matches, tried at each occurrence of its required substrings
+    (and at a quote just before one) that lies after the previous match, as ``finditer``
+    would; a match is bounded to ANCHORED_SPAN characters."""
+    out = []
+    last = 0
+    for p in sorted({p for t in rule.triggers for p in positions.get(t, ())}):
+        if p < last:
+            continue
+        for start in ((p - 1, p) if p and text[p - 1] in _QUOTES else (p,)):
+            m = None
+            for pattern in rule.patterns:
+                m = pattern.match(text, start, min(len(text), start + ANCHORED_SPAN))
+                if m:
+                    break
+            if m:
+                s, e = _masked_span(m, rule.group)
+                if e - s >= 4:
+                    out.append((s, e))
+                last = max(last, m.end())
+                break
+    return out
+
+
+def find_spans(text: str, rs: RuleSet) -> list[tuple[int, int]]:
+    """The ``(start, end)`` spans of ``text`` the rules take for secrets, merged."""
+    positions = _trigger_positions(rs, text)
+    spans: list[tuple[int, int]] = []
+    required_found: dict[tuple[str, int, int], bool] = {}  # (required pattern, window) -> found
+    for rule in rs.rules:
+        if rule.anchored:
+            spans += _anchored_spans(rule, positions, text)
+            continue
+        for region in _regions(rule, positions, len(text)):
+            for start, end in _windows(*region):
+                window = text[start:end]
+                if rule.required is not None:
+                    key = (rule.required.pattern, start, end)
+                    if key not in required_found:
+                        required_found[key] = rule.required.search(window) is not None
+                    if not required_found[key]:
+                        continue
+                for pattern in rule.patterns:
+                    for m in pattern.finditer(window):
+                        if rule.boundary and not _left_boundary(text, start + m.start()):
+                            continue
+                        s, e = _masked_span(m, rule.group)
+                        if e - s >= 4:
+                            spans.append((start + s, start + e))
+    return _merge(spans)
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def mask_spans(text: str, spans: list[tuple[int, int]], mask: str) -> str:
+    if not spans:
+        return text
+    parts = []
+    pos = 0
+    for s, e in spans:
+        parts.append(text[pos:s])
+        parts.append(mask)
+        pos = e
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def redact_with_rules(text: str, mask: str) -> str:
+    """Every span the shipped rules find, replaced by ``mask`` (text unchanged when
+    the rule set is unavailable)."""
+    rs = rule_set()
+    if rs is None or not text:
+        return text
+    return mask_spans(text, find_spans(text, rs), mask)
+
+
+def _positions_of(text: str, low: str, triggers: tuple[str, ...], dense: int = 0) -> list[int] | None:
+    """Where ``triggers`` occur, sorted; ``None`` when they occur more than ``dense``
+    times (``dense`` > 0): the caller then treats the whole text as one region."""
+    if dense:
+        count = sum((text if t.isupper() else low).count(t) for t in triggers)
+        if count > dense:
+            return None
+    found: list[int] = []
+    for trigger in triggers:
+        where = text if trigger.isupper() else low
+        i = where.find(trigger)
+        while i >= 0:
+            found.append(i)
+            i = where.find(trigger, i + 1)
+    return sorted(found)
+
+
+def sub_near(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str,
+             triggers: tuple[str, ...], before: int = 512, after: int = 1024) -> str:
+    """``pattern.sub(repl, text)`` where a match can only lie near one of ``triggers``
+    (capitals: as written; others: any case): the pattern runs on the regions from
+    ``before`` characters before each occurrence to ``after`` after it, and nowhere
+    else, so a text without them costs one ``str.find`` per trigger."""
+    if not text:
+        return text
+    starts = _positions_of(text, _lower(text), triggers, dense=2 * len(text) // (before + after) + 1)
+    if starts is None:  # so many occurrences that the regions would cover the text
+        return pattern.sub(repl, text)
+    if not starts:
+        return text
+    regions: list[tuple[int, int]] = []
+    for p in starts:
+        s, e = max(0, p - before), min(len(text), p + after)
+        if regions and s <= regions[-1][1]:
+            regions[-1] = (regions[-1][0], max(regions[-1][1], e))
+        else:
+            regions.append((s, e))
+    out: list[str] = []
+    last = 0
+    for s, e in regions:
+        for m in pattern.finditer(text, max(s, last), e):
+            out.append(text[last:m.start()])
+            out.append(repl(m) if callable(repl) else repl)
+            last = m.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+def sub_at(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str,
+           triggers: tuple[str, ...]) -> str:
+    """``pattern.sub(repl, text)`` for a pattern whose matches start with one of
+    ``triggers``: ``pattern.match`` is tried only where a trigger occurs (found with
+    ``str.find``), so a text costs one match attempt per occurrence."""
+    if not text:
+        return text
+    out: list[str] = []
+    last = 0
+    for p in _positions_of(text, _lower(text), triggers) or ():
+        if p < last:
+            continue
+        m = pattern.match(text, p)
+        if m is None or m.end() == m.start():
+            continue
+        out.append(text[last:p])
+        out.append(repl(m) if callable(repl) else repl)
+        last = m.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
