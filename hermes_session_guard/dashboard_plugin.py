@@ -262,8 +262,13 @@ def activate() -> Any:
                       "and export hold the live transcript only. Fix the option and restart the dashboard.",
                       exc.key, exc)
             return router
-        if install(config) is not None:
-            log.info("session guard: on in the dashboard process (search and export reach compacted history)")
+        runtime = install(config)
+        if runtime is not None:
+            from .seams.summaries import hide_in_dashboard
+
+            hidden = hide_in_dashboard(runtime)
+            log.info("session guard: on in the dashboard process (search and export reach compacted history%s)",
+                     "; the session messages view shows no summary" if hidden else "")
     except Exception as exc:
         log.error("session guard: could not switch the guard on in the dashboard (%s: %s); its search and export "
                   "hold the live transcript only. Run `hermes-session-guard selftest`.", type(exc).__name__, exc)

@@ -46,6 +46,7 @@ from .agent import (
     tool_names,
     tools_hidden,
 )
+from .dashboard import dashboard_app, shim_dashboard, unshim_dashboards
 from .delivery import (
     delivered_nothing,
     json_response_like,
@@ -237,6 +238,9 @@ __all__ = [
     "delivered_nothing",
     "shim_adapter",
     "unshim_adapters",
+    "dashboard_app",
+    "shim_dashboard",
+    "unshim_dashboards",
     "json_response_like",
     "COMPRESSION_END_REASON",
     "ROUTING_FILE",

@@ -37,7 +37,7 @@ from typing import Any
 import wrapt
 
 from ..config import GuardConfig
-from ..host import close_readers, unshim_adapters, unshim_engines
+from ..host import close_readers, unshim_adapters, unshim_dashboards, unshim_engines
 from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
 from ..seam_behaviour import Effect, SeamKind, SeamState
@@ -461,6 +461,7 @@ def uninstall() -> None:
             _restore(_applied.pop(seam))
         unshim_engines()
         unshim_adapters()
+        unshim_dashboards()
         close_readers()
         current = current_runtime()
         if current is not None:

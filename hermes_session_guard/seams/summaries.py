@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import host
 from ..fail_open import fail_open
+from ..hostinfo import state_db_path
 from ..runtime import Runtime
 from ..store import message_text, text_hash
 from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, has_compacted_history, offered
@@ -265,6 +266,29 @@ def _stored_summary_hashes(runtime: Runtime, adapter: Any, args: tuple[Any, ...]
     hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
     copies = [dict(m) for m in rows if isinstance(m, dict) and is_summary_text(message_text(m))]
     return set(hashes) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
+
+
+def hide_in_dashboard(runtime: Runtime) -> bool:
+    """Hermes's web dashboard in this process (``hermes dashboard``, where the dashboard
+    plugin switched the guard on): its session messages view shows no summary. False
+    when this process has no dashboard app or the row does not hold here."""
+    app = host.dashboard_app()
+    state = next((str(s.state) for s in runtime.seams if s.name == "dashboard_messages_shim"), "")
+    # pending: Hermes loads dashboard plugins while its web server module is still importing
+    if app is None or state not in ("patched", "pending"):
+        return False
+
+    def keep(session_id: str, messages: list[Any]) -> list[Any]:
+        mode = runtime.config.summaries.visible
+        hashes: set[str] = set()
+        if any(isinstance(m, dict) and is_summary_text(message_text(m)) for m in messages):
+            marks, snapshots = runtime.store_for(state_db_path()).summary_marks([session_id])
+            copies = [dict(m) for m in messages if isinstance(m, dict) and is_summary_text(message_text(m))]
+            hashes = set(marks) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
+        return display_messages(messages, mode, hashes)
+
+    host.shim_dashboard(app, keep)
+    return True
 
 
 def delivery_wrapper(runtime: Runtime, row: Any) -> Wrapper:

@@ -525,6 +525,19 @@ SEAMS: tuple[SeamRow, ...] = (
                                 "gateway/delivery.py) gets its own filtered send_for_platform"},
         },
     ),
+    *seam(
+        "dashboard_messages_shim",
+        kind=SeamKind.INSTANCE_SHIM,
+        effect=Effect.OBSERVE,
+        module="hermes_cli.web_server",
+        attribute="app",
+        params=("scope", "receive", "send"),
+        applied_by=host.shim_dashboard,
+        lazy=True,
+        note="the dashboard app (hermes dashboard, switched on by the dashboard plugin) answers "
+             "GET /api/sessions/{id}/messages through the guard's display filter",
+        ranges=EVERY_RELEASE,
+    ),
     # Messages for a session that is compressing (see buffering). What the host does with
     # them instead differs (the compression rows' busy_queue); the targets do not.
     *seam(

@@ -26,6 +26,7 @@ from hermes_session_guard import dashboard_plugin
 from hermes_session_guard.file_modes import file_mode
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import new_agent
 from .test_home_check_commands import run_cli
@@ -46,6 +47,7 @@ client = TestClient(web_server.app, base_url="http://127.0.0.1")
 auth = {"Authorization": f"Bearer {web_server._SESSION_TOKEN}"}
 found = client.get("/api/sessions/search", params={"q": sys.argv[1]}, headers=auth)
 status = client.get("/api/plugins/session-guard/status", headers=auth)
+shown = client.get(f"/api/sessions/{sys.argv[2]}/messages", headers=auth)
 print(json.dumps({
     "search_status": found.status_code,
     "sessions": sorted({r.get("session_id") for r in found.json().get("results", [])}),
@@ -53,6 +55,9 @@ print(json.dumps({
     "guard_route": status.status_code == 200 and "json" in status.headers.get("content-type", ""),
     "guard": status.json() if "json" in status.headers.get("content-type", "") else None,
     "guard_loaded": "hermes_session_guard" in sys.modules,
+    "messages_status": shown.status_code,
+    "messages": [str(m.get("content") or "") for m in (shown.json().get("messages") or [])]
+                if "json" in shown.headers.get("content-type", "") else None,
 }))
 """
 
@@ -60,7 +65,7 @@ print(json.dumps({
 def _dashboard(home: Path, query: str) -> dict[str, Any]:
     env = dict(os.environ, HERMES_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
     env.pop("HERMES_SESSION_ID", None)
-    done = subprocess.run([sys.executable, "-c", DASHBOARD, query], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", DASHBOARD, query, SID], env=env, capture_output=True, text=True,
                           timeout=120, cwd=str(home))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -87,6 +92,9 @@ def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out
 
     on = _dashboard(home, TOKEN)
     assert on["guard_loaded"] and on["guard_route"] and on["guard"]["guard"] == "on"
+    # the dashboard's session view: the conversation's live turns, no compaction summary
+    assert on["messages_status"] == 200 and on["messages"], on["messages"]
+    assert not any(is_summary_text(text) for text in on["messages"]), on["messages"]
     assert ("search_messages" in on["guard"]["patched"]) == needs_seam
     assert on["search_status"] == 200 and on["sessions"] == [SID]
 
@@ -95,6 +103,7 @@ def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out
     assert json.loads(disabled.stdout)["dashboard_plugin_removed"] == str(plugin) and not plugin.exists()
     off = _dashboard(home, TOKEN)
     assert not off["guard_loaded"] and not off["guard_route"]
+    assert any(is_summary_text(text) for text in off["messages"] or []), off["messages"]  # Hermes as shipped
     assert off["sessions"] == ([] if needs_seam else [SID])  # Hermes as shipped
 
 
