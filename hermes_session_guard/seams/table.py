@@ -533,6 +533,7 @@ SEAMS: tuple[SeamRow, ...] = (
         attribute="app",
         params=("scope", "receive", "send"),
         applied_by=host.shim_dashboard,
+        requires=("hermes_state:SessionDB.get_messages",),  # what the dashboard's messages route answers
         lazy=True,
         note="the dashboard app (hermes dashboard, switched on by the dashboard plugin) answers "
              "GET /api/sessions/{id}/messages through the guard's display filter",

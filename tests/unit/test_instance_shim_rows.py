@@ -23,6 +23,7 @@ SHIMS = {
     "delivery_edit_shim": ("gateway.platforms.base:BasePlatformAdapter.edit_message", host.shim_adapter),
     "delivery_draft_shim": ("gateway.platforms.base:BasePlatformAdapter.send_draft", host.shim_adapter),
     "delivery_platform_send_shim": ("gateway.relay.adapter:RelayAdapter.send_for_platform", host.shim_adapter),
+    "dashboard_messages_shim": ("hermes_cli.web_server:app", host.shim_dashboard),
 }
 # Shims a release range does not have (the row there wraps nothing: not needed).
 SINCE = {"delivery_platform_send_shim": (0, 20, 0)}
@@ -49,8 +50,9 @@ def test_every_instance_shim_has_a_row_on_every_tested_release() -> None:
 def test_a_shim_row_names_what_it_leans_on(row: seams.SeamRow) -> None:
     assert row.wrapper is None and row.patches  # nothing wrapped at class level, yet it changes the host
     assert row.requires and row.note and row.failure_policy == "open"
-    assert row.params[0] == "self"
-    assert row.lazy is row.module.startswith("gateway.")  # the platform base is never imported by the guard
+    assert row.params[0] in ("self", "scope")  # a method of host objects, or the dashboard's ASGI app
+    # the platform base and the dashboard are never imported by the guard
+    assert row.lazy is (row.module.startswith("gateway.") or row.module == "hermes_cli.web_server")
 
 
 # -- against a fake host ------------------------------------------------------------------
