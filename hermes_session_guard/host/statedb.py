@@ -163,6 +163,12 @@ def host_schema_version() -> int | None:
         log.debug("session guard: hermes_state is not importable (%s: %s)", type(exc).__name__, exc)
         return None
     value = getattr(hermes_state, "SCHEMA_VERSION", None)
+    if value is None:  # 0.21+: hermes_state is split, the constant lives in hermes_state_common
+        try:
+            import hermes_state_common
+        except ImportError:
+            return None
+        value = getattr(hermes_state_common, "SCHEMA_VERSION", None)
     return int(value) if isinstance(value, int) else None
 
 

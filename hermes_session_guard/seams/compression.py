@@ -457,6 +457,11 @@ class _Operation:
             )
             self.produced = {text_hash(message_text(engine_output[i])) for i in made}
 
+        engine = host.context_engine(agent)
+        if strategy == HOST_NATIVE and engine is not None and engine_support.compress_shape(engine) is not None:
+            # An engine the shim cannot reach never reports its return: the rows live before Hermes's
+            # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
+            self.referenced = host.live_row_ranges(self.db_path, sid)
         try:
             with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:

@@ -284,7 +284,9 @@ def _run(name: str, guard_on: bool, root: Path, llm: Any, in_place: bool | None,
     import hermes_session_guard
 
     home = root / f"{name}-{'on' if guard_on else 'off'}"
-    probe.write_config(home, llm.base_url, in_place=in_place, extra=DEMO_CONFIG)
+    # Guard off: the plugin is not enabled in that home either (Hermes 0.20+ loads plugins again for
+    # each new HERMES_HOME, which would patch it back in).
+    probe.write_config(home, llm.base_url, plugin_enabled=guard_on, in_place=in_place, extra=DEMO_CONFIG)
     os.environ["HERMES_HOME"] = str(home)
     os.environ.pop("HERMES_SESSION_ID", None)
     if guard_on:
@@ -310,7 +312,7 @@ def run_demo(root: Path, release_default: bool) -> dict[str, Any]:
 
     version = installed_version()
     row = select_row("compression", parse_version(version)) if version else None
-    has_in_place = row is not None and row.behaviour.strategy == Strategy.HOST_IN_PLACE
+    has_in_place = row is not None and row.behaviour.strategy in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE)
     # Without --release-default a release that can keep the id itself is put in its rotating mode
     # (compression.in_place: false), so the off column shows what rotating releases do.
     in_place = None if release_default or not has_in_place else False

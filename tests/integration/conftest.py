@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,18 +78,34 @@ def guard(discovered: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     yield runtime
 
 
+def _register_nothing(ctx: Any) -> None:
+    """The plugin's entry point while a test runs Hermes unguarded: Hermes 0.20+ loads
+    plugins again for each new HERMES_HOME, and the real ``register`` would patch it again."""
+
+
+@contextmanager
+def unguarded() -> Iterator[None]:
+    """Hermes exactly as shipped inside the block: the guard's patches removed, and a plugin
+    load on a new home does not put them back. Afterwards the normal guard is back."""
+    import hermes_session_guard
+
+    real = hermes_session_guard.register
+    hermes_session_guard.uninstall()
+    hermes_session_guard.register = _register_nothing
+    try:
+        yield
+    finally:
+        hermes_session_guard.register = real
+        hermes_session_guard.uninstall()
+        hermes_session_guard.install()
+
+
 @pytest.fixture
 def no_guard(discovered: Any, home: Path) -> Iterator[None]:
     """Hermes exactly as shipped: the guard's patches removed for this test. Afterwards
     whatever the test installed itself is removed and the normal guard is back."""
-    import hermes_session_guard
-
-    hermes_session_guard.uninstall()
-    try:
+    with unguarded():
         yield
-    finally:
-        hermes_session_guard.uninstall()
-        hermes_session_guard.install()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERMES_VERSION
+from .conftest import HERMES_VERSION, HOST_NATIVE_MODE
 from .test_operator_commands import HOST_FIXTURES, _manifest, materialize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,7 +207,9 @@ def read_only_home(tmp_path: Path) -> Iterator[tuple[Path, bool]]:
         pytest.skip("running as root without a way to mount the home read-only")
     home = materialize(HOST_FIXTURES[0], tmp_path / "home")
     header = (home / "state.db").read_bytes()[:20]
-    assert header[18] == 2, "the fixture database is not in WAL mode"
+    # WAL as Hermes writes it; Hermes 0.20+ keeps journal_mode=DELETE on SQLite builds with the
+    # WAL-reset bug (hermes_state: before 3.51.3 / 3.50.7 / 3.44.6), so its fixture may be a rollback journal
+    assert header[18] == 2 or header[18] == 1 and HOST_NATIVE_MODE, "the fixture database is not in WAL mode"
     for p in [home, *home.rglob("*")]:
         p.chmod(0o555 if p.is_dir() else 0o444)
     try:
