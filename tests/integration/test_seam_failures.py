@@ -34,6 +34,7 @@ from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE
 from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
+from .test_recall_tool import _reachable, recall_call
 
 SID = "20260602_120000_5ea3f0"
 OTHER = "20260602_120001_5ea3f1"
@@ -344,8 +345,7 @@ def _request_tools(ctx: Ctx) -> None:
     ctx.llm.reset()
     ctx.real_turn(**GUARD_TOOLS)
     # offered as Hermes configured it (the guard would hide it from a session without snapshots)
-    tools = ctx.llm.chat_requests()[-1].body.get("tools") or []
-    assert RECALL_TOOL in {t.get("function", {}).get("name") for t in tools}
+    assert _reachable(ctx.llm.chat_requests()[-1].body)  # (0.20+: through Hermes's tool-search bridge)
     ctx.assert_said("open")
 
 
@@ -372,7 +372,7 @@ def _tool_session(ctx: Ctx) -> None:
     def reply(body: dict) -> Any:
         if (body["messages"][-1] or {}).get("role") == "tool":
             return "done"
-        return ToolCallReply([(RECALL_TOOL, {"query": "deployment plan"})])
+        return ToolCallReply([recall_call(body, RECALL_TOOL, {"query": "deployment plan"})])
 
     ctx.llm.configure(reply_fn=reply)
     result = agent.run_conversation("what did we plan?", conversation_history=out)
