@@ -163,6 +163,13 @@ def host_schema_version() -> int | None:
         log.debug("session guard: hermes_state is not importable (%s: %s)", type(exc).__name__, exc)
         return None
     value = getattr(hermes_state, "SCHEMA_VERSION", None)
+    if value is None:  # 0.21+ split hermes_state; the constant lives in hermes_state_common
+        try:
+            import hermes_state_common
+
+            value = getattr(hermes_state_common, "SCHEMA_VERSION", None)
+        except ImportError:
+            pass
     return int(value) if isinstance(value, int) else None
 
 
