@@ -140,10 +140,36 @@ def process_session_env() -> str | None:
     return os.environ.get("HERMES_SESSION_ID")
 
 
+# Hermes 0.20+ may defer plugin tools behind its tool-search bridge: the agent's tool list
+# then names the bridge (tool_search, tool_describe, tool_call), not the tools it reaches.
+_BRIDGE_CALL = "tool_call"
+
+
 def tool_names(agent: Any) -> set[str]:
-    """Tools the host enabled for this agent (its toolset configuration decided)."""
-    names = getattr(agent, "valid_tool_names", None)
-    return set(names) if names else set()
+    """Tools the host enabled for this agent (its toolset configuration decided),
+    including those it reaches through Hermes's tool-search bridge."""
+    names = set(getattr(agent, "valid_tool_names", None) or ())
+    if _BRIDGE_CALL in names:
+        names |= bridged_tool_names(agent)
+    return names
+
+
+def bridged_tool_names(agent: Any) -> set[str]:
+    """The tools ``tool_call`` may reach for this agent: Hermes's own scope for its bridge
+    (the deferrable tools of the agent's toolsets, before the bridge collapses them)."""
+    try:
+        import model_tools
+        from tools import tool_search
+
+        defs = model_tools.get_tool_definitions(
+            enabled_toolsets=getattr(agent, "enabled_toolsets", None),
+            disabled_toolsets=getattr(agent, "disabled_toolsets", None),
+            quiet_mode=True, skip_tool_search_assembly=True,
+        ) or []
+        return set(tool_search.scoped_deferrable_names(defs))
+    except Exception as exc:  # no bridge on this host, or it cannot be read: the list as it is
+        log.debug("session guard: the tool-search bridge's tools could not be read: %s", exc)
+        return set()
 
 
 @contextmanager

@@ -532,9 +532,11 @@ class _Operation:
         if strategy == DETACH_DB:
             foreign = self.arrived_meanwhile(foreign)
         try:
-            if strategy == HOST_NATIVE:
+            if strategy == HOST_NATIVE and host.session_db(agent) is not None:
                 snapshot_id = self.write_reference(snapshot_id, created_at)
-            elif self.written_ahead is None:  # 0.14, a deferred write-ahead, or an engine the shim did not reach
+            elif self.written_ahead is None:
+                # 0.14, a deferred write-ahead, an engine the shim did not reach, or native
+                # mode without a SessionDB (Hermes keeps no rows to reference): a copy
                 self.write_snapshot(snapshot_id, created_at)
             if strategy == DETACH_DB:
                 final = compressed + foreign

@@ -104,10 +104,17 @@ def run_recall_eval(home: Path, base_url: str, fixture: dict[str, Any] | None = 
         span = _header_range(compressed)
         live = json.dumps(compressed, ensure_ascii=False)
         runtime = current_runtime()
+        # Hermes's tool dispatch: run_agent's name up to 0.20, model_tools's from 0.21 (the
+        # tool_session seam's target; run_agent no longer re-exports it).
+        dispatch = getattr(run_agent, "handle_function_call", None)
+        if dispatch is None:
+            import model_tools
+
+            dispatch = model_tools.handle_function_call
         result = EvalResult(host_version=runtime.host_version if runtime else None, compacted=span)
         for item in fixture["planted"]:
             started = time.perf_counter()
-            answer = run_agent.handle_function_call(
+            answer = dispatch(
                 "session_guard_recall", {"query": item["query"]}, "recall-eval", session_id=SESSION_ID,
             )
             result.latencies_ms.append((time.perf_counter() - started) * 1000)

@@ -119,17 +119,26 @@ class RecallIndexRepository(StoreConnection):
             ).fetchall()
         done = 0
         for snapshot_id, session_id, first in todo:
+            referenced = self._referenced_rows(snapshot_id)  # Hermes's rows, read outside the write
+            if referenced == []:
+                continue  # Hermes no longer holds them as they were: nothing true to index
             with self.transaction() as conn:
                 if conn.execute("SELECT 1 FROM session_guard_recall_indexed WHERE snapshot_id = ?",
                                 (snapshot_id,)).fetchone():
                     continue  # another process's recall indexed it meanwhile
-                rows = conn.execute(
+                rows = referenced if referenced is not None else conn.execute(
                     "SELECT role, content, message_json FROM session_guard_snapshot_messages WHERE snapshot_id = ?"
                     " ORDER BY position", (snapshot_id,),
                 ).fetchall()
                 self._index_snapshot(conn, session_id, snapshot_id, first, rows, index_text)
             done += 1
         return done
+
+    def _referenced_rows(self, snapshot_id: str) -> list[tuple[str | None, str | None, str]] | None:
+        """``(role, content, message_json)`` of a snapshot by reference (native mode: the
+        rows are Hermes's own), ``[]`` when they cannot be read as recorded, ``None`` for a
+        snapshot the guard copied. The snapshot repository reads them."""
+        return None
 
     def _index(
         self,

@@ -11,6 +11,7 @@ root binds (:func:`bind_archived_reader`); ``store/`` itself names only its own 
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -248,6 +249,16 @@ class SnapshotRepository(RecallIndexRepository):
                                f"Hermes no longer holds as they were ({len(messages)} of {count} rows"
                                f"{'' if len(messages) != count else ', content changed'})")
         return messages
+
+    def _referenced_rows(self, snapshot_id: str) -> list[tuple[str | None, str | None, str]] | None:
+        try:
+            messages = self.referenced_messages(snapshot_id)
+        except (SnapshotGone, sqlite3.Error):
+            return []
+        if messages is None:
+            return None
+        return [(m.get("role"), m.get("content") if isinstance(m.get("content"), str) else None,
+                 json.dumps(m, ensure_ascii=False)) for m in messages]
 
     def snapshot_message(self, snapshot_id: str, position: int) -> dict[str, Any] | None:
         """Message at 1-based ``position`` of a snapshot."""

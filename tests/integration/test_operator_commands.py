@@ -56,9 +56,16 @@ def materialize(fixture: Path, dest: Path) -> Path:
     return dest
 
 
+# Hermes 0.20+ seeds SOUL.md into a HERMES_HOME that lacks one when its config module is first
+# imported in a process (every home has one after Hermes's first run; the fixtures keep only
+# state.db, config and sessions). Hermes's file, never written by the guard.
+HERMES_SEEDED = {"SOUL.md"}
+
+
 def _files(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(("-wal", "-shm"))
+            and str(p.relative_to(root)) not in HERMES_SEEDED}
 
 
 def _rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -485,7 +492,21 @@ def test_selftest_passes_and_reports_each_check(home: Path, discovered: Any, mon
     assert states["compression lock taken and released"] == "pass"
     seams = {s["name"]: s["state"] for s in report["seams"]}
     assert seams["compression"] == "patched"
-    assert all(state in ("patched", "not-needed") for state in seams.values()), seams
+    # A lazy row whose module Hermes itself cannot import on this Python stays pending (0.22's
+    # tui_gateway.server needs Python 3.14 annotations: NameError on 3.11).
+    unimportable = {name for name, state in seams.items() if state == "pending" and _hermes_cannot_import(name)}
+    assert all(state in ("patched", "not-needed") for name, state in seams.items() if name not in unimportable), seams
+
+
+def _hermes_cannot_import(seam: str) -> bool:
+    from hermes_session_guard.hostinfo import parse_version
+    from hermes_session_guard.seams.table import select_row
+
+    row = select_row(seam, parse_version(HERMES_VERSION or "0"))
+    if row is None or not row.lazy:
+        return False
+    done = subprocess.run([sys.executable, "-c", f"import {row.module}"], capture_output=True, text=True, timeout=300)
+    return done.returncode != 0
 
 
 @pytest.mark.slow

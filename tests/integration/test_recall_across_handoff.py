@@ -18,6 +18,7 @@ from hermes_session_guard.summaries.recall import OUTPUT_MARKER
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler, lineage
 
 from .conftest import MODES, new_agent
+from .test_recall_tool import _reachable, recall_call
 
 SYSTEM = "You are a test agent."
 PARENT = "20260602_090000_aaaaaa"
@@ -64,7 +65,7 @@ def _model_calls(*calls: tuple[str, dict]) -> Any:
     def reply(body: dict) -> Any:
         if _recall_results({"messages": body["messages"][-1:]}):
             return "answered from recall"
-        return ToolCallReply(list(calls))
+        return ToolCallReply([recall_call(body, name, args) for name, args in calls])
 
     return reply
 
@@ -111,7 +112,7 @@ def test_a_fresh_session_child_recalls_its_parents_snapshots_and_nothing_else(
     agent.run_conversation("what was the exact migration error?", conversation_history=seeded)
 
     first = llm.chat_requests()[-2].body  # the child's request that called the tool
-    assert RECALL_TOOL in _tool_names(first)  # offered to the child: its lineage has compacted history
+    assert _reachable(first)  # offered to the child: its lineage has compacted history
     assert any(SYSTEM_RULE in str(m.get("content")) for m in first["messages"] if m.get("role") == "system") \
         or SYSTEM_RULE in " ".join(iter_message_text(first.get("system")))
     answers = _recall_results(llm.chat_requests()[-1].body)

@@ -31,9 +31,9 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE
-from hermes_session_guard.summaries.tags import is_summary_text
 
 from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
+from .test_recall_tool import _reachable, recall_call
 
 SID = "20260602_120000_5ea3f0"
 OTHER = "20260602_120001_5ea3f1"
@@ -344,21 +344,29 @@ def _request_tools(ctx: Ctx) -> None:
     ctx.llm.reset()
     ctx.real_turn(**GUARD_TOOLS)
     # offered as Hermes configured it (the guard would hide it from a session without snapshots)
-    tools = ctx.llm.chat_requests()[-1].body.get("tools") or []
-    assert RECALL_TOOL in {t.get("function", {}).get("name") for t in tools}
+    assert _reachable(ctx.llm.chat_requests()[-1].body)  # (0.20+: through Hermes's tool-search bridge)
     ctx.assert_said("open")
+
+
+def _row_target(row: SeamRow) -> Any:
+    """The patched callable of a row (AIAgent._build_system_prompt up to 0.20, the function
+    its lazy forwarder calls from 0.21)."""
+    import importlib
+
+    target: Any = importlib.import_module(row.module)
+    for part in row.attribute.split("."):
+        target = getattr(target, part)
+    return target
 
 
 @case("system_prompt", policy="open")
 def _system_prompt(ctx: Ctx) -> None:
-    from run_agent import AIAgent
-
     ctx.compacted(SID, **GUARD_TOOLS)  # a session whose prompt gets the recall rule
     agent = ctx.agent(SID, **GUARD_TOOLS)
     assert SYSTEM_RULE in agent._build_system_prompt(SYSTEM)
     ctx.inject(compression, "compressing_session")
     prompt = agent._build_system_prompt(SYSTEM)
-    assert prompt == AIAgent._build_system_prompt.__wrapped__(agent, SYSTEM)  # as Hermes builds it
+    assert prompt == _row_target(ctx.row).__wrapped__(agent, SYSTEM)  # as Hermes builds it
     assert SYSTEM_RULE not in prompt
     ctx.assert_said("open")
     ctx.real_turn(**GUARD_TOOLS)
@@ -372,7 +380,7 @@ def _tool_session(ctx: Ctx) -> None:
     def reply(body: dict) -> Any:
         if (body["messages"][-1] or {}).get("role") == "tool":
             return "done"
-        return ToolCallReply([(RECALL_TOOL, {"query": "deployment plan"})])
+        return ToolCallReply([recall_call(body, RECALL_TOOL, {"query": "deployment plan"})])
 
     ctx.llm.configure(reply_fn=reply)
     result = agent.run_conversation("what did we plan?", conversation_history=out)
@@ -426,7 +434,14 @@ def _api(ctx: Ctx) -> None:
     ctx.compacted(SID)
     ctx.inject(summary_seams, "display_messages")
     data = _api_messages(ctx.db, SID)
-    assert any(is_summary_text(str(m.get("content"))) for m in data)  # as Hermes returns it
+    from gateway.platforms.api_server import APIServerAdapter
+
+    with ctx.monkeypatch.context() as patch:
+        patch.setattr(APIServerAdapter, "_handle_session_messages",
+                      APIServerAdapter._handle_session_messages.__wrapped__)
+        hermes_own = _api_messages(ctx.db, SID)
+    # as Hermes returns it (with its summaries up to 0.21; 0.22 hides them itself)
+    assert data and data == hermes_own
     ctx.assert_said("open")
     ctx.real_turn()
 
@@ -558,6 +573,13 @@ def test_a_guard_failure_inside_a_seam_keeps_hermes_serving(
     assert row.failure_policy == policy, f"{seam}: the row says {row.failure_policy!r}, the case asserts {policy!r}"
     if not guard.seam_patched(seam):
         probe.import_display_modules(guard)  # lazy rows are patched when Hermes imports their module
+    if not guard.seam_patched(seam) and row.lazy:
+        import importlib
+
+        try:
+            importlib.import_module(row.module)
+        except Exception as exc:  # 0.22's tui_gateway.server needs Python 3.14 annotations
+            pytest.skip(f"Hermes's own {row.module} does not import on this Python ({type(exc).__name__}: {exc})")
     assert guard.seam_patched(seam), [s.as_dict() for s in guard.seams if s.name == seam]
     caplog.set_level(logging.INFO, logger="hermes_session_guard")
     from tools.registry import invalidate_check_fn_cache

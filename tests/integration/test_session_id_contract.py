@@ -111,7 +111,10 @@ def test_next_turn_is_persisted_after_the_compacted_transcript(
     assert result["final_response"] == "post-compression answer"
     assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]
     # the model saw the compacted history on that turn
-    last_chat = llm.chat_requests()[-1].body["messages"]
+    # (the turn's own request, the longest that carries the question: 0.22 then asks for a
+    # title with the question alone)
+    last_chat = max((r.body["messages"] for r in llm.chat_requests()
+                     if any("what did we decide?" in str(m.get("content")) for m in r.body["messages"])), key=len)
     assert any("turn-0:" in str(m.get("content")) for m in last_chat)
     assert not any("turn-20:" in str(m.get("content")) for m in last_chat)
 
