@@ -78,11 +78,17 @@ def guard(discovered: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 
 @pytest.fixture
-def no_guard(discovered: Any, home: Path) -> Iterator[None]:
-    """Hermes exactly as shipped: the guard's patches removed for this test. Afterwards
-    whatever the test installed itself is removed and the normal guard is back."""
+def no_guard(discovered: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Hermes exactly as shipped: the guard's patches removed for this test. Hermes 0.20+
+    discovers plugins again for each new home (the first ``AIAgent`` built there, a gateway
+    starting) and ``register`` then reads that home's config.yaml: for this test it reads
+    ``session_guard.enabled: false``, so the guard stays out. Afterwards whatever the test
+    installed itself is removed and the normal guard is back."""
     import hermes_session_guard
+    from hermes_session_guard.config import parse_config
 
+    disabled = parse_config({"enabled": False})
+    monkeypatch.setattr(hermes_session_guard, "load_config", lambda _home: disabled)
     hermes_session_guard.uninstall()
     try:
         yield
