@@ -81,14 +81,12 @@ def guard(discovered: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 def no_guard(discovered: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Hermes exactly as shipped: the guard's patches removed for this test. Hermes 0.20+
     discovers plugins again for each new home (the first ``AIAgent`` built there, a gateway
-    starting) and ``register`` then reads that home's config.yaml: for this test it reads
-    ``session_guard.enabled: false``, so the guard stays out. Afterwards whatever the test
-    installed itself is removed and the normal guard is back."""
+    starting) and calls ``register`` again: for this test it finds no plugin entry point
+    to call, so the guard stays out (and what the test installs itself stays as it is).
+    Afterwards whatever the test installed itself is removed and the normal guard is back."""
     import hermes_session_guard
-    from hermes_session_guard.config import parse_config
 
-    disabled = parse_config({"enabled": False})
-    monkeypatch.setattr(hermes_session_guard, "load_config", lambda _home: disabled)
+    monkeypatch.setattr(hermes_session_guard, "register", lambda ctx: None)
     hermes_session_guard.uninstall()
     try:
         yield
