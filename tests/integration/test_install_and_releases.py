@@ -18,7 +18,7 @@ from hermes_session_guard.seams import table as seams
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from .conftest import HERMES_VERSION, HOST_ROW, new_agent
+from .conftest import HERMES_VERSION, HOST, HOST_ROW, new_agent
 
 SID = "20260601_120000_abcdef12"
 SYSTEM = "You are a test agent."
@@ -72,7 +72,7 @@ def test_install_uninstall_round_trip_restores_every_original(no_guard: None) ->
     (status,) = [s for s in first.seams if s.name == "compression"]
     assert (status.state, status.target, status.row) == ("patched", HOST_ROW.target, HOST_ROW.range_text)
     # instance shims patch host objects, not their row's target: that must stay the host's own
-    shims = {row.seam for row in seams.SEAMS if row.kind is SeamKind.INSTANCE_SHIM}
+    shims = {row.seam for row in seams.SEAMS if row.kind is SeamKind.INSTANCE_SHIM and row.covers(HOST) and row.patches}
     assert shims and all(s.state == "patched" for s in first.seams if s.name in shims)
     wrapped = Counter(s.target for s in first.seams if s.state == "patched" and s.name not in shims)
     assert HOST_ROW.target in wrapped
