@@ -32,7 +32,7 @@ def _host_targets(inherited: dict[str, Any] | None = None) -> dict[str, Any]:
     for row in seams.SEAMS:
         try:
             parent, name, current = instrumentation._resolve(row.module, row.attribute)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError, NameError):  # NameError: 0.22.2's tui_gateway.server on Python 3.11
             continue
         if isinstance(parent, type) and name not in parent.__dict__:
             if inherited is not None:
