@@ -27,14 +27,19 @@ from ..store import GenerationRecord, message_text
 Key = tuple[str, str, str]
 
 
+# A lone UTF-16 surrogate cannot be bound by sqlite3: Hermes's writer stores U+FFFD instead.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def message_key(message: Any) -> Key:
     """What identifies a message across a round trip through state.db: role, text
-    (stripped, as Hermes's loaders strip it) and tool call id."""
+    (stripped, as Hermes's loaders strip it; lone surrogates as Hermes's writer stores
+    them) and tool call id."""
     if isinstance(message, dict):
         role, text, call = message.get("role"), message_text(message), message.get("tool_call_id")
     else:
         role, text, call = getattr(message, "role", ""), getattr(message, "content", ""), ""
-    return (str(role or ""), str(text or "").strip(), str(call or ""))
+    return (str(role or ""), _LONE_SURROGATE.sub("\ufffd", str(text or "").strip()), str(call or ""))
 
 
 def keys_of(messages: Iterable[Any]) -> list[Key]:

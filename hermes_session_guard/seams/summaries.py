@@ -62,26 +62,48 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
         try:
-            if not isinstance(result, list):
-                return result
-            found = [m for m in result if isinstance(m, dict) and is_summary_text(message_text(m))]
-            sid = _arg(args, kwargs, 0, "session_id")
-            path = getattr(instance, "db_path", None)
-            if not sid or not path:
-                return result
-            if not found:
-                # Summaries in a context engine's own format carry no prefix: the hashes
-                # recorded when the compaction produced them identify them.
-                if not runtime.has_snapshots(str(sid), Path(path)):
-                    return result
-                found = [m for m in result if isinstance(m, dict)]
-            hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
-            tag_recorded(found, hashes, snapshots, native_key)
+            if isinstance(result, list):
+                _tag_loaded(runtime, instance, _arg(args, kwargs, 0, "session_id"), result, native_key)
         except Exception as exc:
             fail_open(row, exc, "summaries load untagged")
         return result
 
     return wrapper
+
+
+def resume_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.get_resume_conversations`` (0.20+: CLI and TUI resume read the model's
+    and the recap's lists in one query, not through ``get_messages_as_conversation``):
+    put the summary tags back on both."""
+    native_key = row.behaviour.native_summary_key or None
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            sid = _arg(args, kwargs, 0, "session_id")
+            for part in result if isinstance(result, tuple) else ():
+                if isinstance(part, list):
+                    _tag_loaded(runtime, instance, sid, part, native_key)
+        except Exception as exc:
+            fail_open(row, exc, "summaries load untagged")
+        return result
+
+    return wrapper
+
+
+def _tag_loaded(runtime: Runtime, db: Any, sid: Any, messages: list[Any], native_key: str | None) -> None:
+    found = [m for m in messages if isinstance(m, dict) and is_summary_text(message_text(m))]
+    path = getattr(db, "db_path", None)
+    if not sid or not path:
+        return
+    if not found:
+        # Summaries in a context engine's own format carry no prefix: the hashes
+        # recorded when the compaction produced them identify them.
+        if not runtime.has_snapshots(str(sid), Path(path)):
+            return
+        found = [m for m in messages if isinstance(m, dict)]
+    hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
+    tag_recorded(found, hashes, snapshots, native_key)
 
 
 # -- what goes to the provider ------------------------------------------------------------
@@ -183,26 +205,36 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
 
 def cli_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
-    """``HermesCLI.show_history`` / ``_display_resumed_history``: render a display copy
-    of ``conversation_history`` (the agent keeps the real one)."""
+    """``HermesCLI.show_history`` / ``_display_resumed_history``: render display copies
+    of the lists they read (the agent keeps the real ones): ``conversation_history``, and
+    on 0.20+ the resume recap's own lineage list ``_resume_display_history``."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        swapped: list[tuple[str, list[Any], list[Any]]] = []
         try:
-            history = getattr(instance, "conversation_history", None)
-            shown = display_messages(history, runtime.config.summaries.visible) if isinstance(history, list) else None
+            for name in _CLI_HISTORY_LISTS:
+                history = getattr(instance, name, None)
+                if isinstance(history, list):
+                    swapped.append((name, history, display_messages(history, runtime.config.summaries.visible)))
         except Exception as exc:
             fail_open(row, exc, "history is shown as the host renders it")
-            shown = None
-        if shown is None:
+            swapped = []
+        if not swapped:
             return wrapped(*args, **kwargs)
-        instance.conversation_history = shown
+        for name, _history, shown in swapped:
+            setattr(instance, name, shown)
         try:
             return wrapped(*args, **kwargs)
         finally:
-            if instance.conversation_history is shown:
-                instance.conversation_history = history
+            for name, history, shown in swapped:
+                if getattr(instance, name, None) is shown:
+                    setattr(instance, name, history)
 
     return wrapper
+
+
+# What the CLI's history screens read: the agent's list, and (0.20+) the recap's lineage list.
+_CLI_HISTORY_LISTS = ("conversation_history", "_resume_display_history")
 
 
 def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:

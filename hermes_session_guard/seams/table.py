@@ -334,6 +334,20 @@ SEAMS: tuple[SeamRow, ...] = (
         },
     ),
     *seam(
+        "resume_load",
+        module="hermes_state",
+        attribute="SessionDB.get_resume_conversations",
+        params=("self", "session_id"),
+        wrapper=ss.resume_load_wrapper,
+        behaviour={"native_summary_key": "_compressed_summary"},
+        note="CLI and TUI resume read the model's and the recap's lists in one query; re-tag summaries",
+        ranges={
+            "0.13.0-0.20.0": not_needed("the CLI resumes through get_messages_as_conversation (transcript_load); "
+                                        "the TUI resume display goes through tui_history"),
+            "0.20.0+": {},
+        },
+    ),
+    *seam(
         "wire",
         module="run_agent",
         attribute="AIAgent._sanitize_api_messages",

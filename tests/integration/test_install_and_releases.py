@@ -3,6 +3,7 @@ seam table does not know (a faked version string, with and without host attribut
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import Counter
 from pathlib import Path
@@ -17,22 +18,26 @@ from hermes_session_guard.seams import table as seams
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from .conftest import HERMES_VERSION, HOST_ROW, new_agent
+from .conftest import HERMES_VERSION, HOST, HOST_ROW, new_agent
 
 SID = "20260601_120000_abcdef12"
 SYSTEM = "You are a test agent."
 
 
-def _host_targets() -> dict[str, Any]:
-    """Every seam-table target that exists on this host, as the object stored on its owner."""
+def _host_targets(inherited: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every seam-table target that exists on this host, as the object stored on its owner.
+    A class attribute it inherits (0.19's HermesCLI gets one from a mixin another row wraps;
+    0.20+'s SessionDB its export methods from a mixin) goes to ``inherited`` instead."""
     found = {}
     for row in seams.SEAMS:
         try:
             parent, name, current = instrumentation._resolve(row.module, row.attribute)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError, NameError):  # NameError: 0.22.2's tui_gateway.server on Python 3.11
             continue
         if isinstance(parent, type) and name not in parent.__dict__:
-            continue  # inherited here (0.19's HermesCLI gets it from a mixin another row wraps)
+            if inherited is not None:
+                inherited[row.target] = inspect.getattr_static(parent, name)
+            continue
         found[row.target] = parent.__dict__[name] if isinstance(parent, type) else current
     return found
 
@@ -57,7 +62,8 @@ def _compress_keeps_the_id(db: Any, llm: FakeLLMServer, home: Path) -> list[Any]
 
 
 def test_install_uninstall_round_trip_restores_every_original(no_guard: None) -> None:
-    originals = _host_targets()
+    inherited: dict[str, Any] = {}
+    originals = _host_targets(inherited)
     assert HOST_ROW is not None and HOST_ROW.target in originals
 
     first = hermes_session_guard.install()
@@ -66,22 +72,25 @@ def test_install_uninstall_round_trip_restores_every_original(no_guard: None) ->
     (status,) = [s for s in first.seams if s.name == "compression"]
     assert (status.state, status.target, status.row) == ("patched", HOST_ROW.target, HOST_ROW.range_text)
     # instance shims patch host objects, not their row's target: that must stay the host's own
-    shims = {row.seam for row in seams.SEAMS if row.kind is SeamKind.INSTANCE_SHIM}
+    shims = {row.seam for row in seams.SEAMS if row.kind is SeamKind.INSTANCE_SHIM and row.covers(HOST) and row.patches}
     assert shims and all(s.state == "patched" for s in first.seams if s.name in shims)
     wrapped = Counter(s.target for s in first.seams if s.state == "patched" and s.name not in shims)
     assert HOST_ROW.target in wrapped
     patched = _host_targets()
     for target, obj in patched.items():
+        original = originals[target] if target in originals else inherited[target]  # a row wraps it on its owner
         if target in wrapped:
-            assert obj is not originals[target]
+            assert obj is not original
             for _ in range(wrapped[target]):  # one wrapper per seam on it (two seams may share one)
                 obj = obj.__wrapped__
-            assert obj is originals[target], target
+            assert obj is original, target
         else:
-            assert obj is originals[target], f"{target} patched but not by a row for Hermes {HERMES_VERSION}"
+            assert obj is original, f"{target} patched but not by a row for Hermes {HERMES_VERSION}"
 
     hermes_session_guard.uninstall()
-    restored = _host_targets()
+    inherited_again: dict[str, Any] = {}
+    restored = _host_targets(inherited_again)
+    assert restored.keys() == originals.keys() and inherited_again.keys() == inherited.keys()
     for target, original in originals.items():
         assert restored[target] is original, target
     assert not hermes_session_guard.is_installed()

@@ -17,7 +17,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries.recall import Recall, recall_text
 
-from .conftest import MODES, new_agent
+from .conftest import HOST_NATIVE_MODE, MODES, new_agent
 
 SID = "20260604_080000_5a11a7e0"
 SYSTEM = "You are a test agent."
@@ -30,12 +30,19 @@ def test_a_session_with_lone_surrogates_compresses_and_keeps_them(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
     seeded = probe.seed_messages()
-    probe.seed_session(db, SID, seeded)
+    messages = [dict(m) for m in seeded]
+    messages[3]["content"], messages[4]["content"] = BROKEN, NUL  # in memory, as the host can hold them
+    if HOST_NATIVE_MODE:
+        # The snapshot names Hermes's own rows (ADR 0002): they hold these messages as Hermes
+        # stored them (its writer replaces lone surrogates), and the snapshot must be exactly that.
+        probe.seed_session(db, SID, messages)
+        original = [m["content"] for m in probe.live_messages(home / "state.db", SID)]
+        assert "broken emoji" in original[3] and original[3] != BROKEN
+    else:
+        probe.seed_session(db, SID, seeded)  # the guard's own copy keeps the in-memory str
+        original = [m["content"] for m in messages]
     agent = new_agent(db, llm, SID, mode)
     probe.mark_flushed(agent, seeded)
-    messages = [dict(m) for m in seeded]
-    messages[3]["content"], messages[4]["content"] = BROKEN, NUL  # in memory only, as the host can hold them
-    original = [m["content"] for m in messages]
 
     out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
 
@@ -48,6 +55,8 @@ def test_a_session_with_lone_surrogates_compresses_and_keeps_them(
     kept = [m["content"] for m in store.snapshot_messages(snap.snapshot_id)]
     assert kept[: len(original)] == original  # the same str, surrogates and NUL included
     assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]
+    live = [m["content"] for m in probe.live_messages(home / "state.db", SID)]
+    assert not any("broken emoji" in str(t) for t in live)  # compacted once, not carried over as new
 
     assert store.index_missing_snapshots([SID], recall_text) == 1
     found = Recall(store, SID, [SID], 8000).run({"query": "broken emoji stray"})
