@@ -24,7 +24,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
-from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
+from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODES, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
@@ -68,6 +68,9 @@ def handoff(guard: Any) -> Iterator[Callable[..., Any]]:
     import hermes_session_guard
 
     def apply(**options: Any) -> Any:
+        if options.get("mode") == "fresh_session" and HOST_NATIVE_MODE:
+            pytest.skip("fresh_session is not offered in native mode (Hermes 0.20+, ADR 0002): the hand-off "
+                        "writes the packet and tells the user instead (test_fresh_session_falls_back_in_native_mode)")
         return hermes_session_guard.install(parse_config({"handoff": {"enabled": True, **options}}))
 
     yield apply
@@ -630,3 +633,23 @@ def test_handoff_packet_slash_command_in_a_gateway_chat(handoff: Any, llm: FakeL
     assert gw.bound_session_id() == sid and list(_rows(home)) == [sid]
     (record,) = runtime.store_for(home / "state.db").handoffs(session_id=sid)
     assert record.mode == "manual" and record.seq is None  # not counted against max_auto_handoffs
+
+
+@pytest.mark.skipif(not HOST_NATIVE_MODE, reason="fresh_session forks on every release before native mode")
+def test_fresh_session_falls_back_in_native_mode(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
+    """On Hermes 0.20+ a configured fresh_session hand-off writes the packet and tells the
+    user (prompt_user): the conversation stays on its id and nothing moves to a child."""
+    import hermes_session_guard
+
+    runtime = hermes_session_guard.install(parse_config({"handoff": {"enabled": True, "mode": "fresh_session",
+                                                                     "after_compressions": 1}}))
+    try:
+        agent, messages = _seeded_agent(db, llm, "in_place")
+        out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+        assert len(out) < len(messages) and agent.session_id == SID
+        assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]  # no child session
+        events = [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("session_id") == SID]
+        assert "handoff.packet_written" in events and "handoff.prompted" in events
+        assert "handoff.forked" not in events
+    finally:
+        hermes_session_guard.install(GuardConfig())
