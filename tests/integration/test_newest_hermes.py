@@ -90,3 +90,109 @@ def test_the_0_19_rows_stop_compaction_here_and_native_mode_does_not(
     assert [m["content"] for m in probe.live_messages(home / "state.db", other)] == [m["content"] for m in out]
     runtime = hermes_session_guard.current_runtime()
     assert runtime is not None and runtime.store_for(home / "state.db").list_snapshots(other)
+
+
+def _pair(home: Path, llm: FakeLLMServer, sid: str) -> tuple[list[Any], list[list[Any]]]:
+    """Two agents, each on its own connection, that loaded the same 48-message session."""
+    seed = probe.open_db(home / "state.db")
+    try:
+        probe.seed_session(seed, sid, probe.seed_messages())
+    finally:
+        seed.close()
+    agents, lists = [], []
+    for _ in range(2):
+        own = probe.open_db(home / "state.db")
+        loaded = own.get_messages_as_conversation(sid)
+        agent = new_agent(own, llm, sid, "in_place")
+        probe.mark_flushed(agent, loaded)
+        agents.append(agent)
+        lists.append(loaded)
+    return agents, lists
+
+
+def _outcome(home: Path, sid: str, agents: list[Any], before: set[str]) -> dict[str, Any]:
+    live = probe.live_messages(home / "state.db", sid)
+    sessions = {r["id"] for r in probe.sessions_table(home / "state.db")} - before
+    return {"ids": sorted({a.session_id for a in agents}), "sessions": sorted(sessions), "live": len(live)}
+
+
+def _sessions(home: Path) -> set[str]:
+    return {r["id"] for r in probe.sessions_table(home / "state.db")} if (home / "state.db").exists() else set()
+
+
+def _concurrent(home: Path, llm: FakeLLMServer, sid: str) -> dict[str, Any]:
+    import threading
+
+    before = _sessions(home)
+    agents, lists = _pair(home, llm, sid)
+    threads = [threading.Thread(target=a._compress_context, args=(m, SYSTEM), kwargs={"approx_tokens": 150_000})
+               for a, m in zip(agents, lists, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    return _outcome(home, sid, agents, before)
+
+
+def _staggered(home: Path, llm: FakeLLMServer, sid: str) -> dict[str, Any]:
+    before = _sessions(home)
+    agents, lists = _pair(home, llm, sid)
+    for agent, messages in zip(agents, lists, strict=True):  # the second still holds the list read before
+        agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    return {**_outcome(home, sid, agents, before), "summaries": len(llm.summary_requests())}
+
+
+@pytest.mark.skipif(not HOST_NATIVE_MODE, reason="the pair scenarios of earlier releases: "
+                    "test_one_compression_per_session.py")
+@pytest.mark.parametrize("scenario", [_concurrent, _staggered], ids=["concurrent", "staggered"])
+def test_two_agents_compact_as_they_do_without_the_guard_and_keep_the_id(
+    guard: Any, llm: FakeLLMServer, home: Path, scenario: Any
+) -> None:
+    from .conftest import unguarded
+
+    with unguarded():
+        llm.reset()
+        bare = scenario(home, llm, SID.replace("n3west", "bare01"))
+    llm.reset()
+    guarded = scenario(home, llm, SID.replace("n3west", "guard1"))
+    sid = SID.replace("n3west", "guard1")
+    assert guarded["ids"] == [sid]  # the id stays
+    assert guarded["sessions"] == [sid] and len(bare["sessions"]) == 1  # no child, no fork, either way
+    assert bare["live"] < 48  # Hermes compacts the pair on its own
+    assert guarded["live"] < 48  # and with the guard it still does
+    if "summaries" in guarded:  # a list read before the first compaction adopts it: one summary, not two
+        assert guarded["summaries"] == 1 and bare["summaries"] >= 1
+
+
+@pytest.mark.skipif(not HOST_NATIVE_MODE, reason="in-loop compression of earlier releases: "
+                    "test_session_id_contract.py")
+def test_an_in_loop_turn_compacts_as_it_does_without_the_guard(
+    guard: Any, llm: FakeLLMServer, home: Path
+) -> None:
+    """A turn on a long session: whatever Hermes decides about compacting in the loop (0.22
+    waits for a real usage report before it trusts its estimate), the guard decides the same,
+    and the id stays."""
+    from .conftest import unguarded
+
+    def turn(sid: str) -> tuple[int, str]:
+        db = probe.open_db(home / "state.db")
+        try:
+            messages = probe.seed_messages()
+            probe.seed_session(db, sid, messages)
+            agent = new_agent(db, llm, sid, "in_place")
+            probe.mark_flushed(agent, messages)
+            llm.configure(reply_text="turn answered", prompt_tokens=150_000)
+            result = agent.run_conversation("and now?", conversation_history=list(messages))
+            assert result.get("final_response") == "turn answered"
+            agent.run_conversation("and then?", conversation_history=result.get("messages") or messages)
+            return len(probe.live_messages(home / "state.db", sid)), agent.session_id
+        finally:
+            db.close()
+
+    with unguarded():
+        llm.reset()
+        bare_live, _ = turn(SID.replace("n3west", "bare02"))
+    llm.reset()
+    live, sid_after = turn(SID.replace("n3west", "guard2"))
+    assert sid_after == SID.replace("n3west", "guard2")
+    assert (live < 48) == (bare_live < 48), (live, bare_live)
