@@ -365,7 +365,8 @@ def main(argv: list[str]) -> int:
     releases = select_releases(argv, os.environ)
     jobs = matrix_jobs(os.environ)
     started = time.monotonic()
-    pythons = [venv_for(version) for version in releases]  # installs one after another
+    with ThreadPoolExecutor(max_workers=3) as installs:  # pip waits on the network and the disk much of the time
+        pythons = list(installs.map(venv_for, releases))
     once: list[Callable[[], Cell]] = []
     if "unit" in suites:
         once.append(lambda: run_pytest(pythons[0], "-", "unit", ["tests/unit"], extra))
