@@ -18,7 +18,7 @@ from hermes_session_guard.summaries.recall import OUTPUT_MARKER
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler, lineage
 
 from .conftest import MODES, new_agent
-from .test_recall_tool import _reachable, recall_call
+from .test_recall_tool import _reachable, recall_call, turn_requests
 
 SYSTEM = "You are a test agent."
 PARENT = "20260602_090000_aaaaaa"
@@ -111,11 +111,11 @@ def test_a_fresh_session_child_recalls_its_parents_snapshots_and_nothing_else(
     llm.configure(reply_fn=_model_calls(*[(RECALL_TOOL, args) for args in attacks]))
     agent.run_conversation("what was the exact migration error?", conversation_history=seeded)
 
-    first = llm.chat_requests()[-2].body  # the child's request that called the tool
+    first = turn_requests(llm)[-2].body  # the child's request that called the tool
     assert _reachable(first)  # offered to the child: its lineage has compacted history
     assert any(SYSTEM_RULE in str(m.get("content")) for m in first["messages"] if m.get("role") == "system") \
         or SYSTEM_RULE in " ".join(iter_message_text(first.get("system")))
-    answers = _recall_results(llm.chat_requests()[-1].body)
+    answers = _recall_results(turn_requests(llm)[-1].body)
     assert len(answers) == len(attacks)
     assert FACT in answers[0] and f"snapshot {snap_parent.snapshot_id}" in answers[0]
     assert f"--- turn 10 · assistant · snapshot {snap_parent.snapshot_id}" in answers[-2]

@@ -88,6 +88,12 @@ def _reachable(body: dict) -> bool:
     return _bridged(body) and any(RECALL_TOOL in json.dumps(t) for t in body.get("tools") or [])
 
 
+def turn_requests(llm: FakeLLMServer) -> list[Any]:
+    """The model requests of the agent's turns: Hermes 0.22 also asks the model for a
+    session title (a structured-output request, ``response_format``) after a turn."""
+    return [r for r in llm.chat_requests() if not r.body.get("response_format")]
+
+
 def recall_call(body: dict, name: str, args: dict) -> tuple[str, dict]:
     """A call as a model makes it for the tools this request offers: directly, or
     through the bridge's tool_call."""
@@ -113,7 +119,7 @@ def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
     fresh = new_agent(db, llm, SID_B, mode, enabled_toolsets=["session_guard"])
     assert RECALL_TOOL in host.tool_names(fresh)  # registered by the plugin, enabled by its toolset (maybe bridged)
     fresh.run_conversation("hello", conversation_history=[])
-    before = llm.chat_requests()[-1].body
+    before = turn_requests(llm)[-1].body
     # Its schema is not sent. (Where Hermes defers plugin tools, its bridge's catalog, built
     # when the agent starts, still names it: the guard does not rewrite Hermes's catalog.)
     assert RECALL_TOOL not in _tool_names(before)
@@ -121,7 +127,7 @@ def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
 
     agent, compressed = _compacted_session(db, llm, SID_A, "a", FACT_A, mode)
     agent.run_conversation("what next?", conversation_history=compressed)
-    after = llm.chat_requests()[-1].body
+    after = turn_requests(llm)[-1].body
     assert _reachable(after)
     assert SYSTEM_RULE in _system_text(after)
 
@@ -143,7 +149,7 @@ def test_the_model_recalls_the_exact_text_through_hermes_tool_dispatch(
     result = agent.run_conversation("What was the exact migration error?", conversation_history=compressed)
 
     assert result["final_response"] == "answered from recall", result.get("error")
-    (answer,) = _recall_results(llm.chat_requests()[-1].body)
+    (answer,) = _recall_results(turn_requests(llm)[-1].body)
     assert FACT_A in answer
     assert "--- turn 10 · assistant · snapshot " in answer
     assert llm.violations == []
@@ -169,7 +175,7 @@ def test_recall_never_reads_another_conversation(guard: Any, db: Any, llm: FakeL
 
     agent.run_conversation("recall everything you can", conversation_history=compressed)
 
-    answers = _recall_results(llm.chat_requests()[-1].body)
+    answers = _recall_results(turn_requests(llm)[-1].body)
     assert len(answers) == len(attacks)
     for args, answer in zip(attacks, answers, strict=True):
         body = answer.split("\n", 1)[1] if "\n" in answer else ""  # the first line echoes the query
@@ -238,7 +244,7 @@ def test_recall_can_be_switched_off(guard: Any, db: Any, llm: FakeLLMServer, hom
         from tools.registry import invalidate_check_fn_cache
 
         invalidate_check_fn_cache()  # Hermes caches "unavailable" for 30 s; later tests need the tool
-    request = llm.chat_requests()[-1].body
+    request = turn_requests(llm)[-1].body
     # (0.20+ keeps a tool whose check failed within 60 s of a success in its bridge's catalog)
     assert RECALL_TOOL not in _tool_names(request)
     assert SYSTEM_RULE not in _system_text(request)

@@ -33,7 +33,7 @@ from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE
 
 from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
-from .test_recall_tool import _reachable, recall_call
+from .test_recall_tool import _reachable, recall_call, turn_requests
 
 SID = "20260602_120000_5ea3f0"
 OTHER = "20260602_120001_5ea3f1"
@@ -344,7 +344,7 @@ def _request_tools(ctx: Ctx) -> None:
     ctx.llm.reset()
     ctx.real_turn(**GUARD_TOOLS)
     # offered as Hermes configured it (the guard would hide it from a session without snapshots)
-    assert _reachable(ctx.llm.chat_requests()[-1].body)  # (0.20+: through Hermes's tool-search bridge)
+    assert _reachable(turn_requests(ctx.llm)[-1].body)  # (0.20+: through Hermes's tool-search bridge)
     ctx.assert_said("open")
 
 
@@ -385,7 +385,7 @@ def _tool_session(ctx: Ctx) -> None:
     ctx.llm.configure(reply_fn=reply)
     result = agent.run_conversation("what did we plan?", conversation_history=out)
     assert result.get("final_response") == "done", result  # the tool ran and the turn ended normally
-    (answer,) = [str(m.get("content")) for m in ctx.llm.chat_requests()[-1].body["messages"]
+    (answer,) = [str(m.get("content")) for m in turn_requests(ctx.llm)[-1].body["messages"]
                  if m.get("role") == "tool"]
     # Only the session id Hermes hands the tool itself: 0.19 passes the caller's, 0.14 none (nothing is read).
     assert "from this conversation" in answer or "nothing was read" in answer, answer
