@@ -106,8 +106,12 @@ def test_selftest_passes_against_this_hermes(home: Path) -> None:
     assert any(s["name"] == "compression" and s["state"] == "patched" for s in report["seams"])
     shims = {s["name"]: s for s in report["seams"] if s["reason"].startswith("instance shim")}
     # the release's instance-shim rows (0.20+ adds the relay adapter's send_for_platform)
+    # a lazy row stays pending where Hermes itself cannot import its module in this environment
+    # (the dashboard's without fastapi, 0.22's TUI on Python 3.11)
+    waiting = {s["name"] for s in report["seams"] if s["state"] == "pending"}
+    assert all((row := select_row(name, HOST)) is not None and row.lazy for name in waiting), waiting
     expected = {name for name in seam_names()
-                if (row := select_row(name, HOST)) is not None and row.kind == SeamKind.INSTANCE_SHIM}
+                if (row := select_row(name, HOST)) is not None and row.kind == SeamKind.INSTANCE_SHIM} - waiting
     assert set(shims) == expected >= {"engine_compress_shim", "delivery_send_shim", "delivery_edit_shim",
                                       "delivery_draft_shim"}
     assert all(s["state"] == "patched" for s in shims.values()), shims

@@ -134,3 +134,8 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
         paths = matrix.host_tests_for(release)
         assert paths and all((root / path).is_file() for path in paths), release
         assert "tests/integration/test_newest_hermes.py" in paths  # the newest-Hermes contract runs there
+
+
+def test_the_installed_wheel_check_runs_against_0_20_1_when_it_is_in_the_run() -> None:
+    assert matrix.dist_release(matrix.DEFAULT_RELEASES) == "0.20.1"
+    assert matrix.dist_release(["0.14.0", "0.19.0"]) == "0.19.0"
