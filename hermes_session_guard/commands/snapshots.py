@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import host
 from ..maintenance.state_inspection import HomeError, check, readonly_connection
-from ..store import SnapshotGone, SnapshotInfo, _row_message, content_digest, read_snapshot_references
+from ..store import SnapshotGone, SnapshotInfo, _row_message, read_snapshot_references, reference_problem
 from .output import fail
 
 HELP = "List a session's snapshots, or show one snapshot's messages (read-only)"
@@ -55,9 +55,10 @@ def read_snapshot_messages(conn: Any, session_id: str, snapshot_id: str) -> list
             if sid != session_id:
                 return []
             msgs = host.rows_by_runs(conn, sid, runs)
-            if len(msgs) != count or content_digest(msgs) != digest:
+            problem = reference_problem(msgs, count, digest)
+            if problem is not None:
                 raise SnapshotGone(f"snapshot {snapshot_id} names rows of session {sid} that Hermes no longer holds "
-                                   f"as they were ({len(msgs)} of {count} rows); see `hermes-session-guard doctor`")
+                                   f"as they were ({problem}); see `hermes-session-guard doctor`")
             return msgs
     rows = conn.execute(
         "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"

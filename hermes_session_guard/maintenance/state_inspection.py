@@ -29,7 +29,7 @@ from ..config import ConfigError, GuardConfig, load_config
 from ..hooks.manager import get_plugin_manager
 from ..hooks.specs import BufferTable, LockTable
 from ..hostinfo import hermes_home, state_db_path
-from ..store import content_digest, read_snapshot_counts, read_snapshot_references
+from ..store import read_snapshot_counts, read_snapshot_references, reference_problem
 
 BUSY_TIMEOUT_SECONDS = 2.0
 MERGED_END_REASON = "session_guard_merged"
@@ -461,10 +461,9 @@ def _gone_references(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     """Snapshots by reference (native mode) whose rows changed since they were recorded."""
     gone = []
     for snapshot_id, sid, runs, count, digest in read_snapshot_references(conn):
-        rows = host.rows_by_runs(conn, sid, runs)
-        if len(rows) != count or content_digest(rows) != digest:
-            gone.append((snapshot_id, sid, f"{len(rows)} of its {count} rows are there"
-                         + (", with changed content" if len(rows) == count else "")))
+        problem = reference_problem(host.rows_by_runs(conn, sid, runs), count, digest)
+        if problem is not None:
+            gone.append((snapshot_id, sid, problem))
     return gone
 
 

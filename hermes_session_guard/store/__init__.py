@@ -32,9 +32,9 @@ from .snapshots import (
     SnapshotGone,
     SnapshotInfo,
     SnapshotRepository,
-    content_digest,
     read_snapshot_counts,
     read_snapshot_references,
+    reference_problem,
     snapshots_recorded,
 )
 from .summaries import SummaryRepository
@@ -75,8 +75,8 @@ __all__ = [
     "porter_stems",
     "read_snapshot_counts",
     "read_snapshot_references",
+    "reference_problem",
     "SnapshotGone",
-    "content_digest",
     "scope_token",
     "snapshots_recorded",
     "text_hash",

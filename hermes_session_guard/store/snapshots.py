@@ -115,6 +115,15 @@ def content_digest(messages: Iterable[dict[str, Any]]) -> str:
     return h.hexdigest()
 
 
+def reference_problem(messages: list[dict[str, Any]], count: int, digest: str) -> str | None:
+    """Why the rows a snapshot by reference names are no longer as recorded, or None (the one check
+    behind every reader: the store, ``snapshots --show`` and ``doctor``)."""
+    if len(messages) == count and content_digest(messages) == digest:
+        return None
+    changed = ", with changed content" if len(messages) == count else ""
+    return f"{len(messages)} of its {count} rows are there{changed}"
+
+
 class SnapshotRepository(RecallIndexRepository):
     """Writes and reads snapshots; a snapshot written with ``index_text`` enters the
     recall index in the same transaction."""
@@ -244,10 +253,10 @@ class SnapshotRepository(RecallIndexRepository):
             return None
         session_id, runs, count, digest = ref
         messages = self._archived(session_id, runs)
-        if len(messages) != count or content_digest(messages) != digest:
+        problem = reference_problem(messages, count, digest)
+        if problem is not None:
             raise SnapshotGone(f"snapshot {snapshot_id} names rows {format_runs(runs)} of session {session_id} that "
-                               f"Hermes no longer holds as they were ({len(messages)} of {count} rows"
-                               f"{'' if len(messages) != count else ', content changed'})")
+                               f"Hermes no longer holds as they were ({problem})")
         return messages
 
     def _referenced_rows(self, snapshot_id: str) -> list[tuple[str | None, str | None, str]] | None:
