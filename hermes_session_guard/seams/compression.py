@@ -557,14 +557,13 @@ class _Operation:
             # What Hermes kept live after the compacted block that the returned list lacks
             # (messages stored during the summary, re-sequenced after its watermark; on 0.22
             # rows its compressor did not hold): the agent continues with what is stored.
-            kept = self.live_beyond(compressed)
+            # Turns other writers stored before this compression that the agent's list lacks
+            # and that Hermes did not keep live (0.20 archives every live row up to its
+            # watermark) are carried over like on 0.18-0.19. One read of the live transcript.
+            kept, foreign = self.kept_and_lost(compressed, foreign)
             if kept:
                 compressed.extend(kept)
                 host.rebase_flush(agent, sid, compressed, self.flush_cursor)
-            # Turns other writers stored before this compression that the agent's list
-            # lacks and that Hermes did not keep live (0.20 archives every live row up to its
-            # watermark): carried over like on 0.18-0.19.
-            foreign = self.not_live(foreign) if foreign else []
         if strategy in IN_PLACE_STRATEGIES and foreign:
             try:
                 host.append_messages(agent, sid, foreign)
@@ -638,26 +637,21 @@ class _Operation:
         )
         return snapshot_id
 
-    def live_beyond(self, compressed: list[Any]) -> list[Any]:
-        """Live messages of the session that ``compressed`` does not carry, in stored order."""
+    def kept_and_lost(self, compressed: list[Any], foreign: list[Any]) -> tuple[list[Any], list[Any]]:
+        """After Hermes compacted in place: the live messages ``compressed`` does not carry
+        (in stored order), and the ``foreign`` messages that are not live. On a failed read
+        nothing is added and nothing carried over."""
         try:
-            mine = set(Keyed(compressed).keys)
             live = Keyed(host.live_transcript(self.agent, self.sid))
-            return [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
         except Exception as exc:
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
                                stage="after Hermes compacted")
-            return []
-
-    def not_live(self, foreign: list[Any]) -> list[Any]:
-        try:
-            live = set(Keyed(host.live_transcript(self.agent, self.sid)).keys)
-            theirs = Keyed(foreign)
-            return [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in live]
-        except Exception as exc:
-            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
-                               stage="after Hermes compacted")
-            return []
+            return [], []
+        mine, stored = set(Keyed(compressed).keys), set(live.keys)
+        theirs = Keyed(foreign)
+        kept = [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
+        lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
+        return kept, lost
 
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
