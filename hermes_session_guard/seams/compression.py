@@ -16,6 +16,11 @@ the seam table row for the installed version:
     (0.18.2+) the host's own in-place path is forced on; it keeps the id and
     archives the old rows. The guard holds the host's native lock for the whole
     operation and the host's own acquire of it re-enters.
+``host_native``
+    (0.20+, ADR 0002) the host compacts in place under its own holder-checked lock: the
+    guard takes no lock (the row's ``lock`` is ``host``), keeps the generation check and
+    adoption, and records the snapshot as a reference to the rows Hermes keeps (the ids
+    live when the engine returned) instead of a copy.
 
 In both cases the pre-compression transcript is stored verbatim as a snapshot
 ``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall
