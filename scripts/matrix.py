@@ -217,10 +217,14 @@ def run_other_pythons(extra: list[str]) -> list[Cell]:
     return cells
 
 
+SUMMARY_LINE = re.compile(r"^=*\s*(\d+ \w+(, \d+ \w+)*|no tests ran) in [\d.]+s")
+
+
 def pytest_counts(text: str) -> dict[str, int]:
+    """Counts from pytest's last summary line; output a host prints at exit after it (an atexit traceback) is skipped."""
     counts: dict[str, int] = {}
-    tail = text.strip().splitlines()[-1:] or [""]
-    for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", tail[0]):
+    summary = next((line for line in reversed(text.splitlines()) if SUMMARY_LINE.match(line.strip())), "")
+    for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", summary):
         counts[word.rstrip("s") if word.startswith("error") else word] = int(n)
     return counts
 

@@ -78,6 +78,15 @@ def test_pytest_counts_reads_the_summary_line() -> None:
     assert matrix.pytest_counts(out) == {"failed": 3, "passed": 40, "skipped": 2, "error": 1}
 
 
+def test_pytest_counts_skips_what_a_host_prints_at_exit() -> None:
+    # Hermes 0.22.2's tui_gateway prints an atexit traceback after pytest's summary line.
+    out = ("104 passed, 13 skipped, 6 deselected in 364.43s (0:06:04)\n"
+           "Exception ignored in atexit callback: <function _shutdown_sessions at 0x7f3f>\n"
+           "NameError: name '_flush_sessions_before_exit' is not defined\n")
+    assert matrix.pytest_counts(out) == {"passed": 104, "skipped": 13}
+    assert matrix.pytest_counts("Traceback\nNameError: 2 passed\n") == {}
+
+
 def test_table_is_green_only_when_every_cell_is(capsys: pytest.CaptureFixture[str]) -> None:
     hermes = matrix.Cell("0.14.0", "hermes", True, 245, 0, 0, 1.0, {
         "baseline": {"passed": 245, "failed": 0}, "new_failures": [], "expected_differences": [],
