@@ -19,8 +19,8 @@ repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
            release named into a fresh venv outside the checkout and run ``selftest`` and the
            recall eval from there (scripts/check_dist.py)
 ``host``   tests/integration: the guard's contract against the real Hermes of the release
-``hermes`` Hermes's own session-state tests from the release's sdist, without and with
-           the guard (scripts/hermes_suite.py); new failures must be documented differences
+``hermes`` Hermes's own session-state tests from the release's sdist with the guard;
+           failures run again without it (scripts/hermes_suite.py); new failures must be documented differences
 
 Prints a release x suite table and exits non-zero if anything failed or a suite ran no test.
 
@@ -221,7 +221,7 @@ SUMMARY_LINE = re.compile(r"^=*\s*(\d+ \w+(, \d+ \w+)*|no tests ran) in [\d.]+s"
 
 
 def pytest_counts(text: str) -> dict[str, int]:
-    """Counts from pytest's last summary line; output a host prints at exit after it (an atexit traceback) is skipped."""
+    """Counts from pytest's last summary line, skipping what a host prints at exit after it."""
     counts: dict[str, int] = {}
     summary = next((line for line in reversed(text.splitlines()) if SUMMARY_LINE.match(line.strip())), "")
     for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", summary):
@@ -300,7 +300,8 @@ def _fmt(cell: Cell | None) -> str:
 
 def print_table(cells: list[Cell]) -> bool:
     print("\nsuite results: passed/failed; skipped = host tests skipped on that release (docs/compatibility.md says "
-          "why); hermes = Hermes's own tests with the guard, baseline = without it, via guard = compressions in them "
+          "why); hermes = Hermes's own tests with the guard, baseline = those that failed with it, run without it, "
+          "via guard = compressions in them "
           "that went through the guard")
     once = [c for c in cells if c.release == "-"]
     for c in once:

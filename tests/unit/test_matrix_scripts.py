@@ -150,3 +150,31 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
 def test_the_installed_wheel_check_runs_against_0_20_1_when_it_is_in_the_run() -> None:
     assert matrix.dist_release(matrix.DEFAULT_RELEASES) == "0.20.1"
     assert matrix.dist_release(["0.14.0", "0.19.0"]) == "0.19.0"
+
+
+def test_only_tests_failing_with_the_guard_run_again_without_it(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    runs: list[tuple[bool, list[str]]] = []
+    guarded_output = ("session guard: installed on Hermes 9.9.9\n"
+                      "session guard: patch found missing and re-applied before 0 test(s)\n")
+
+    def fake_pytest(python: str, workdir: Path, files: list[str], guarded: bool, extra: list[str]) -> object:
+        runs.append((guarded, list(files)))
+        if guarded:
+            return suite.RunResult(passed=["t.py::ok"], failed=["t.py::own", "t.py::new"], output=guarded_output)
+        return suite.RunResult(passed=["t.py::new"], failed=["t.py::own"])
+
+    monkeypatch.setattr(suite, "host_version", lambda python: "9.9.9")
+    monkeypatch.setattr(suite, "sdist_for", lambda *a: tmp_path / "x.tar.gz")
+    monkeypatch.setattr(suite, "unpack_suite", lambda sdist, release: (tmp_path, ["t.py"]))
+    monkeypatch.setattr(suite, "run_pytest", fake_pytest)
+    report = suite.run_suite("python", None, [], verbose=False)
+    assert runs == [(True, ["t.py"]), (False, ["t.py::own", "t.py::new"])]
+    assert report.new_failures == report.unexpected_new_failures == ["t.py::new"]
+    assert not report.ok and "t.py::new" in report.error
+
+    runs.clear()
+    monkeypatch.setattr(suite, "run_pytest", lambda *a, **k: runs.append(a) or suite.RunResult(
+        passed=["t.py::ok"], output=guarded_output))
+    report = suite.run_suite("python", None, [], verbose=False)
+    assert len(runs) == 1 and report.ok and report.baseline == {"passed": 0, "failed": 0, "skipped": 0}
