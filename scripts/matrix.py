@@ -359,7 +359,8 @@ def release_suites(py: Path, version: str, suites: list[str], extra: list[str]) 
     """The per-release suites, in order (host, then Hermes's own tests)."""
     cells: list[Cell] = []
     if "host" in suites:
-        cells.append(run_pytest(py, version, "host", host_tests_for(version), extra))
+        # The slowest tests are listed, so the log says where a release's time went.
+        cells.append(run_pytest(py, version, "host", [*host_tests_for(version), "--durations=15"], extra))
     if "hermes" in suites:
         hermes = run_hermes_suite(py, version)
         if hermes is not None:
