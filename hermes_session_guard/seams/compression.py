@@ -93,7 +93,17 @@ from ..contract.generations import (
 )
 from ..hooks.manager import get_plugin_manager
 from ..host import engines as engine_support
-from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
+from ..locks.liveness import holder_dead
+from ..locks.session_lock import (
+    LOCK_GUARD,
+    LOCK_NATIVE,
+    GuardLeases,
+    LeaseTable,
+    LockBusy,
+    LockGrant,
+    LockUnavailable,
+    holder_id,
+)
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
 from ..store import message_text, text_hash
@@ -136,6 +146,7 @@ class CompressionOutcome:
     messages_before: int
     messages_after: int
     reason: str = ""
+    summary_chars: int | None = None  # total length of the summaries in the compacted list (done)
 
 
 def _no_progress(before: list[Any], after: list[Any], original: list[Any]) -> bool:
@@ -265,6 +276,7 @@ class _Operation:
         self.produced: set[str] = set()
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
         self.referenced: list[tuple[int, int]] = []
+        self.engine_returned_at: float | None = None  # wall clock: Hermes's context engine returned
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -305,6 +317,7 @@ class _Operation:
             messages_before=outcome.messages_before,
             messages_after=outcome.messages_after,
             snapshot_id=outcome.snapshot_id,
+            summary_chars=outcome.summary_chars,
             duration_ms=round((time.perf_counter() - self.started) * 1000, 2),
             reason=outcome.reason or None,
             **self.lock_fields,
@@ -312,10 +325,10 @@ class _Operation:
         )
 
     def outcome(self, status: str, reason: str = "", *, after: int | None = None,
-                snapshot_id: str | None = None) -> CompressionOutcome:
+                snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:
         n = len(self.before)
         return CompressionOutcome(self.sid, host.session_id(self.agent), self.op_id, status, snapshot_id, n,
-                                  n if after is None else after, reason)
+                                  n if after is None else after, reason, summary_chars)
 
     def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
                         system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
@@ -349,7 +362,9 @@ class _Operation:
         self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
                         host_version=self.runtime.host_version)
         self.runtime.compressing.begin(self.sid, self.op_id)
-        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
+        self.record_phase(self.close_interrupted)
+        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before),
+                          holder=holder_id(self.op_id), strategy=self.strategy)
         try:
             return self.lock_and_compress(lock)
         finally:
@@ -359,10 +374,19 @@ class _Operation:
                 self.store.set_compression_phase, self.op_id, last.status if last else "failed",
                 snapshot_id=last.snapshot_id if last else None,
                 messages_after=last.messages_after if last else None,
-                detail=(last.reason or None) if last else "interrupted", finished=True,
+                detail=(last.reason or None) if last else "interrupted",
+                summary_chars=last.summary_chars if last else None, finished=True,
             )
             if self.phase_error is not None:
                 self.warn_phase()
+
+    def close_interrupted(self) -> None:
+        """Earlier compressions of this session still ``started`` whose process is provably
+        gone (killed midway) are recorded as ``interrupted``: they will never finish."""
+        for op_id, holder in self.store.unfinished_compressions(self.sid):
+            if op_id != self.op_id and holder_dead(holder):
+                self.store.mark_interrupted(op_id, "the process running it ended before it recorded an outcome")
+                self.audit.warning("compression.interrupted_found", interrupted_op_id=op_id)
 
     def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
         if lock.mode == LockMode.HOST:
@@ -394,6 +418,8 @@ class _Operation:
                 holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
             )
         self.grant = taken
+        if taken is not None:
+            self.record_phase(self.store.mark_compression_step, self.op_id, "lock_acquired_at")
         self.lock_fields = (
             {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
              "waited_for": taken.waited_for}
@@ -428,6 +454,8 @@ class _Operation:
         arrived: list[list[Any]] = [foreign]
 
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if self.engine_returned_at is None:
+                self.engine_returned_at = time.time()
             if strategy == HOST_NATIVE and engine_output and engine_output != engine_input:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
@@ -467,6 +495,7 @@ class _Operation:
             # An engine the shim cannot reach never reports its return: the rows live before Hermes's
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
+        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at")
         try:
             with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
@@ -476,16 +505,24 @@ class _Operation:
                     with host.forced_in_place(agent):
                         compressed, system_prompt = self.call_host()
         except BaseException as exc:
+            self.summary_finished()
             reason = f"{type(exc).__name__}: {exc}"
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
+        self.summary_finished()
 
         try:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
                                arrived[0])
         except Exception as exc:
             return self.guard_failed_after_host(exc, compressed, system_prompt)
+
+    def summary_finished(self) -> None:
+        """When the summary call ended: its context engine returned (seen by the shim), else
+        Hermes's compression call returned. Written once Hermes's own writes are done."""
+        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_finished_at",
+                          self.engine_returned_at)
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, snapshot_id: str | None,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
@@ -607,7 +644,9 @@ class _Operation:
         except Exception as exc:
             self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
         self.runtime.compactions.record(sid, final)
-        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id), generation=generation,
+        summary_chars = sum(len(message_text(compressed[i])) for i, _ in marks if i < len(compressed))
+        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars),
+                    generation=generation,
                     carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
         self.done = (snapshot_id, final)
         return final, system_prompt
