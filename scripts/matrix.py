@@ -203,6 +203,27 @@ def python_venv(minor: str) -> Path | None:
     return py
 
 
+# The typed API client the host test test_compaction_events.py drives against the API server
+# (its wheels need Python 3.13); its venv is where that test looks (.venvs/api-client).
+API_CLIENT = "hermes-agent-api-client==0.3.3"
+
+
+def api_client_venv() -> Path | None:
+    """``.venvs/api-client`` with :data:`API_CLIENT`, built once (a few seconds); None without Python 3.13
+    (the test that needs it then skips, saying so)."""
+    base = find_python("3.13")
+    if base is None:
+        print(f"===== {API_CLIENT}: no Python 3.13 on this machine; its host test skips =====")
+        return None
+    venv = VENVS / "api-client"
+    py = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        sh([str(base), "-m", "venv", str(venv)], check=True)
+        sh([str(py), "-m", "pip", "install", "-q", API_CLIENT], check=True)
+        (venv / ".installed").write_text(API_CLIENT)
+    return py
+
+
 def run_other_pythons(extra: list[str]) -> list[Cell]:
     """tests/unit on every other Python the classifiers list; one that is not on this machine is said, not run."""
     cells = []
@@ -385,6 +406,8 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as installs:  # pip waits on the network and the disk much of the time
         pythons = list(installs.map(venv_for, releases))
+    if "host" in suites:
+        api_client_venv()
     once: list[Callable[[], Cell]] = []
     if "unit" in suites:
         once.append(lambda: run_pytest(pythons[0], "-", "unit", ["tests/unit"], extra))

@@ -53,7 +53,12 @@ def session_guard_after_compression(session_id: str, op_id: str, compressed: lis
 
 @hookimpl
 def session_guard_compaction_event(event: CompactionEvent, agent: Any) -> None:
-    """The compaction events on the API server's client streams (docs/events.md)."""
+    """The compaction events on the API server's client streams, and as OpenTelemetry
+    span and metrics when its API is importable (docs/events.md)."""
+    from .. import telemetry
     from ..host.client_events import deliver
 
-    deliver(agent, event)
+    try:
+        telemetry.record(event)
+    finally:
+        deliver(agent, event)

@@ -76,6 +76,7 @@ class CompactionEvent:
     duration_ms: float | None = None
     summary_ms: float | None = None
     lock_wait_ms: float | None = None
+    messages_buffered: int | None = None  # messages that arrived meanwhile and were held back (end)
 
     @property
     def ended(self) -> bool:

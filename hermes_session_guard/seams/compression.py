@@ -101,6 +101,7 @@ from ..hooks.specs import (
     CompactionEvent,
 )
 from ..host import engines as engine_support
+from ..inbox.repository import Inbox
 from ..locks.liveness import holder_dead
 from ..locks.session_lock import (
     LOCK_GUARD,
@@ -355,6 +356,9 @@ class _Operation:
                 ended = self.engine_returned_at or self.summary_ended_at or time.time()
                 summary_ms = round((ended - self.summary_started_at) * 1000, 2)
             reason = outcome.reason if outcome is not None else ""
+            if self.error_type and f"{self.error_type}:" in reason:
+                # an exception's message may quote anything: the event names its type only
+                reason = reason.split(f"{self.error_type}:", 1)[0] + self.error_type
             waited = self.lock_fields.get("waited_ms")
             event = CompactionEvent(
                 name=name, session_id=self.sid, op_id=self.op_id, strategy=self.strategy,
@@ -367,10 +371,17 @@ class _Operation:
                 error_type=self.error_type if outcome is not None else None,
                 duration_ms=round((time.perf_counter() - self.started) * 1000, 2) if outcome is not None else None,
                 summary_ms=summary_ms, lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
+                messages_buffered=self.buffered_meanwhile() if outcome is not None else None,
             )
             self.pm.hook.session_guard_compaction_event(event=event, agent=self.agent)
         except Exception as exc:  # a subscriber's failure never reaches the compaction
             log.debug("session guard: a compaction event subscriber failed (%s: %s)", type(exc).__name__, exc)
+
+    def buffered_meanwhile(self) -> int | None:
+        try:
+            return Inbox(self.store).buffered_during(self.op_id)
+        except Exception:
+            return None
 
     def outcome(self, status: str, reason: str = "", *, after: int | None = None,
                 snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:

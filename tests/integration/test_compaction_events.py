@@ -30,11 +30,14 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import API_KEY, ApiServer, chat_completion, post, running_api_server
-from .conftest import HOST_NATIVE_MODE
+from .conftest import HOST, HOST_NATIVE_MODE
 
 SID = "20260601_130000_e7e7e7e7"
 TOOL = "session_guard.compaction"
 ROOT = Path(__file__).resolve().parents[2]
+# Hermes 0.21+ compacts a stored history only once a provider reported its real usage
+# (docs/compatibility.md): one request that reports it comes first there.
+DEFERS_TO_USAGE = HOST >= (0, 21, 0)
 CLIENT_PYTHON = os.environ.get("HERMES_API_CLIENT_PYTHON") or str(ROOT / ".venvs" / "api-client" / "bin" / "python")
 
 
@@ -66,12 +69,11 @@ def server(home: Path) -> Iterator[ApiServer]:
 
 
 def _seed(db: Any, llm: FakeLLMServer, srv: ApiServer) -> list[dict[str, Any]]:
-    """A stored session over the compression threshold. Hermes 0.20+ compacts a stored
-    history only once a provider reported its real usage (docs/compatibility.md): there
-    one request that reports it comes first, and the request under test compacts."""
+    """A stored session over the compression threshold (``DEFERS_TO_USAGE``: after one
+    request that reports usage over it), which the next request compacts."""
     messages = probe.seed_messages(tag="evt")
     probe.seed_session(db, SID, messages, source="api_server")
-    if HOST_NATIVE_MODE:
+    if DEFERS_TO_USAGE:
         llm.configure(prompt_tokens=150_000)
         assert chat_completion(srv, SID, "warm up").status == 200
         assert llm.summary_requests() == []
