@@ -146,6 +146,7 @@ def test_an_api_server_agent_gets_progress_records_and_run_events(runtime: Runti
     kinds = [c[0] for c in agent.calls]
     assert kinds == ["progress", "start", "progress", "complete"]
     (_, start_args, start_kw), (_, end_args, end_kw) = agent.calls[0][0:3], agent.calls[2][0:3]
+    assert start_kw["op_id"] == end_kw["op_id"] and start_kw["messages_before"] == 10
     assert start_args == ("compaction.started", client_events.TOOL_NAME, None, None)
     assert end_args[0] == "compaction.completed" and end_kw["outcome"] == "done" and end_kw["messages_after"] == 3
     call_id = agent.calls[1][1]
