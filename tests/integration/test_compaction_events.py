@@ -110,10 +110,10 @@ class RunEvents:
 
 
 def _start_run(srv: ApiServer, messages: list[dict[str, Any]]) -> tuple[str, RunEvents]:
-    """POST /v1/runs on the session: Hermes 0.20+ loads its stored history itself (and
-    compacts it only then, see ``_seed``); earlier releases take it in the request."""
+    """POST /v1/runs on the session, its history in the request (0.21+: loaded by Hermes from
+    the session, the only history it compacts after the usage report, see ``_seed``)."""
     body: dict[str, Any] = {"input": "and now?", "session_id": SID}
-    if not HOST_NATIVE_MODE:
+    if not DEFERS_TO_USAGE:
         body["conversation_history"] = [{"role": m["role"], "content": m["content"]} for m in messages]
     reply = post(srv.base + "/v1/runs", body)
     assert reply.status in (200, 202), reply.body
