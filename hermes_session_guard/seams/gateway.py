@@ -217,8 +217,8 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                     client_events.push_run_event(instance, run_id, loop, event)
                     return None
             except Exception as exc:
-                _fail_open(row, exc, "this run's event stream misses a compaction event", once=True)
-                return None
+                _fail_open(row, exc, "the event goes to Hermes's own callback (a compaction event is dropped there)",
+                           once=True)
             return callback(event_type, *cb_args, **cb_kwargs)
 
         return with_compaction_events
