@@ -62,7 +62,13 @@ row is logged and never fails the compression.
 The after-compression hook (the bounded hand-off) runs once the lock is released
 and outside the operation's pinned log context.
 
-Why one module of ~690 lines: it is the contract's order of steps for one compression (pin,
+Clients, traces and metrics learn of each compaction through one hook,
+``session_guard_compaction_event``: once when it starts, once when it ends
+(docs/events.md). The row's phase times (lock taken, summary call started and ended)
+are written as they happen, so ``status --session`` can tell where a compaction killed
+midway stopped.
+
+Why one module of ~880 lines: it is the contract's order of steps for one compression (pin,
 lock, generation check, snapshot write-ahead, strategy, tags, outcome row, release) and the
 helpers each step needs; split, the order the ADR specifies could no longer be read in one place.
 """
@@ -428,6 +434,8 @@ class _Operation:
         try:
             return self.lock_and_compress(lock)
         finally:
+            if not self.end_emitted:  # an error the steps below did not turn into an outcome
+                self.emit(self.outcome("failed", "the compaction ended without recording an outcome"))
             self.runtime.compressing.end(self.sid, self.op_id)
             last = self.last
             self.record_phase(

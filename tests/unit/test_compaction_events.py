@@ -279,3 +279,17 @@ def test_a_failed_compaction_span_has_error_status_and_the_metrics_count_it(otel
     assert counts.get("done", 0) - before.get("done", 0) == 1
     assert {p.attributes.get("outcome") for p in points["session_guard.compaction.duration"]} >= {"done", "failed"}
     assert sum(p.count for p in points["session_guard.compaction.lock_wait"]) >= 2
+
+
+def test_an_error_before_any_outcome_still_ends_the_event(runtime: Runtime, db: Any, recorded: list,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from hermes_session_guard.seams import compression
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("lease table bug")
+
+    monkeypatch.setattr(compression, "_lease_table", broken)
+    with pytest.raises(RuntimeError):
+        _compact(runtime, db)
+    assert [e.name for e in recorded] == ["compaction.started", "compaction.failed"]
+    assert recorded[-1].reason == "the compaction ended without recording an outcome"
