@@ -7,7 +7,7 @@
 - ``/v1/chat/completions`` SSE: one ``hermes.tool.progress`` record ``running`` and one
   ``completed`` for the tool ``session_guard.compaction``, and the typed client
   ``hermes-agent-api-client`` 0.3.3 (which fails the whole stream on a record it does not
-  know) reads the stream to its end (up to 0.19: on 0.22 Hermes's own ``hermes.status``
+  know) reads the stream to its end (up to 0.20: on 0.22 Hermes's own ``hermes.status``
   records of a compaction already fail that client, guard or not). The client needs Python 3.13 (its wheels say so, not
   3.12): it runs from the virtualenv ``HERMES_API_CLIENT_PYTHON`` names (scripts/matrix.py
   builds ``.venvs/api-client``), and that test is skipped when there is none.
@@ -30,7 +30,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import API_KEY, ApiServer, chat_completion, post, running_api_server
-from .conftest import HOST, HOST_NATIVE_MODE
+from .conftest import HOST
 
 SID = "20260601_130000_e7e7e7e7"
 TOOL = "session_guard.compaction"
@@ -185,7 +185,7 @@ def test_chat_completions_stream_carries_tool_progress_records(
 
 @pytest.mark.skipif(not Path(CLIENT_PYTHON).exists(), reason=f"no hermes-agent-api-client virtualenv at "
                     f"{CLIENT_PYTHON} (scripts/matrix.py builds it; or set HERMES_API_CLIENT_PYTHON)")
-@pytest.mark.skipif(HOST_NATIVE_MODE, reason="Hermes 0.22's own chat stream carries `event: hermes.status` records "
+@pytest.mark.skipif(HOST >= (0, 21, 0), reason="Hermes 0.22's own chat stream carries `event: hermes.status` records "
                     "while it compacts, which client 0.3.3 rejects (HermesProtocolError) with or without the guard")
 def test_the_typed_api_client_reads_a_stream_with_a_compaction(
     guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
