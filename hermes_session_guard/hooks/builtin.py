@@ -9,7 +9,7 @@ from ..host import NATIVE_LOCK_TABLE
 from ..inbox.repository import INBOX_TABLE, UNDELIVERED
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..store import LOCK_TABLE
-from .specs import BufferTable, LockTable, hookimpl
+from .specs import BufferTable, CompactionEvent, LockTable, hookimpl
 
 
 def snapshot_timestamp(created_at: float) -> str:
@@ -49,3 +49,16 @@ def session_guard_after_compression(session_id: str, op_id: str, compressed: lis
     runtime = current_runtime()
     if runtime is not None and runtime.config.handoff.enabled:
         after_compression(runtime, agent, session_id, op_id, compressed)
+
+
+@hookimpl
+def session_guard_compaction_event(event: CompactionEvent, agent: Any) -> None:
+    """The compaction events on the API server's client streams, and as OpenTelemetry
+    span and metrics when its API is importable (docs/events.md)."""
+    from .. import telemetry
+    from ..host.client_events import deliver
+
+    try:
+        telemetry.record(event)
+    finally:
+        deliver(agent, event)

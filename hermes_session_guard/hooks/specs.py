@@ -45,6 +45,48 @@ class BufferTable:
     pending_where: str = "1"
 
 
+# The names of the compaction events (docs/events.md): one at the start of each guarded
+# compaction, one at its end.
+COMPACTION_STARTED = "compaction.started"
+COMPACTION_COMPLETED = "compaction.completed"
+COMPACTION_FAILED = "compaction.failed"
+COMPACTION_SKIPPED = "compaction.skipped"
+COMPACTION_EVENTS = (COMPACTION_STARTED, COMPACTION_COMPLETED, COMPACTION_FAILED, COMPACTION_SKIPPED)
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    """What clients, traces and metrics are told about one guarded compaction: ids,
+    counts, durations and reasons, never message text. ``name`` is one of
+    ``COMPACTION_EVENTS``; ``outcome`` the recorded one at the end (``done``,
+    ``adopted``, ``skipped``, ``failed``), None at the start. Durations in ms."""
+
+    name: str
+    session_id: str
+    op_id: str
+    strategy: str
+    release: str | None
+    messages_before: int
+    messages_after: int | None = None
+    summary_chars: int | None = None
+    snapshot_id: str | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    error_type: str | None = None
+    duration_ms: float | None = None
+    summary_ms: float | None = None
+    lock_wait_ms: float | None = None
+    messages_buffered: int | None = None  # messages that arrived meanwhile and were held back (end)
+
+    @property
+    def ended(self) -> bool:
+        return self.name != COMPACTION_STARTED
+
+    def fields(self) -> dict[str, Any]:
+        """The event as a dict without the fields that do not apply (None)."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
 @hookspec(firstresult=True)
 def session_guard_snapshot_id(session_id: str, created_at: float) -> str | None:
     """Return the id under which the pre-compression transcript of ``session_id``
@@ -72,6 +114,15 @@ def session_guard_after_compression(
 @hookspec
 def session_guard_compression_failed(session_id: str, op_id: str, reason: str) -> None:
     """Called when a compression aborted and left the transcript unchanged."""
+
+
+@hookspec
+def session_guard_compaction_event(event: CompactionEvent, agent: Any) -> None:
+    """Called when a guarded compaction starts (before its lock is asked for) and once
+    when it ends, on the compacting thread. The one source of the compaction events:
+    the built-in implementation hands them to the client streams of the entry point that
+    runs ``agent`` (:mod:`..host.client_events`) and to OpenTelemetry when it is
+    importable (:mod:`..telemetry`). Exceptions are logged, never raised into the host."""
 
 
 @hookspec

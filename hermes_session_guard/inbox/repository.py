@@ -147,6 +147,12 @@ class Inbox:
             ).fetchone()
         return row is not None
 
+    def buffered_during(self, op_id: str) -> int:
+        """How many messages were buffered while compression ``op_id`` ran (any state now)."""
+        with self.store.reading() as conn:
+            row = conn.execute("SELECT COUNT(*) FROM session_guard_inbox WHERE op_id = ?", (op_id,)).fetchone()
+        return int(row[0]) if row else 0
+
     def latest_op(self, session_key: str) -> str | None:
         """The compression op of the newest undelivered message (the queue it joins)."""
         with self.store.reading() as conn:

@@ -62,7 +62,13 @@ row is logged and never fails the compression.
 The after-compression hook (the bounded hand-off) runs once the lock is released
 and outside the operation's pinned log context.
 
-Why one module of ~690 lines: it is the contract's order of steps for one compression (pin,
+Clients, traces and metrics learn of each compaction through one hook,
+``session_guard_compaction_event``: once when it starts, once when it ends
+(docs/events.md). The row's phase times (lock taken, summary call started and ended)
+are written as they happen, so ``status --session`` can tell where a compaction killed
+midway stopped.
+
+Why one module of ~880 lines: it is the contract's order of steps for one compression (pin,
 lock, generation check, snapshot write-ahead, strategy, tags, outcome row, release) and the
 helpers each step needs; split, the order the ADR specifies could no longer be read in one place.
 """
@@ -91,9 +97,28 @@ from ..contract.generations import (
     turn_in_progress,
     turn_last,
 )
+from ..handoff.redaction import redact_guard_patterns
 from ..hooks.manager import get_plugin_manager
+from ..hooks.specs import (
+    COMPACTION_COMPLETED,
+    COMPACTION_FAILED,
+    COMPACTION_SKIPPED,
+    COMPACTION_STARTED,
+    CompactionEvent,
+)
 from ..host import engines as engine_support
-from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
+from ..inbox.repository import Inbox
+from ..locks.liveness import holder_dead
+from ..locks.session_lock import (
+    LOCK_GUARD,
+    LOCK_NATIVE,
+    GuardLeases,
+    LeaseTable,
+    LockBusy,
+    LockGrant,
+    LockUnavailable,
+    holder_id,
+)
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
 from ..store import message_text, text_hash
@@ -136,6 +161,7 @@ class CompressionOutcome:
     messages_before: int
     messages_after: int
     reason: str = ""
+    summary_chars: int | None = None  # total length of the summaries in the compacted list (done)
 
 
 def _no_progress(before: list[Any], after: list[Any], original: list[Any]) -> bool:
@@ -149,6 +175,10 @@ def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
         messages[:] = before
     return messages
 
+
+# The end event of each recorded outcome (an adoption compacts nothing: it is a skip).
+_EVENT_OF = {"done": COMPACTION_COMPLETED, "adopted": COMPACTION_SKIPPED, "skipped": COMPACTION_SKIPPED,
+             "failed": COMPACTION_FAILED}
 
 _active = threading.local()
 
@@ -265,6 +295,11 @@ class _Operation:
         self.produced: set[str] = set()
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
         self.referenced: list[tuple[int, int]] = []
+        self.engine_returned_at: float | None = None  # wall clock: Hermes's context engine returned
+        self.summary_started_at: float | None = None  # wall clock: Hermes's compression called
+        self.summary_ended_at: float | None = None
+        self.error_type: str | None = None  # the exception class that failed it, if one did
+        self.end_emitted = False
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -299,23 +334,66 @@ class _Operation:
             # Stored before the host's live write of an operation that then did not compact
             # (or whose outcome cannot name it): it stays, a verbatim copy of a transcript still live.
             extra.setdefault("snapshot_written_ahead", self.written_ahead)
+        self.emit(outcome)
         getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
             messages_before=outcome.messages_before,
             messages_after=outcome.messages_after,
             snapshot_id=outcome.snapshot_id,
+            summary_chars=outcome.summary_chars,
             duration_ms=round((time.perf_counter() - self.started) * 1000, 2),
             reason=outcome.reason or None,
             **self.lock_fields,
             **extra,
         )
 
+    def emit(self, outcome: CompressionOutcome | None) -> None:
+        """The compaction event for clients, traces and metrics (hook
+        ``session_guard_compaction_event``): at the start (``outcome`` None) and once at the end."""
+        if outcome is not None:
+            if self.end_emitted:
+                return
+            self.end_emitted = True
+        try:
+            name = COMPACTION_STARTED if outcome is None else _EVENT_OF.get(outcome.status, COMPACTION_FAILED)
+            summary_ms = None
+            if self.summary_started_at is not None and outcome is not None:
+                ended = self.engine_returned_at or self.summary_ended_at or time.time()
+                summary_ms = round((ended - self.summary_started_at) * 1000, 2)
+            reason = outcome.reason if outcome is not None else ""
+            if self.error_type and f"{self.error_type}:" in reason:
+                # an exception's message may quote anything: the event names its type only
+                reason = reason.split(f"{self.error_type}:", 1)[0] + self.error_type
+            waited = self.lock_fields.get("waited_ms")
+            event = CompactionEvent(
+                name=name, session_id=self.sid, op_id=self.op_id, strategy=self.strategy,
+                release=self.runtime.host_version, messages_before=len(self.before),
+                messages_after=outcome.messages_after if outcome is not None else None,
+                summary_chars=outcome.summary_chars if outcome is not None else None,
+                snapshot_id=outcome.snapshot_id if outcome is not None else None,
+                outcome=outcome.status if outcome is not None else None,
+                reason=redact_guard_patterns(reason)[:300] if reason else None,
+                error_type=self.error_type if outcome is not None else None,
+                duration_ms=round((time.perf_counter() - self.started) * 1000, 2) if outcome is not None else None,
+                summary_ms=summary_ms, lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
+                messages_buffered=self.buffered_meanwhile() if outcome is not None else None,
+            )
+            self.pm.hook.session_guard_compaction_event(event=event, agent=self.agent)
+        except Exception as exc:  # a subscriber's failure never reaches the compaction
+            log.debug("session guard: a compaction event subscriber failed (%s: %s)", type(exc).__name__, exc)
+
+    def buffered_meanwhile(self) -> int | None:
+        try:
+            return Inbox(self.store).buffered_during(self.op_id)
+        except Exception:
+            return None
+
     def outcome(self, status: str, reason: str = "", *, after: int | None = None,
-                snapshot_id: str | None = None) -> CompressionOutcome:
+                snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:
         n = len(self.before)
         return CompressionOutcome(self.sid, host.session_id(self.agent), self.op_id, status, snapshot_id, n,
-                                  n if after is None else after, reason)
+                                  n if after is None else after, reason, summary_chars)
 
     def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
                         system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
@@ -348,21 +426,35 @@ class _Operation:
     def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
         self.audit.info("compression.started", messages=len(self.before), strategy=self.strategy,
                         host_version=self.runtime.host_version)
+        self.emit(None)
         self.runtime.compressing.begin(self.sid, self.op_id)
-        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before))
+        self.record_phase(self.close_interrupted)
+        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before),
+                          holder=holder_id(self.op_id), strategy=self.strategy)
         try:
             return self.lock_and_compress(lock)
         finally:
+            if not self.end_emitted:  # an error the steps below did not turn into an outcome
+                self.emit(self.outcome("failed", "the compaction ended without recording an outcome"))
             self.runtime.compressing.end(self.sid, self.op_id)
             last = self.last
             self.record_phase(
                 self.store.set_compression_phase, self.op_id, last.status if last else "failed",
                 snapshot_id=last.snapshot_id if last else None,
                 messages_after=last.messages_after if last else None,
-                detail=(last.reason or None) if last else "interrupted", finished=True,
+                detail=(last.reason or None) if last else "interrupted",
+                summary_chars=last.summary_chars if last else None, finished=True,
             )
             if self.phase_error is not None:
                 self.warn_phase()
+
+    def close_interrupted(self) -> None:
+        """Earlier compressions of this session still ``started`` whose process is provably
+        gone (killed midway) are recorded as ``interrupted``: they will never finish."""
+        for op_id, holder in self.store.unfinished_compressions(self.sid):
+            if op_id != self.op_id and holder_dead(holder):
+                self.store.mark_interrupted(op_id, "the process running it ended before it recorded an outcome")
+                self.audit.warning("compression.interrupted_found", interrupted_op_id=op_id)
 
     def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
         if lock.mode == LockMode.HOST:
@@ -394,6 +486,8 @@ class _Operation:
                 holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
             )
         self.grant = taken
+        if taken is not None:
+            self.record_phase(self.store.mark_compression_step, self.op_id, "lock_acquired_at")
         self.lock_fields = (
             {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
              "waited_for": taken.waited_for}
@@ -428,6 +522,8 @@ class _Operation:
         arrived: list[list[Any]] = [foreign]
 
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+            if self.engine_returned_at is None:
+                self.engine_returned_at = time.time()
             if strategy == HOST_NATIVE and engine_output and engine_output != engine_input:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
@@ -467,6 +563,9 @@ class _Operation:
             # An engine the shim cannot reach never reports its return: the rows live before Hermes's
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
+        self.summary_started_at = time.time()
+        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at",
+                          self.summary_started_at)
         try:
             with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
                 if strategy == DETACH_DB:
@@ -476,16 +575,26 @@ class _Operation:
                     with host.forced_in_place(agent):
                         compressed, system_prompt = self.call_host()
         except BaseException as exc:
+            self.summary_finished()
+            self.error_type = type(exc).__name__
             reason = f"{type(exc).__name__}: {exc}"
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
+        self.summary_finished()
 
         try:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
                                arrived[0])
         except Exception as exc:
             return self.guard_failed_after_host(exc, compressed, system_prompt)
+
+    def summary_finished(self) -> None:
+        """When the summary call ended: its context engine returned (seen by the shim), else
+        Hermes's compression call returned. Written once Hermes's own writes are done."""
+        self.summary_ended_at = time.time()
+        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_finished_at",
+                          self.engine_returned_at)
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, snapshot_id: str | None,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
@@ -552,6 +661,7 @@ class _Operation:
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
             if strategy == DETACH_DB:
+                self.error_type = type(exc).__name__
                 # Fail closed: nothing reached the live transcript, so keep the
                 # uncompressed conversation rather than a compaction that was never stored.
                 return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
@@ -607,7 +717,9 @@ class _Operation:
         except Exception as exc:
             self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
         self.runtime.compactions.record(sid, final)
-        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id), generation=generation,
+        summary_chars = sum(len(message_text(compressed[i])) for i, _ in marks if i < len(compressed))
+        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars),
+                    generation=generation,
                     carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
         self.done = (snapshot_id, final)
         return final, system_prompt
@@ -676,6 +788,7 @@ class _Operation:
         the caller continues with what state.db holds (the compaction, once persisted;
         its own list otherwise), so the next flush neither duplicates nor drops turns."""
         reason = f"guard error after Hermes compressed: {type(exc).__name__}: {exc}"
+        self.error_type = type(exc).__name__
         hint = "Run `hermes-session-guard selftest`."
         persisted = self.persisted
         if persisted is None and self.strategy in IN_PLACE_STRATEGIES:

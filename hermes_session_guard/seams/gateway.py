@@ -12,6 +12,7 @@ from typing import Any
 from .. import host
 from ..contract.gateway_transcript import rebase_after_compaction
 from ..fail_open import fail_open as _fail_open
+from ..host import client_events
 from ..runtime import Runtime
 from ..seam_behaviour import GatewayTranscript
 from . import buffering
@@ -191,5 +192,35 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         except Exception as exc:
             _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
         return result
+
+    return wrapper
+
+
+def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``APIServerAdapter._make_run_event_callback(run_id, loop)``: the run's event callback
+    also passes the guard's compaction events (``compaction.*``, docs/events.md) to the
+    run's ``/v1/runs/{id}/events`` stream; every other event goes to Hermes's callback."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        callback = wrapped(*args, **kwargs)
+        try:
+            run_id = _arg(args, kwargs, 0, "run_id")
+            loop = _arg(args, kwargs, 1, "loop")
+        except Exception as exc:
+            _fail_open(row, exc, "this run's event stream carries no compaction events", once=True)
+            return callback
+
+        def with_compaction_events(event_type: str, *cb_args: Any, **cb_kwargs: Any) -> Any:
+            try:
+                event = client_events.run_event(run_id, event_type, cb_kwargs)
+                if event is not None:
+                    client_events.push_run_event(instance, run_id, loop, event)
+                    return None
+            except Exception as exc:
+                _fail_open(row, exc, "the event goes to Hermes's own callback (a compaction event is dropped there)",
+                           once=True)
+            return callback(event_type, *cb_args, **cb_kwargs)
+
+        return with_compaction_events
 
     return wrapper

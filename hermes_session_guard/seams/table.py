@@ -102,6 +102,7 @@ from .gateway import (
     busy_message_wrapper,
     gateway_message_wrapper,
     gateway_turn_wrapper,
+    run_events_wrapper,
 )
 from .row import SeamRow, Wrapper, version_text
 from .turns import api_turn_wrapper, run_conversation_wrapper
@@ -461,6 +462,17 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session messages endpoint"),
             "0.15.0+": {"note": "GET /api/sessions/{id}/messages (from 0.15)"},
         },
+    ),
+    *seam(
+        "api_run_events",
+        effect=Effect.OBSERVE,
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._make_run_event_callback",
+        params=("self", "run_id", "loop"),
+        wrapper=run_events_wrapper,
+        lazy=True,
+        note="GET /v1/runs/{id}/events: the run's callback also passes compaction.* events (docs/events.md)",
+        ranges=EVERY_RELEASE,
     ),
     *seam(
         "platform_delivery",

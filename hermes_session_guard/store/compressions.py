@@ -1,5 +1,10 @@
 """Compression operations (``session_guard_compressions``: for crash recovery and
-status) and what ``repair --apply`` did (``session_guard_repairs``)."""
+status) and what ``repair --apply`` did (``session_guard_repairs``).
+
+One row per compression: ``phase`` is ``started`` while it runs, then its outcome
+(``done``, ``adopted``, ``skipped``, ``failed``), or ``interrupted`` once a later
+compression of the session found the process that ran it gone (killed midway).
+The phase times (``STEP_COLUMNS``) say where the time went."""
 
 from __future__ import annotations
 
@@ -10,16 +15,45 @@ from typing import Any
 from ..safe_text import json_text
 from .connection import StoreConnection
 
+# The phase times a running compression records (columns of session_guard_compressions).
+STEP_COLUMNS = ("lock_acquired_at", "summary_started_at", "summary_finished_at")
+
 
 class CompressionRepository(StoreConnection):
     """Phases of each compression, and repair records."""
 
-    def begin_compression(self, op_id: str, session_id: str, messages_before: int) -> None:
+    def begin_compression(self, op_id: str, session_id: str, messages_before: int, *,
+                          holder: str | None = None, strategy: str | None = None) -> None:
         with self.transaction() as conn:
             conn.execute(
                 "INSERT INTO session_guard_compressions(op_id, session_id, phase, started_at,"
-                " messages_before) VALUES (?,?,?,?,?)",
-                (op_id, session_id, "started", time.time(), messages_before),
+                " messages_before, holder, strategy) VALUES (?,?,?,?,?,?,?)",
+                (op_id, session_id, "started", time.time(), messages_before, holder, strategy),
+            )
+
+    def mark_compression_step(self, op_id: str, step: str, at: float | None = None) -> None:
+        """Record when ``step`` (one of ``STEP_COLUMNS``) of a running compression happened."""
+        if step not in STEP_COLUMNS:
+            raise ValueError(f"unknown compression step {step!r}")
+        with self.transaction() as conn:
+            conn.execute(f"UPDATE session_guard_compressions SET {step} = ? WHERE op_id = ?",
+                         (time.time() if at is None else at, op_id))
+
+    def unfinished_compressions(self, session_id: str) -> list[tuple[str, str | None]]:
+        """(op id, holder) of each compression of ``session_id`` still in phase ``started``."""
+        with self.reading() as conn:
+            rows = conn.execute(
+                "SELECT op_id, holder FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
+                " AND finished_at IS NULL", (session_id,),
+            ).fetchall()
+        return [(str(r[0]), r[1]) for r in rows]
+
+    def mark_interrupted(self, op_id: str, detail: str) -> None:
+        """A compression whose process is gone: it never recorded an outcome."""
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE session_guard_compressions SET phase = 'interrupted', detail = COALESCE(detail, ?)"
+                " WHERE op_id = ? AND phase = 'started' AND finished_at IS NULL", (detail, op_id),
             )
 
     def set_compression_phase(
@@ -30,15 +64,17 @@ class CompressionRepository(StoreConnection):
         snapshot_id: str | None = None,
         messages_after: int | None = None,
         detail: str | None = None,
+        summary_chars: int | None = None,
         finished: bool = False,
     ) -> None:
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE session_guard_compressions SET phase = ?,"
                 " snapshot_id = COALESCE(?, snapshot_id), messages_after = COALESCE(?, messages_after),"
-                " detail = COALESCE(?, detail), finished_at = CASE WHEN ? THEN ? ELSE finished_at END"
+                " detail = COALESCE(?, detail), summary_chars = COALESCE(?, summary_chars),"
+                " finished_at = CASE WHEN ? THEN ? ELSE finished_at END"
                 " WHERE op_id = ?",
-                (phase, snapshot_id, messages_after, detail, finished, time.time(), op_id),
+                (phase, snapshot_id, messages_after, detail, summary_chars, finished, time.time(), op_id),
             )
 
     def compressions(self, session_id: str) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..file_modes import create_private, make_private_dirs
-from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION
+from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION, add_missing_columns
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -87,6 +87,7 @@ class StoreConnection:
                 log.warning("session guard: SQLite has no FTS5 (%s); recall falls back to a slower scan", exc)
                 self.fts = False
             try:
+                add_missing_columns(conn)
                 conn.execute(
                     "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value"

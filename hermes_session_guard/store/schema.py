@@ -19,9 +19,13 @@ import sqlite3
 # 5: adds snapshots by reference (``session_guard_snapshot_refs``): on hosts that keep
 #    the pre-compaction rows themselves (native mode, 0.20+) a snapshot names the ids of
 #    Hermes's own rows (``row_ranges``: ``first-last`` runs) instead of holding a copy.
-# Every table is created if missing on connect, so a file from any earlier layout
-# gains what it lacks.
-SCHEMA_VERSION = 5
+# 6: adds the phase times of each compression to ``session_guard_compressions``
+#    (``ADDED_COLUMNS``: who ran it, its strategy, when the lock was taken and the
+#    summary call ran, the summary's length), so ``status --session`` lists each
+#    compaction after the fact, one that crashed midway included.
+# Every table is created if missing on connect, and every column of ``ADDED_COLUMNS``
+# added if missing, so a file from any earlier layout gains what it lacks.
+SCHEMA_VERSION = 6
 
 LOCK_TABLE = "session_guard_locks"  # the guard's own compression leases (see session_lock)
 
@@ -171,6 +175,33 @@ CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_fts USING fts5(
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_vocab USING fts5vocab(session_guard_recall_fts, 'row');
 """
+
+
+# Columns added to a table after its first layout: (table, column, SQL type). Added on
+# connect where missing (``ALTER TABLE ... ADD COLUMN``); readers treat them as optional.
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("session_guard_compressions", "holder", "TEXT"),  # the process identity (locks.liveness) that ran it
+    ("session_guard_compressions", "strategy", "TEXT"),
+    ("session_guard_compressions", "lock_acquired_at", "REAL"),
+    ("session_guard_compressions", "summary_started_at", "REAL"),  # Hermes's compression called
+    ("session_guard_compressions", "summary_finished_at", "REAL"),  # its context engine returned
+    ("session_guard_compressions", "summary_chars", "INTEGER"),  # total length of the new summaries
+)
+
+
+def add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Add the columns of ``ADDED_COLUMNS`` a file from an earlier layout lacks."""
+    present: dict[str, set[str]] = {}
+    for table, column, sql_type in ADDED_COLUMNS:
+        if table not in present:
+            present[table] = {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present[table]:
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it meanwhile
+                    raise
+            present[table].add(column)
 
 
 def _has_table(conn: sqlite3.Connection, table: str) -> bool:

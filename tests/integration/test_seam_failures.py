@@ -13,8 +13,10 @@ A seam that gets a wrapper on this release without a case here fails the test.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -525,6 +527,28 @@ def _turn_order(ctx: Ctx) -> None:
 
     ctx.inject(turn_seams, "turn_locks_for")
     ctx.real_turn()
+    ctx.assert_said("open")
+
+
+@case("api_run_events", policy="open")
+def _api_run_events(ctx: Ctx) -> None:
+    # The run's events still reach its stream through Hermes's own callback.
+    from hermes_session_guard.host import client_events
+
+    from .api_turns import API_KEY, post, running_api_server
+
+    ctx.llm.configure(reply_fn=None, reply_text=REPLY)
+    ctx.inject(client_events, "run_event")
+    with running_api_server(ctx.home) as srv:
+        reply = post(srv.base + "/v1/runs", {"input": "ping"})
+        assert reply.status in (200, 202), reply.body
+        req = urllib.request.Request(f"{srv.base}/v1/runs/{reply.body['run_id']}/events",
+                                     headers={"Authorization": f"Bearer {API_KEY}"})
+        with urllib.request.urlopen(req, timeout=120) as stream:
+            events = [json.loads(line[6:]) for line in (raw.decode().strip() for raw in stream)
+                      if line.startswith("data: ")]
+    names = [e.get("event") for e in events]
+    assert names[-1] == "run.completed" and "message.delta" in names, names
     ctx.assert_said("open")
 
 

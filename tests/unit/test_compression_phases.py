@@ -9,11 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from hermes_session_guard import audit
 from hermes_session_guard.config import GuardConfig, LockConfig
-from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant
+from hermes_session_guard.locks.liveness import DEAD, holder_liveness, this_process
+from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant, holder_id
 from hermes_session_guard.runtime import Runtime
 from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
 from hermes_session_guard.store import GuardStore
@@ -167,3 +169,35 @@ def test_a_phase_write_failure_does_not_fail_the_compression(
     assert sum("could not record the compression phase" in r.getMessage() for r in caplog.records) == 1
     done = [e for e in audit.read_events(runtime.audit_path) if e.get("event") == "compression.done"]
     assert done[-1]["phase_row"] == "not recorded: OSError: disk full"
+
+
+def test_done_records_its_phase_times_and_summary_length(runtime: Runtime, db: Any) -> None:
+    agent = Agent(db, Engine())
+    messages = _messages()
+    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    row = _assert_ended(runtime, runtime.store_for(db.db_path), "done")
+    assert row["strategy"] == DETACH_DB and row["holder"].startswith("pid=")
+    times = [row[k] for k in ("started_at", "lock_acquired_at", "summary_started_at", "summary_finished_at",
+                              "finished_at")]
+    assert None not in times and times == sorted(times)
+    assert row["summary_chars"] and row["summary_chars"] > 0
+
+
+def test_a_dead_process_compression_is_recorded_interrupted_by_the_next(runtime: Runtime, db: Any) -> None:
+    store = runtime.store_for(db.db_path)
+    me = this_process()
+    gone = next(pid for pid in range(4_000_000, 4_100_000) if not psutil.pid_exists(pid))
+    dead = f"pid={gone}:tid=1:guard-op=deadop:nonce=x:{replace(me, pid=gone).fields()}"
+    assert holder_liveness(dead) == DEAD
+    store.begin_compression("deadop", "S1", 10, holder=dead, strategy=DETACH_DB)
+    store.begin_compression("liveop", "S1", 10, holder=holder_id("liveop"), strategy=DETACH_DB)
+    store.begin_compression("otherop", "S1", 10, holder=None, strategy=DETACH_DB)  # unknown: left alone
+    agent = Agent(db, Engine())
+    messages = _messages()
+    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    phases = {r["op_id"]: (r["phase"], r["finished_at"]) for r in store.compressions("S1")}
+    assert phases["deadop"] == ("interrupted", None)
+    assert phases["liveop"] == ("started", None) and phases["otherop"] == ("started", None)
+    assert store.compression_in_flight("S1", 300) in ("liveop", "otherop")
+    found = [e for e in audit.read_events(runtime.audit_path) if e.get("event") == "compression.interrupted_found"]
+    assert [e["interrupted_op_id"] for e in found] == ["deadop"]

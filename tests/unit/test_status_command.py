@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,73 @@ def test_the_guards_own_leases_are_listed_and_reported(home: HermesLikeHome, mon
     expired = {(f["session_id"], f["extra"]["kind"], f["extra"]["table"]) for f in found
                if f["signature"] == "expired_compression_lock"}
     assert expired == {("s2", "native", "compression_locks"), ("s3", "guard", "session_guard_locks")}
+
+
+def _gone_holder() -> str:
+    import psutil
+
+    from hermes_session_guard.locks.liveness import this_process
+
+    me = this_process()
+    gone = next(pid for pid in range(4_000_000, 4_100_000) if not psutil.pid_exists(pid))
+    return f"pid={gone}:tid=1:guard-op=x:nonce=x:{replace(me, pid=gone).fields()}"
+
+
+def test_status_session_lists_each_compaction(home: HermesLikeHome, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from hermes_session_guard.locks.session_lock import holder_id
+
+    store = GuardStore(home.db_path)
+    store.begin_compression("op-done", "s1", 12, holder=holder_id("op-done"), strategy="detach_db")
+    for step in ("lock_acquired_at", "summary_started_at", "summary_finished_at"):
+        store.mark_compression_step("op-done", step)
+    store.set_compression_phase("op-done", "done", snapshot_id="s1.snapshot.1", messages_after=4, summary_chars=321,
+                                finished=True)
+    store.begin_compression("op-failed", "s1", 14, holder=holder_id("op-failed"), strategy="detach_db")
+    store.set_compression_phase("op-failed", "failed", detail="summary model: HTTP 500", finished=True)
+    store.begin_compression("op-killed", "s1", 15, holder=_gone_holder(), strategy="detach_db")
+    store.mark_compression_step("op-killed", "summary_started_at")
+    store.begin_compression("op-running", "s1", 16, holder=holder_id("op-running"), strategy="detach_db")
+    store.begin_compression("op-other", "s2", 3)
+    store.close()
+    monkeypatch.setenv("HERMES_HOME", str(home.home))
+    assert cli.main(["status", "--session", "s1", "--json"]) == 0
+    (s1,) = json.loads(capsys.readouterr().out)["sessions"]
+    records = {r["op_id"]: r for r in s1["compactions"]}
+    assert list(records) == ["op-done", "op-failed", "op-killed", "op-running"]
+    done = records["op-done"]
+    assert (done["outcome"], done["messages_before"], done["messages_after"], done["summary_chars"],
+            done["snapshot_id"], done["strategy"]) == ("done", 12, 4, 321, "s1.snapshot.1", "detach_db")
+    assert None not in (done["lock_wait_ms"], done["summary_ms"], done["duration_ms"], done["finished_at"])
+    assert (records["op-failed"]["outcome"], records["op-failed"]["reason"]) == ("failed", "summary model: HTTP 500")
+    killed = records["op-killed"]
+    assert killed["outcome"] == "interrupted" and killed["finished_at"] is None
+    assert killed["summary_started_at"] is not None and killed["summary_finished_at"] is None
+    assert records["op-running"]["outcome"] == "running"
+
+    assert cli.main(["status", "--session", "s1"]) == 0
+    text = capsys.readouterr().out
+    assert "compactions recorded: 4" in text
+    assert "op op-killed  INTERRUPTED" in text and "op op-done  DONE" in text and "snapshot s1.snapshot.1" in text
+
+    assert cli.main(["status", "--json"]) == 0  # the whole home: counts, not every record
+    assert all("compactions" not in s for s in json.loads(capsys.readouterr().out)["sessions"])
+
+
+def test_an_earlier_layout_gains_the_phase_columns(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE session_guard_compressions (op_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+                 " snapshot_id TEXT, phase TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL,"
+                 " messages_before INTEGER, messages_after INTEGER, detail TEXT)")
+    conn.execute("INSERT INTO session_guard_compressions(op_id, session_id, phase, started_at)"
+                 " VALUES ('old', 's', 'done', 1.0)")
+    conn.commit()
+    conn.close()
+    store = GuardStore(db)
+    store.begin_compression("new", "s", 3, holder="pid=1", strategy="host_native")
+    store.mark_compression_step("new", "summary_started_at", 5.0)
+    rows = {r["op_id"]: r for r in store.compressions("s")}
+    store.close()
+    assert rows["old"]["phase"] == "done" and rows["old"]["strategy"] is None
+    assert (rows["new"]["strategy"], rows["new"]["summary_started_at"]) == ("host_native", 5.0)

@@ -1,0 +1,68 @@
+"""Compaction events on the API server's client streams, through the callbacks Hermes
+gave the compacting agent (docs/events.md).
+
+- ``/v1/runs`` events: the agent's ``tool_progress_callback`` is the run's event
+  callback; it is called with the event's name (``compaction.started`` ...) and its
+  fields, and the ``api_run_events`` seam lets those names through to the run's stream
+  as ``{"event": "compaction.started", "run_id", "timestamp", ...fields}``
+  (:func:`run_event`).
+- ``/v1/chat/completions`` SSE: the agent's ``tool_start_callback`` /
+  ``tool_complete_callback`` of that handler, so the stream carries Hermes's own
+  ``hermes.tool.progress`` record (``tool`` ``session_guard.compaction``, ``toolCallId``
+  ``session_guard.compaction.<op id>``, ``status`` ``running`` then ``completed``), which
+  typed clients that reject unknown records accept. The outcome is in the run events
+  and the audit log, not in that record (Hermes builds it from the tool name and id only).
+
+Only agents of the API server (``agent.platform == "api_server"``) are told: on the other
+entry points these callbacks draw tool rows in a terminal or chat, and the Responses
+stream would show a function call. Ids, counts, durations and reasons only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..hooks.specs import COMPACTION_EVENTS, COMPACTION_STARTED, CompactionEvent
+
+TOOL_NAME = "session_guard.compaction"
+API_PLATFORM = "api_server"
+_CHAT_HANDLER = "_handle_chat_completions"  # the chat completions handler's own callbacks
+
+
+def tool_call_id(op_id: str) -> str:
+    return f"{TOOL_NAME}.{op_id}"
+
+
+def deliver(agent: Any, event: CompactionEvent) -> None:
+    """Tell the client streams of the API server request that runs ``agent``."""
+    if getattr(agent, "platform", None) != API_PLATFORM:
+        return
+    fields = event.fields()
+    progress = getattr(agent, "tool_progress_callback", None)
+    if callable(progress):
+        progress(event.name, TOOL_NAME, None, None, **{k: v for k, v in fields.items() if k != "name"})
+    callback = getattr(agent, "tool_start_callback" if event.name == COMPACTION_STARTED
+                       else "tool_complete_callback", None)
+    if not callable(callback) or _CHAT_HANDLER not in getattr(callback, "__qualname__", ""):
+        return
+    args = {"op_id": event.op_id, "messages": event.messages_before}
+    if event.name == COMPACTION_STARTED:
+        callback(tool_call_id(event.op_id), TOOL_NAME, args)
+    else:
+        callback(tool_call_id(event.op_id), TOOL_NAME, args, event.outcome or "")
+
+
+def run_event(run_id: str, event_type: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``/v1/runs`` event for a compaction event passed to a run's callback, in the
+    shape of Hermes's own run events; None for any other event type."""
+    if event_type not in COMPACTION_EVENTS:
+        return None
+    return {"event": event_type, "run_id": run_id, "timestamp": time.time(), **fields}
+
+
+def push_run_event(adapter: Any, run_id: str, loop: Any, event: dict[str, Any]) -> None:
+    """Put ``event`` on the run's event queue the way Hermes's own callback does."""
+    queue = getattr(adapter, "_run_streams", {}).get(run_id)
+    if queue is not None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)

@@ -1,0 +1,203 @@
+"""Compaction events on the real API server's client streams (docs/events.md).
+
+- ``/v1/runs/{id}/events``: ``compaction.started`` while the summary call is held, then
+  ``compaction.completed`` (messages before/after, summary length, snapshot id) before
+  ``run.completed``; with a failing summary model, ``compaction.started`` then
+  ``compaction.failed`` with its reason. No message text in either.
+- ``/v1/chat/completions`` SSE: one ``hermes.tool.progress`` record ``running`` and one
+  ``completed`` for the tool ``session_guard.compaction``, and the typed client
+  ``hermes-agent-api-client`` 0.3.3 (which fails the whole stream on a record it does not
+  know) reads the stream to its end (up to 0.20: on 0.22 Hermes's own ``hermes.status``
+  records of a compaction already fail that client, guard or not). The client needs Python 3.13 (its wheels say so, not
+  3.12): it runs from the virtualenv ``HERMES_API_CLIENT_PYTHON`` names (scripts/matrix.py
+  builds ``.venvs/api-client``), and that test is skipped when there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+
+from .api_turns import API_KEY, ApiServer, chat_completion, post, running_api_server
+from .conftest import HOST
+
+SID = "20260601_130000_e7e7e7e7"
+TOOL = "session_guard.compaction"
+ROOT = Path(__file__).resolve().parents[2]
+# Hermes 0.21+ compacts a stored history only once a provider reported its real usage
+# (docs/compatibility.md): one request that reports it comes first there.
+DEFERS_TO_USAGE = HOST >= (0, 21, 0)
+CLIENT_PYTHON = os.environ.get("HERMES_API_CLIENT_PYTHON") or str(ROOT / ".venvs" / "api-client" / "bin" / "python")
+
+
+_CLIENT = r"""
+import asyncio, json, sys
+from hermes_agent_api_client import HermesAgentApiClient
+
+async def main():
+    base, key, sid, text = sys.argv[1:5]
+    events = []
+    try:
+        async with HermesAgentApiClient(base, key) as client:
+            request = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": text}]}
+            async for event in client.stream_chat_events(request, session_id=sid):
+                events.append({"type": type(event).__name__, **event.model_dump(mode="json")})
+    except Exception as exc:
+        print(json.dumps({"error": type(exc).__name__, "events": events}))
+        return
+    print(json.dumps({"events": events}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def server(home: Path) -> Iterator[ApiServer]:
+    with running_api_server(home) as srv:
+        yield srv
+
+
+def _seed(db: Any, llm: FakeLLMServer, srv: ApiServer) -> list[dict[str, Any]]:
+    """A stored session over the compression threshold (``DEFERS_TO_USAGE``: after one
+    request that reports usage over it), which the next request compacts."""
+    messages = probe.seed_messages(tag="evt")
+    probe.seed_session(db, SID, messages, source="api_server")
+    if DEFERS_TO_USAGE:
+        llm.configure(prompt_tokens=150_000)
+        assert chat_completion(srv, SID, "warm up").status == 200
+        assert llm.summary_requests() == []
+        llm.configure(prompt_tokens=None)
+    return messages
+
+
+class RunEvents:
+    """Reads ``/v1/runs/{id}/events`` on a thread, event by event."""
+
+    def __init__(self, srv: ApiServer, run_id: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.started = threading.Event()
+        req = urllib.request.Request(f"{srv.base}/v1/runs/{run_id}/events",
+                                     headers={"Authorization": f"Bearer {API_KEY}"})
+        self.response = urllib.request.urlopen(req, timeout=180)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for raw in self.response:
+            line = raw.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            self.events.append(event)
+            if event.get("event") == "compaction.started":
+                self.started.set()
+            if event.get("event") in ("run.completed", "run.failed"):
+                return
+
+    def names(self) -> list[str]:
+        return [str(e.get("event")) for e in self.events]
+
+
+def _start_run(srv: ApiServer, messages: list[dict[str, Any]]) -> tuple[str, RunEvents]:
+    """POST /v1/runs on the session, its history in the request (0.21+: loaded by Hermes from
+    the session, the only history it compacts after the usage report, see ``_seed``)."""
+    body: dict[str, Any] = {"input": "and now?", "session_id": SID}
+    if not DEFERS_TO_USAGE:
+        body["conversation_history"] = [{"role": m["role"], "content": m["content"]} for m in messages]
+    reply = post(srv.base + "/v1/runs", body)
+    assert reply.status in (200, 202), reply.body
+    run_id = reply.body["run_id"]
+    return run_id, RunEvents(srv, run_id)
+
+
+def _compaction(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if str(e.get("event", "")).startswith("compaction.")]
+
+
+def _no_text(events: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
+    dumped = json.dumps(events)
+    assert "evt-" not in dumped and "deployment plan" not in dumped and "and now?" not in dumped
+
+
+def test_run_events_say_started_while_the_summary_is_held_then_completed(
+    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+) -> None:
+    messages = _seed(db, llm, server)
+    gate = threading.Event()
+    llm.configure(summary_gate=gate)
+    try:
+        _, stream = _start_run(server, messages)
+        assert llm.summary_started.wait(120), "the run never reached the summary call"
+        assert stream.started.wait(60), stream.names()
+        assert [e["event"] for e in _compaction(stream.events)] == ["compaction.started"]  # still held
+    finally:
+        gate.set()
+    stream.thread.join(180)
+    names = stream.names()
+    assert names[-1] == "run.completed", names
+    started, ended = _compaction(stream.events)
+    assert names.index("compaction.completed") < names.index("run.completed")
+    assert started["session_id"] == ended["session_id"] == SID and started["op_id"] == ended["op_id"]
+    assert started["messages_before"] == ended["messages_before"] >= len(messages)
+    assert ended["event"] == "compaction.completed" and ended["outcome"] == "done"
+    assert 0 < ended["messages_after"] < ended["messages_before"] and ended["summary_chars"] > 0
+    assert ended["snapshot_id"].startswith(f"{SID}.snapshot.") and ended["duration_ms"] >= ended["summary_ms"] > 0
+    _no_text(_compaction(stream.events), messages)
+
+
+def test_run_events_say_started_then_failed_when_the_summary_fails(
+    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+) -> None:
+    messages = _seed(db, llm, server)
+    llm.configure(fail_all_summaries=("status", 500))
+    _, stream = _start_run(server, messages)
+    stream.thread.join(180)
+    compaction = _compaction(stream.events)
+    assert [e["event"] for e in compaction] == ["compaction.started", "compaction.failed"], stream.names()
+    failed = compaction[-1]
+    assert failed["outcome"] == "failed" and failed["reason"] and "snapshot_id" not in failed
+    assert failed["messages_after"] == failed["messages_before"]
+    _no_text(compaction, messages)
+
+
+def test_chat_completions_stream_carries_tool_progress_records(
+    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+) -> None:
+    _seed(db, llm, server)
+    reply = chat_completion(server, SID, "and now?", stream=True)
+    assert reply.status == 200
+    progress = [p for name, p in reply.body if name == "hermes.tool.progress" and p.get("tool") == TOOL]
+    assert [p["status"] for p in progress] == ["running", "completed"], reply.body
+    assert progress[0]["toolCallId"] == progress[1]["toolCallId"] and progress[0]["toolCallId"].startswith(TOOL)
+    assert reply.text  # the answer still streams after it
+
+
+@pytest.mark.skipif(not Path(CLIENT_PYTHON).exists(), reason=f"no hermes-agent-api-client virtualenv at "
+                    f"{CLIENT_PYTHON} (scripts/matrix.py builds it; or set HERMES_API_CLIENT_PYTHON)")
+@pytest.mark.skipif(HOST >= (0, 21, 0), reason="Hermes 0.22's own chat stream carries `event: hermes.status` records "
+                    "while it compacts, which client 0.3.3 rejects (HermesProtocolError) with or without the guard")
+def test_the_typed_api_client_reads_a_stream_with_a_compaction(
+    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+) -> None:
+    _seed(db, llm, server)
+    done = subprocess.run([CLIENT_PYTHON, "-c", _CLIENT, server.base, API_KEY, SID, "and now?"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "error" not in result, result
+    kinds = [e["type"] for e in result["events"]]
+    progress = [e for e in result["events"] if e["type"] == "ToolProgressEvent" and e["tool_name"] == TOOL]
+    assert [e["status"] for e in progress] == ["running", "completed"], kinds
+    assert "AssistantDeltaEvent" in kinds and kinds[-1] == "TerminalEvent"
+    assert len(llm.summary_requests()) == 1
