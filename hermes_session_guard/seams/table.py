@@ -740,6 +740,29 @@ SEAMS: tuple[SeamRow, ...] = (
         note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
         ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
     ),
+    *seam(
+        "api_responses_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_responses",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "body"},
+        lazy=True,
+        note="POST /v1/responses continuing a session through previous_response_id or conversation",
+        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
+    ),
+    *seam(
+        "api_runs_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_runs",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "body"},
+        lazy=True,
+        note="POST /v1/runs naming a session (session_id or previous_response_id); the reservation goes with the "
+             "run's task",
+        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
+    ),
 )
 
 

@@ -528,17 +528,29 @@ def _turn_order(ctx: Ctx) -> None:
     ctx.assert_said("open")
 
 
-@case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns", policy="open")
+@case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns",
+      "api_responses_turns", "api_runs_turns", policy="open")
 def _api_turns(ctx: Ctx) -> None:
     # The handler runs as without the guard and the turn is answered.
     from hermes_session_guard.seams import turns as turn_seams
 
-    from .api_turns import chat_completion, running_api_server, session_chat
+    from .api_turns import chat_completion, post, running_api_server, session_chat
 
     probe.seed_session(ctx.db, SID, probe.seed_messages(2, chars=40), source="api_server")
     ctx.llm.configure(reply_fn=None, reply_text=REPLY)
     ctx.inject(turn_seams, "_request_session")
     with running_api_server(ctx.home) as srv:
+        if ctx.row.seam == "api_runs_turns":  # accepted, and the run is answered
+            reply = post(srv.base + "/v1/runs", {"model": "fake-model", "input": "ping", "session_id": SID})
+            assert reply.status == 202, reply
+            assert ctx.llm.wait_for_requests(1, "chat", timeout=60)
+            ctx.assert_said("open")
+            return
+        if ctx.row.seam == "api_responses_turns":
+            reply = post(srv.base + "/v1/responses", {"model": "fake-model", "input": "ping"})
+            assert reply.status == 200 and REPLY in str(reply.body), reply
+            ctx.assert_said("open")
+            return
         if ctx.row.seam == "api_chat_completions_turns":
             reply = chat_completion(srv, SID, "ping")
         else:
