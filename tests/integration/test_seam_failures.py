@@ -559,6 +559,52 @@ def _api_turns(ctx: Ctx) -> None:
     ctx.assert_said("open")
 
 
+@case("tui_busy_interrupt", policy="open")
+def _tui_busy_interrupt(ctx: Ctx) -> None:
+    # The compaction check cannot run: the running turn is interrupted as without the guard.
+    import importlib
+    import threading
+
+    from hermes_session_guard.seams import buffering
+
+    module = importlib.import_module(ctx.row.module)
+    hit = threading.Event()
+
+    class Agent:
+        session_id = SID
+
+        def interrupt(self) -> None:
+            hit.set()
+
+    ctx.inject(buffering, "interrupt_or_queue")
+    module._interrupt_busy_session("tui-1", {"history_lock": threading.Lock()}, Agent())
+    assert hit.wait(30), "the running turn was not interrupted"
+    ctx.assert_said("open")
+
+
+@case("tui_prompt_enqueue", "tui_prompt_drain", policy="open")
+def _tui_prompt_slot(ctx: Ctx) -> None:
+    # The compaction check cannot run: the prompt goes to Hermes's own next-turn slot.
+    import importlib
+    import threading
+
+    from hermes_session_guard.seams import buffering
+
+    module = importlib.import_module(ctx.row.module)
+    session: dict[str, Any] = {"history_lock": threading.Lock(), "queued_prompt": {"text": "first", "transport": None},
+                               "agent": None}
+    if ctx.row.seam == "tui_prompt_enqueue":
+        ctx.inject(buffering, "hold_or_enqueue")
+        module._enqueue_prompt(session, "second", None)
+        assert "second" in session["queued_prompt"]["text"]
+    else:
+        session[buffering.HELD_PROMPTS] = [lambda: None]
+        session["running"] = True  # nothing is started: the drain only looks
+        ctx.inject(buffering, "release_held_prompt")
+        assert module._drain_queued_prompt("r", "tui-1", session) is False
+    ctx.assert_said("open")
+
+
 # -- the table-driven test ------------------------------------------------------------------
 
 
