@@ -133,7 +133,8 @@ def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
     acks, done = _prompt_during_compaction(db, llm, tui, texts)
     assert [a.get("status") for a in acks] == ["queued"] * during
     assert [str(d.get("text") or "").strip() for d in done] == [answer_for(t) for t in texts]
-    assert _asked(llm) == texts  # one request each, in arrival order, never merged
+    asked = _asked(llm)  # 0.20+ may ask twice for one turn (e.g. a title): what matters is never merged, in order
+    assert set(asked) <= set(texts) and list(dict.fromkeys(asked)) == texts
     live = [(m.get("role"), str(m.get("content") or "").strip()) for m in db.get_messages_as_conversation(SID)]
     expected = [pair for t in texts for pair in (("user", t), ("assistant", answer_for(t)))]
     assert live[-len(expected):] == expected
