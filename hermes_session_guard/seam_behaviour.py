@@ -95,6 +95,7 @@ class SessionFrom(StrEnum):
 
     PATH = "path"
     HEADER = "header"
+    BODY = "body"  # /v1/responses, /v1/runs: a ``session_id`` or a stored ``previous_response_id``
 
 
 class SeamKind(StrEnum):

@@ -29,7 +29,7 @@ def build_status(state: HomeState, session_id: str | None = None) -> dict[str, A
         "age_seconds": round(state.now - lk.acquired_at, 1) if lk.acquired_at else None,
         "expires_in_seconds": round(lk.expires_at - state.now, 1) if lk.expires_at else None,
         "expired": lk.expired(state.now),
-        "holder_process": lk.holder_liveness(),  # alive | dead | unknown (another machine, or Hermes's holder)
+        "holder_process": lk.holder_liveness(),  # alive | dead | unknown (elsewhere, or pid-only and running)
     } for lk in state.locks if session_id is None or lk.session_id == session_id]
     thresholds, sessions = build_sessions(state, None if session_id is None else [session_id])
     if session_id is not None and state.db_path.exists():

@@ -138,10 +138,17 @@ def compress_shape(engine: Any) -> str | None:
 
 
 def produced_positions(before: list[Any], after: list[Any]) -> list[int]:
-    """Positions in ``after`` (an engine's output for ``before``) of the messages the
-    compaction produced: everything between the head and the tail it kept verbatim
-    (matched by position and content, never by what the text says). Tool results and
-    tool-call turns are the engine's bookkeeping, never a summary."""
+    """Positions in ``after`` (an engine's output for ``before``) of the summary the
+    compaction produced, decided from identity and position, never from what a text says.
+
+    A message of ``after`` is one the engine kept when it is the very object it was
+    given (kept as is, or edited in place), or equal to the message at the same place
+    counted from either end. What is left (user/assistant turns; tool results and
+    tool-call turns are the engine's bookkeeping) is the summary only when it is one
+    message, a kept message follows it, and the engine dropped more of its input than it
+    added: anything else (a summary in several parts, or kept messages the engine copied
+    and shortened) cannot be told apart from a rewritten kept turn, and nothing is
+    returned. Hiding a person's turn is worse than showing a summary."""
     from ..store import message_text
 
     def same(a: Any, b: Any) -> bool:
@@ -149,17 +156,26 @@ def produced_positions(before: list[Any], after: list[Any]) -> list[int]:
                 and message_text(a) == message_text(b))
 
     n, m = len(before), len(after)
+    if m >= n:
+        return []
+    given = {id(msg): j for j, msg in enumerate(before)}
+    source: list[int | None] = [given.get(id(msg)) for msg in after]
     head = 0
     while head < min(n, m) and same(before[head], after[head]):
+        source[head] = head if source[head] is None else source[head]
         head += 1
     tail = 0
     while tail < n - head and tail < m - head and same(before[n - 1 - tail], after[m - 1 - tail]):
+        if source[m - 1 - tail] is None:
+            source[m - 1 - tail] = n - 1 - tail
         tail += 1
-    return [
-        i for i in range(head, m - tail)
-        if isinstance(after[i], dict) and after[i].get("role") in ("user", "assistant")
-        and not after[i].get("tool_calls")
-    ]
+    new = [i for i in range(m) if source[i] is None]
+    made = [i for i in new if isinstance(after[i], dict) and after[i].get("role") in ("user", "assistant")
+            and not after[i].get("tool_calls")]
+    dropped = n - len({j for j in source if j is not None})
+    if len(made) != 1 or dropped <= len(new) or not any(source[i] is not None for i in range(made[0] + 1, m)):
+        return []
+    return made
 
 
 def empty_summary(engine: Any, before: list[Any], after: list[Any]) -> str | None:
@@ -213,8 +229,8 @@ def assess(engine: Any, host_version: Any = None, *, compression_patched: bool =
     states: dict[str, tuple[str, str]] = {k: (HOLDS, "") for k in PROMISES}
     states["engine_state"] = (HOLDS, "the guard announces the boundary with the same session id")
     if support.kind == "own":
-        states["summaries_tagged"] = (HOLDS, "recognised by position: the messages between the head and tail the "
-                                             "engine kept verbatim")
+        states["summaries_tagged"] = (HOLDS, "recognised by identity and position: the one new message between "
+                                             "the messages the engine kept; when that is unclear, nothing is tagged")
         states["summary_failure"] = (PARTLY, "an engine exception or an empty summary is refused; a wrong but "
                                              "non-empty summary cannot be told apart")
         states["recall_line"] = (NOT_HELD, "the engine writes its own summary format without Hermes's summary "

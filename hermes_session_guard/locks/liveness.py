@@ -10,9 +10,16 @@ crashed holder from a live one:
 * same host and same boot, and the pid is gone or now belongs to a process that
   started at another time (a reused pid) -> **dead**: the lock is taken over at once;
 * same host and boot, same pid and start time -> **alive**;
-* another host, another boot of an unknown machine, or a holder without these
-  fields (Hermes's own ``pid=…:tid=…:agent=…`` holders) -> **unknown**: the lease
+* another host, or another boot of an unknown machine -> **unknown**: the lease
   (its expiry) decides, as before.
+
+A holder with a pid and none of the other fields (Hermes's own ``pid=…:tid=…:agent=…``,
+written by a Hermes process without the guard) is judged on this machine, where the
+state.db it was written to lives: its pid gone -> **dead**; this very process ->
+**alive**; a running pid -> **unknown** (without a start time a reused pid cannot be
+told from the holder). Processes in other PID namespaces sharing one state.db (two
+containers mounting one Hermes home) write holders of this form too, and one of them is
+then taken for dead: give such processes the guard, whose holders name their host.
 
 Only psutil, socket and the standard library are used: no signals, no fcntl.
 """
@@ -101,6 +108,24 @@ def parse(holder: str | None) -> ProcessIdentity | None:
         return None
 
 
+def pid_only(holder: str | None) -> int | None:
+    """The pid of a holder that names a pid and no host, boot or start time (Hermes's format)."""
+    if not holder:
+        return None
+    keys: dict[str, str] = {}
+    for part in holder.split(":"):
+        key, sep, value = part.partition("=")
+        if sep and key not in keys:
+            keys[key] = value
+    if "pid" not in keys or any(k in keys for k in ("host", "boot", "start")):
+        return None
+    try:
+        pid = int(keys["pid"])
+    except ValueError:
+        return None
+    return pid if pid > 0 else None
+
+
 def pid_running(pid: int) -> bool:
     try:
         return psutil.pid_exists(pid)
@@ -131,7 +156,15 @@ def liveness(ident: ProcessIdentity | None) -> str:
 
 
 def holder_liveness(holder: str | None) -> str:
-    return liveness(parse(holder))
+    ident = parse(holder)
+    if ident is not None:
+        return liveness(ident)
+    pid = pid_only(holder)
+    if pid is None:
+        return UNKNOWN
+    if pid == os.getpid():
+        return ALIVE
+    return UNKNOWN if pid_running(pid) else DEAD
 
 
 def holder_dead(holder: str | None) -> bool:

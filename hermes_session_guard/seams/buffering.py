@@ -84,21 +84,89 @@ def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | Non
     """The op id of a compression running on the session behind ``session_key``."""
     ids = [i for i in (host.gateway_session_id(runner, session_key),
                        host.running_agent_session_id(runner, session_key)) if i]
+    return compression_op_for(runtime, inbox_for(runtime, runner).store, ids,
+                              lambda sid: host.runner_lock_holder(runner, sid))
+
+
+def compression_op_for(runtime: Runtime, store: Any, ids: list[str],
+                       native_holder: Callable[[str], str | None]) -> str | None:
+    """The op id of a compression running on any of the session ids ``ids``: this
+    process's registry, a durable compression row younger than the lease, or a live
+    holder of the session's lock (the guard's lease table, or Hermes's
+    ``compression_locks`` read through ``native_holder``, which the guard holds from 0.18.2)."""
     for sid in ids:
         op = runtime.compressing.op_for(sid)
         if op:
             return op
-    store = inbox_for(runtime, runner).store
     for sid in dict.fromkeys(ids):
         op = store.compression_in_flight(sid, runtime.config.lock.lease_seconds)
         if op:
             return op
-        # A compression in another process holds the session's lock (the guard's lease
-        # table, or Hermes's compression_locks that the guard holds from 0.18.2).
-        holder = store.lease_holder(sid) or host.runner_lock_holder(runner, sid)
+        holder = store.lease_holder(sid) or native_holder(sid)
         if holder and not liveness.holder_dead(holder):
             return op_of_holder(holder) or holder
     return None
+
+
+#: Where an entry point's session keeps the prompts held back during a compaction (the
+#: TUI gateway's session dict: its own next-turn slot holds one, and merges a second into it).
+HELD_PROMPTS = "_session_guard_held_prompts"
+
+
+def _agent_compacting(runtime: Runtime, agent: Any) -> tuple[str, str | None]:
+    """``(session id, op id of a compaction running on it or None)`` for ``agent``."""
+    sid = host.session_id(agent) if agent is not None else ""
+    if not sid:
+        return "", None
+    leases = host.native_leases(agent)
+    return sid, compression_op_for(runtime, runtime.store_for(host.db_path(agent)), [sid],
+                                   leases.holder if leases is not None else (lambda _sid: None))
+
+
+def hold_or_enqueue(runtime: Runtime, session: dict[str, Any], enqueue: Callable[[], Any]) -> bool:
+    """An entry point queues a prompt for its session's next turn (``enqueue``: the host's
+    own call, which keeps one slot and merges a second prompt into the first). While the
+    session compacts, or while prompts held earlier are still waiting, a prompt that
+    would be merged is held back instead, in arrival order; :func:`release_held_prompt`
+    puts the oldest in the slot once the slot is free. Returns whether it was held."""
+    held = session.get(HELD_PROMPTS) or None
+    if held is None and session.get("queued_prompt"):
+        sid, op = _agent_compacting(runtime, session.get("agent"))
+        if op is not None:
+            held = session[HELD_PROMPTS] = []
+            runtime.audit.operation(sid, op).info("turn.prompt_held", reason="session compacting")
+    if held is None:
+        enqueue()
+        return False
+    held.append(enqueue)
+    return True
+
+
+def release_held_prompt(session: dict[str, Any], lock: Any) -> bool:
+    """Before the entry point drains its next-turn slot: an empty slot gets the oldest held prompt."""
+    with lock:
+        held = session.get(HELD_PROMPTS)
+        if not held or session.get("queued_prompt"):
+            return False
+        held.pop(0)()
+        if not held:
+            session.pop(HELD_PROMPTS, None)
+        return True
+
+
+def interrupt_or_queue(runtime: Runtime, agent: Any, interrupt: Callable[[], Any]) -> bool:
+    """An entry point is about to interrupt ``agent``'s running turn for a new prompt it
+    has already queued (the TUI gateway's ``interrupt`` busy-input mode). While that
+    session compacts the interrupt is left out: the compacting turn gets its own answer
+    and the queued prompt runs as the next turn, as the platform gateway does (0.18+
+    demote ``interrupt`` to ``queue`` while the lock is held). Outside a compaction the
+    interrupt goes ahead. Returns whether it did."""
+    sid, op = _agent_compacting(runtime, agent)
+    if op is None:
+        interrupt()
+        return True
+    runtime.audit.operation(sid, op).info("turn.interrupt_deferred", reason="session compacting")
+    return False
 
 
 def _entry_audit(runtime: Runtime, entry: InboxEntry) -> Any:

@@ -456,11 +456,34 @@ class _Operation:
                 self.store.mark_interrupted(op_id, "the process running it ended before it recorded an outcome")
                 self.audit.warning("compression.interrupted_found", interrupted_op_id=op_id)
 
+    def clear_dead_host_holder(self) -> str | None:
+        """Native mode: Hermes's own lease on the session held by a process that is provably
+        gone (locks.liveness; a pid-only holder of a Hermes without the guard whose pid is
+        gone on this machine) is released, holder-qualified, so Hermes's acquire takes it
+        now instead of waiting out the lease. Returns the holder released."""
+        from ..locks import liveness
+
+        try:
+            leases = host.native_leases(self.agent)
+            holder = leases.holder(self.sid) if leases is not None else None
+            if leases is None or holder is None or not liveness.holder_dead(holder):
+                return None
+            leases.release(self.sid, holder)
+        except Exception as exc:  # Hermes's own lock path decides, as without the guard
+            log.warning("session guard: could not clear the dead holder of %s's compression lock (%s: %s); Hermes "
+                        "waits for its lease.", self.sid, type(exc).__name__, exc)
+            return None
+        self.audit.warning("lock.taken_over", dead_holder=holder, lock="host")
+        return holder
+
     def lock_and_compress(self, lock: LockPolicy) -> tuple[list[Any], str]:
         if lock.mode == LockMode.HOST:
             # Native mode (0.20+): Hermes takes its own lease and checks it inside its commit;
             # a lease of the guard's would be a second holder that commit refuses.
             self.lock_fields = {"lock": "host"}
+            dead = self.clear_dead_host_holder()
+            if dead is not None:
+                self.lock_fields["took_over_from"] = dead
             return self.compress_locked()
         cfg = self.runtime.config.lock
         try:

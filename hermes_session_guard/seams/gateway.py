@@ -223,4 +223,73 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
         return with_compaction_events
 
+def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``tui_gateway.server._interrupt_busy_session(sid, session, agent)``: called after a
+    prompt for a busy session was queued, in the ``interrupt`` busy-input mode. While the
+    session compacts the interrupt is left out (see buffering.interrupt_or_queue)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            agent = _arg(args, kwargs, 2, "agent")
+        except Exception as exc:
+            _fail_open(row, exc, "the running turn is interrupted as without the guard")
+            return wrapped(*args, **kwargs)
+        ran: list[Any] = []
+
+        def interrupt() -> None:
+            ran.append(None)
+            ran[0] = wrapped(*args, **kwargs)
+
+        try:
+            buffering.interrupt_or_queue(runtime, agent, interrupt)
+        except Exception as exc:
+            if ran:  # the host's own interrupt failed: its error, not the guard's
+                raise
+            _fail_open(row, exc, "the running turn is interrupted as without the guard")
+            return wrapped(*args, **kwargs)
+        return ran[0] if ran else None
+
+    return wrapper
+
+
+def tui_prompt_enqueue_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``tui_gateway.server._enqueue_prompt(session, text, transport, ...)``: the session's
+    one next-turn slot. While the session compacts a second prompt is held back in order
+    instead of being merged into the first (see buffering.hold_or_enqueue)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        called: list[bool] = []
+
+        def enqueue() -> Any:
+            called.append(True)
+            return wrapped(*args, **kwargs)
+
+        try:
+            session = _arg(args, kwargs, 0, "session")
+            if not isinstance(session, dict):
+                return enqueue()
+            buffering.hold_or_enqueue(runtime, session, enqueue)
+        except Exception as exc:
+            if called:
+                raise
+            _fail_open(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
+            return wrapped(*args, **kwargs)
+        return None
+
+    return wrapper
+
+
+def tui_prompt_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``tui_gateway.server._drain_queued_prompt(rid, sid, session)``: an empty slot first
+    gets the oldest prompt held back during a compaction."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            session = _arg(args, kwargs, 2, "session")
+            if isinstance(session, dict) and session.get(buffering.HELD_PROMPTS):
+                buffering.release_held_prompt(session, session["history_lock"])
+        except Exception as exc:
+            _fail_open(row, exc, "held prompts wait for the next drain")
+        return wrapped(*args, **kwargs)
+
     return wrapper

@@ -103,6 +103,9 @@ from .gateway import (
     gateway_message_wrapper,
     gateway_turn_wrapper,
     run_events_wrapper,
+    tui_busy_interrupt_wrapper,
+    tui_prompt_drain_wrapper,
+    tui_prompt_enqueue_wrapper,
 )
 from .row import SeamRow, Wrapper, version_text
 from .turns import api_turn_wrapper, run_conversation_wrapper
@@ -124,6 +127,13 @@ __all__ = ["COVERED", "SEAMS", "TESTED_RELEASES", "SeamRow", "Wrapper", "fallbac
 # and add a range to the seams whose target or behaviour changed (``"0.20.0+"``),
 # closing the range before it; then run the matrix for it.
 # ---------------------------------------------------------------------------------------------
+
+# 0.21+'s TUI gateway (0.22.2) moved its busy-submit helpers to tui_gateway.session_auto_continue, where
+# ``_enqueue_prompt`` returns an envelope its callers use and other modules import it by name; it needs
+# Python 3.14, so it cannot be driven here. Not covered: a prompt during a compaction interrupts there.
+_TUI_BUSY_NOT_COVERED = ("NOT COVERED on 0.21+: the TUI gateway's busy-submit helpers moved to "
+                         "tui_gateway.session_auto_continue and are not wrapped; a prompt submitted while the session "
+                         "compacts interrupts the turn as Hermes does")
 
 # The releases on the package index that every row below was checked against
 # (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
@@ -583,6 +593,49 @@ SEAMS: tuple[SeamRow, ...] = (
         },
     ),
     *seam(
+        "tui_busy_interrupt",
+        module="tui_gateway.server",
+        attribute="_interrupt_busy_session",
+        params=("sid", "session", "agent"),
+        wrapper=tui_busy_interrupt_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.19.0": not_needed("the TUI gateway refuses a prompt for a busy session ('session busy'); "
+                                        "nothing interrupts the running turn"),
+            "0.19.0-0.21.0": {"note": "prompt.submit on a busy session queues the prompt, then interrupts the turn "
+                                      "(display.busy_input_mode: interrupt); left out while the session compacts"},
+            "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+        },
+    ),
+    *seam(
+        "tui_prompt_enqueue",
+        module="tui_gateway.server",
+        attribute="_enqueue_prompt",
+        params=("session", "text", "transport"),
+        wrapper=tui_prompt_enqueue_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.19.0": not_needed("the TUI gateway refuses a prompt for a busy session ('session busy')"),
+            "0.19.0-0.21.0": {"note": "one next-turn slot, a second prompt merged into it; held back in order while "
+                                      "the session compacts"},
+            "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+        },
+    ),
+    *seam(
+        "tui_prompt_drain",
+        module="tui_gateway.server",
+        attribute="_drain_queued_prompt",
+        params=("rid", "sid", "session"),
+        wrapper=tui_prompt_drain_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.19.0": not_needed("the TUI gateway refuses a prompt for a busy session ('session busy')"),
+            "0.19.0-0.21.0": {"note": "a finished turn runs the next-turn slot; an empty slot gets the oldest held "
+                                      "prompt first"},
+            "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+        },
+    ),
+    *seam(
         "buffer_drain",
         module="gateway.run",
         attribute="GatewayRunner._promote_queued_event",
@@ -750,6 +803,29 @@ SEAMS: tuple[SeamRow, ...] = (
         behaviour={"session_from": "header"},
         lazy=True,
         note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
+        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
+    ),
+    *seam(
+        "api_responses_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_responses",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "body"},
+        lazy=True,
+        note="POST /v1/responses continuing a session through previous_response_id or conversation",
+        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
+    ),
+    *seam(
+        "api_runs_turns",
+        module="gateway.platforms.api_server",
+        attribute="APIServerAdapter._handle_runs",
+        params=("self", "request"),
+        wrapper=api_turn_wrapper,
+        behaviour={"session_from": "body"},
+        lazy=True,
+        note="POST /v1/runs naming a session (session_id or previous_response_id); the reservation goes with the "
+             "run's task",
         ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
     ),
 )

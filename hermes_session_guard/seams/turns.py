@@ -126,14 +126,44 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
-def _request_session(instance: Any, request: Any, source: str) -> str | None:
+async def _body_session(instance: Any, request: Any) -> str:
+    """The existing session a ``/v1/responses`` or ``/v1/runs`` body continues, read the
+    way the handler reads it: ``session_id`` (runs), else, when the body brings no
+    ``conversation_history`` of its own, the session stored with ``previous_response_id``
+    (or the latest response of ``conversation``). ``""``: a new session."""
+    try:
+        body = await request.json()  # aiohttp keeps the body: the handler reads it again
+    except Exception:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    if request.path.rstrip("/").endswith("/runs") and isinstance(body.get("session_id"), str):
+        return str(body["session_id"])
+    if body.get("conversation_history"):
+        return ""
+    store = getattr(instance, "_response_store", None)
+    previous = body.get("previous_response_id")
+    conversation = body.get("conversation")
+    if store is None:
+        return ""
+    if not previous and isinstance(conversation, str) and conversation:
+        previous = store.get_conversation(conversation)
+    stored = store.get(previous) if isinstance(previous, str) and previous else None
+    sid = stored.get("session_id") if isinstance(stored, dict) else None
+    return sid if isinstance(sid, str) else ""
+
+
+async def _request_session(instance: Any, request: Any, source: str) -> str | None:
     """The session a request continues (``path``: ``/api/sessions/{id}/...``; ``header``:
-    ``X-Hermes-Session-Id``), only for a request the host will authenticate."""
+    ``X-Hermes-Session-Id``; ``body``: see :func:`_body_session`), only for a request the
+    host will authenticate."""
     check = getattr(instance, "_check_auth", None)
     if callable(check) and check(request) is not None:
         return None
-    if source == "path":
+    if source == SessionFrom.PATH:
         sid = request.match_info.get("session_id", "")
+    elif source == SessionFrom.BODY:
+        sid = await _body_session(instance, request)
     else:
         sid = request.headers.get("X-Hermes-Session-Id", "")
     sid = str(sid or "").strip()
@@ -163,7 +193,7 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         cfg = runtime.config.turns
         try:
             request = args[0] if args else kwargs["request"]
-            sid = _request_session(instance, request, source) if cfg.enabled else None
+            sid = await _request_session(instance, request, source) if cfg.enabled else None
             if not sid:
                 return await wrapped(*args, **kwargs)
             locks = _locks(runtime, state_db_path(runtime.home))
@@ -184,9 +214,26 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             fail_open(f"the turn lease of {sid}", exc, "this turn runs without the per-session turn order",
                       advice=None)
             return await wrapped(*args, **kwargs)
+        before = set(_run_tasks(instance))
+        handed_off = False
         try:
-            return await wrapped(*args, **kwargs)
+            response = await wrapped(*args, **kwargs)
+            # /v1/runs answers 202 at once and runs the turn in a task of its own: the
+            # reservation goes with that task (its run_conversation claims it) until it ends.
+            started = [t for k, t in _run_tasks(instance).items()
+                       if k not in before and hasattr(t, "add_done_callback")]
+            if len(started) == 1 and not started[0].done():
+                started[0].add_done_callback(lambda _task: locks.release(ticket))
+                handed_off = True
+            return response
         finally:
-            locks.release(ticket)
+            if not handed_off:
+                locks.release(ticket)
 
     return wrapper
+
+
+def _run_tasks(instance: Any) -> dict[Any, Any]:
+    """The API server's running ``/v1/runs`` tasks by run id (empty on other handlers)."""
+    tasks = getattr(instance, "_active_run_tasks", None)
+    return dict(tasks) if isinstance(tasks, dict) else {}

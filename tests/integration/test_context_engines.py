@@ -231,3 +231,42 @@ def test_the_engine_names_the_guard_uses_exist_in_this_hermes(guard: Any) -> Non
         if getattr(importlib.import_module(module), attr, None) is None:
             missing.append(dotted)
     assert missing == []
+
+
+@pytest.mark.parametrize("engine_class", ["CopyTrimmingEngine", "InPlaceTrimmingEngine", "SummaryFirstEngine"])
+def test_an_engine_that_edits_or_reorders_what_it_keeps_never_hides_a_kept_turn(guard: Any, db: Any,
+                                                                               llm: FakeLLMServer,
+                                                                               engine_class: str) -> None:
+    """An engine that shortens the messages it keeps (copies or in place), or puts its
+    summary in front of the kept head: only its own summary is tagged and hidden, never a
+    kept turn. Shortened copies cannot be told from a summary in several parts without
+    reading text: then nothing is tagged (the summary stays visible)."""
+    from hermes_session_guard.summaries.tags import SUMMARY_TAG
+    from hermes_session_guard.summaries.visibility import HIDDEN, display_messages
+    from tests.engines import edited_kept
+
+    messages = probe.seed_messages()
+    sid = "20260701_110000_e1e1e1"
+    probe.seed_session(db, sid, messages)
+    agent = probe.make_agent(db, llm.base_url, sid)
+    probe.mark_flushed(agent, messages)
+    engine = getattr(edited_kept, engine_class)()
+    engine.update_model(model="fake-model", context_length=128_000)
+    agent.context_compressor = engine
+    compressed, _ = agent._compress_context(list(messages), "You are a test agent.", approx_tokens=150_000)
+    assert agent.session_id == sid and len(compressed) < len(messages)
+    digests = [i for i, m in enumerate(compressed) if str(m.get("content", "")).startswith("DIGEST of")]
+    turns = [i for i, m in enumerate(compressed) if str(m.get("content", "")).startswith("turn-")]
+    assert len(digests) == 1 and len(turns) == len(compressed) - 1 - (compressed[0].get("role") == "system")
+    if engine_class != "SummaryFirstEngine":  # every kept turn was shortened
+        assert all("[trimmed " in str(compressed[i]["content"]) for i in turns)
+    tagged = [i for i, m in enumerate(compressed) if m.get(SUMMARY_TAG)]
+    expected = [] if engine_class == "CopyTrimmingEngine" else digests
+    assert tagged == expected
+
+    loaded = db.get_messages_as_conversation(sid)  # what CLI resume, the gateway, TUI and ACP load
+    shown = [str(m.get("content")) for m in display_messages(loaded, HIDDEN)]
+    shown_turns = [t.split(":", 1)[0] for t in shown if t.startswith("turn-")]
+    assert shown_turns == [str(compressed[i]["content"]).split(":", 1)[0] for i in turns]
+    assert sum(t.startswith("DIGEST of") for t in shown) == (1 if engine_class == "CopyTrimmingEngine" else 0)
+    assert len(guard.store_for(Path(db.db_path)).list_snapshots(sid)) == 1

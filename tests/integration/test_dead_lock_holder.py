@@ -118,7 +118,7 @@ def test_live_and_unknown_holders_are_not_dead(home: Path, db: Any, sleeper: psu
     _plant(home, db, "guard", SID, live)
     _plant(home, db, "guard", OTHER, unknown)
     if "native" in _tables(db):
-        hermes_format = f"pid={pid}:tid=1:agent=7f00:0a1b2c3d"  # Hermes's own holder: no identity
+        hermes_format = f"pid={sleeper.pid}:tid=1:agent=7f00:0a1b2c3d"  # Hermes's own holder, its pid running
         _plant(home, db, "native", SID, hermes_format)
     code, out, _ = _cli(home, "doctor", "--json")
     assert [f for f in json.loads(out)["findings"] if f["signature"] == "dead_lock_holder"] == []
@@ -152,3 +152,39 @@ def test_native_lease_is_kept_alive_on_every_release_with_a_native_lock(home: Pa
         conn.close()
     assert expires - before > 100.0
     leases.release(SID, holder)
+
+
+def test_a_dead_pid_only_native_holder_is_taken_over_at_once(guard: Any, home: Path, db: Any, llm: Any,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Hermes's own holder format (``pid=…:tid=…:agent=…``, written by a Hermes process
+    without the guard), its pid gone on this machine: doctor names it, and the next
+    compression takes the lock over at once instead of waiting out its 300 s lease
+    (here the guard waits at most 1 s for the lock, so waiting would skip the compression)."""
+    import logging
+
+    from hermes_session_guard.config import parse_config
+
+    if "native" not in _tables(db):
+        pytest.skip("this Hermes has no compression_locks")
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    pid, _ = _exited()
+    hermes_format = f"pid={pid}:tid=1:agent=7f00:0a1b2c3d"
+    _plant(home, db, "native", SID, hermes_format)
+    assert liveness.holder_liveness(hermes_format) == liveness.DEAD
+    code, out, _ = _cli(home, "doctor", "--json")
+    assert [(f["extra"]["kind"], f["extra"]["holder"]) for f in json.loads(out)["findings"]
+            if f["signature"] == "dead_lock_holder"] == [("native", hermes_format)]
+
+    before = guard.config
+    guard.config = parse_config({"lock": {"wait_seconds": 1}})
+    try:
+        agent = probe.make_agent(db, llm.base_url, SID)
+        probe.mark_flushed(agent, messages)
+        with caplog.at_level(logging.INFO, logger="hermes_session_guard"):
+            compressed, _ = agent._compress_context(list(messages), "You are a test agent.", approx_tokens=150_000)
+    finally:
+        guard.config = before
+    assert agent.session_id == SID and len(compressed) < len(messages)
+    done = [r.getMessage() for r in caplog.records if "compression.done" in r.getMessage()]
+    assert len(done) == 1 and f"took_over_from={hermes_format}" in done[0], done

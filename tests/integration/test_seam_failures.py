@@ -552,22 +552,80 @@ def _api_run_events(ctx: Ctx) -> None:
     ctx.assert_said("open")
 
 
-@case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns", policy="open")
+@case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns",
+      "api_responses_turns", "api_runs_turns", policy="open")
 def _api_turns(ctx: Ctx) -> None:
     # The handler runs as without the guard and the turn is answered.
     from hermes_session_guard.seams import turns as turn_seams
 
-    from .api_turns import chat_completion, running_api_server, session_chat
+    from .api_turns import chat_completion, post, running_api_server, session_chat
 
     probe.seed_session(ctx.db, SID, probe.seed_messages(2, chars=40), source="api_server")
     ctx.llm.configure(reply_fn=None, reply_text=REPLY)
     ctx.inject(turn_seams, "_request_session")
     with running_api_server(ctx.home) as srv:
+        if ctx.row.seam == "api_runs_turns":  # accepted, and the run is answered
+            reply = post(srv.base + "/v1/runs", {"model": "fake-model", "input": "ping", "session_id": SID})
+            assert reply.status == 202, reply
+            assert ctx.llm.wait_for_requests(1, "chat", timeout=60)
+            ctx.assert_said("open")
+            return
+        if ctx.row.seam == "api_responses_turns":
+            reply = post(srv.base + "/v1/responses", {"model": "fake-model", "input": "ping"})
+            assert reply.status == 200 and REPLY in str(reply.body), reply
+            ctx.assert_said("open")
+            return
         if ctx.row.seam == "api_chat_completions_turns":
             reply = chat_completion(srv, SID, "ping")
         else:
             reply = session_chat(srv, SID, "ping", stream=ctx.row.seam == "api_session_chat_stream_turns")
     assert reply.status == 200 and reply.text == REPLY, reply
+    ctx.assert_said("open")
+
+
+@case("tui_busy_interrupt", policy="open")
+def _tui_busy_interrupt(ctx: Ctx) -> None:
+    # The compaction check cannot run: the running turn is interrupted as without the guard.
+    import importlib
+    import threading
+
+    from hermes_session_guard.seams import buffering
+
+    module = importlib.import_module(ctx.row.module)
+    hit = threading.Event()
+
+    class Agent:
+        session_id = SID
+
+        def interrupt(self) -> None:
+            hit.set()
+
+    ctx.inject(buffering, "interrupt_or_queue")
+    module._interrupt_busy_session("tui-1", {"history_lock": threading.Lock()}, Agent())
+    assert hit.wait(30), "the running turn was not interrupted"
+    ctx.assert_said("open")
+
+
+@case("tui_prompt_enqueue", "tui_prompt_drain", policy="open")
+def _tui_prompt_slot(ctx: Ctx) -> None:
+    # The compaction check cannot run: the prompt goes to Hermes's own next-turn slot.
+    import importlib
+    import threading
+
+    from hermes_session_guard.seams import buffering
+
+    module = importlib.import_module(ctx.row.module)
+    session: dict[str, Any] = {"history_lock": threading.Lock(), "queued_prompt": {"text": "first", "transport": None},
+                               "agent": None}
+    if ctx.row.seam == "tui_prompt_enqueue":
+        ctx.inject(buffering, "hold_or_enqueue")
+        module._enqueue_prompt(session, "second", None)
+        assert "second" in session["queued_prompt"]["text"]
+    else:
+        session[buffering.HELD_PROMPTS] = [lambda: None]
+        session["running"] = True  # nothing is started: the drain only looks
+        ctx.inject(buffering, "release_held_prompt")
+        assert module._drain_queued_prompt("r", "tui-1", session) is False
     ctx.assert_said("open")
 
 

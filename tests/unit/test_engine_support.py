@@ -72,6 +72,23 @@ def test_produced_positions_are_what_lies_between_the_kept_head_and_tail() -> No
     assert es.produced_positions(before, list(before)) == []
 
 
+def test_kept_messages_an_engine_edited_or_moved_are_never_taken_for_its_summary() -> None:
+    before = _messages(10)
+    note = {"role": "assistant", "content": "note"}
+    copies = [{**m, "content": "short"} for m in before[-3:]]
+    assert es.produced_positions(before, [*before[:3], note, *copies]) == []  # copies: unclear, nothing
+    assert es.produced_positions(before, [*before[:3], note, *copies[:2], before[-1]]) == []
+    in_place = before[-3:]
+    for m in in_place:
+        m["content"] = "short"  # the very objects it was given
+    assert es.produced_positions(before, [*before[:3], note, *in_place]) == [3]
+    assert es.produced_positions(before, [before[0], note, *before[1:3], *before[-2:]]) == [1]  # summary first
+    one_copy = [*before[:5], {**before[5], "content": "short"}, *before[6:]]  # nothing folded, one rewritten
+    assert es.produced_positions(before, one_copy) == []
+    assert es.produced_positions(before, [*before[:3], note, {"role": "user", "content": "more"},
+                                          *before[-2:]]) == []  # a summary in two parts
+
+
 def test_an_empty_produced_message_is_a_failed_summary() -> None:
     before = _messages(10)
     after = [*before[:2], {"role": "assistant", "content": "  "}, *before[-2:]]

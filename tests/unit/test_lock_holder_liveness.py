@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,12 +63,21 @@ def test_reused_pid_with_another_start_time_is_dead() -> None:
 
 
 @pytest.mark.parametrize("holder", [
-    "pid=1:tid=2:agent=7f:0a1b2c",  # Hermes's own holder format: no identity, the lease decides
-    "pid=999999:tid=1:guard-op=x:nonce=y",  # a holder written before identities existed
-    None,
+    f"pid={os.getppid()}:tid=2:agent=7f:0a1b2c",  # Hermes's own format, its pid running: the lease decides
+    f"pid={os.getppid()}:tid=1:guard-op=x:nonce=y",  # a holder written before identities existed
+    "turn-1a2b", "pid=x:tid=1", None,
 ])
 def test_holders_without_identity_are_unknown(holder: str | None) -> None:
     assert liveness.holder_liveness(holder) == liveness.UNKNOWN
+
+
+def test_a_pid_only_holder_is_judged_on_this_machine() -> None:
+    """Hermes's own ``pid=…:tid=…:agent=…``: its pid gone here, dead; this process, alive."""
+    pid, _ = _dead_pid()
+    assert liveness.holder_liveness(f"pid={pid}:tid=1:agent=7f:0a1b2c") == liveness.DEAD
+    assert liveness.holder_liveness(f"pid={pid}:tid=1:guard-op=x:nonce=y") == liveness.DEAD
+    assert liveness.holder_liveness(f"pid={os.getpid()}:tid=1:agent=7f:0a1b2c") == liveness.ALIVE
+    assert liveness.holder_liveness(f"pid={pid}:tid=1:agent=7f:host=elsewhere") == liveness.UNKNOWN
 
 
 def test_other_host_or_other_boot_is_unknown() -> None:
@@ -114,7 +124,7 @@ def test_live_or_unknown_holders_are_waited_for(tmp_path: Path, kind: str) -> No
     try:
         holder = {
             "live": _holder_for(live.pid, psutil.Process(live.pid).create_time()),
-            "hermes": f"pid={live.pid + 100000}:tid=1:agent=7f:0a1b2c",
+            "hermes": f"pid={live.pid}:tid=1:agent=7f:0a1b2c",  # its pid running: no proof either way
             "other_host": _holder_for(live.pid + 100000, 1.0, host="elsewhere"),
         }[kind]
         _plant(store, holder)

@@ -79,6 +79,7 @@ def test_holder_liveness_from_the_identity_in_the_holder_id() -> None:
     gone = liveness.ProcessIdentity(me.host, me.boot, 999_999_999, me.start)
     assert holder_liveness(f"pid={os.getpid()}:tid=1:guard-op=x:{me.fields()}") == "alive"
     assert holder_liveness(f"pid=999999999:tid=1:guard-op=x:{gone.fields()}") == "dead"
-    # Hermes's own pid-only holders cannot be proven dead: the lease decides.
-    assert holder_liveness("pid=999999999:tid=1:agent=x") == "unknown"
+    # Hermes's own pid-only holders are judged on this machine: pid gone, dead; pid running, the lease decides.
+    assert holder_liveness("pid=999999999:tid=1:agent=x") == "dead"
+    assert holder_liveness(f"pid={os.getppid()}:tid=1:agent=x") == "unknown"
     assert holder_liveness("some-other-holder") == "unknown" and holder_liveness(None) == "unknown"

@@ -1,0 +1,189 @@
+"""A prompt that arrives through the TUI gateway while the session's running turn
+compacts: queued and answered as its own turn after the compacted one, never an
+interrupt that merges it into that turn. Outside a compaction the user's
+``display.busy_input_mode`` (``interrupt`` by default) is untouched.
+
+0.13-0.18's TUI gateway refuses a prompt for a busy session ("session busy"): nothing
+interrupts there, the client retries."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_session_guard.seams.table import select_row
+from hermes_session_guard.selftest import probe
+from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+
+from .api_turns import answer_for, echo_last_user
+from .conftest import HOST
+from .test_summary_visibility import tui_server
+
+SID = "20260701_140000_tuiq01"
+WAIT = 180
+_ROW = select_row("tui_busy_interrupt", HOST)
+pytestmark = pytest.mark.skipif(
+    _ROW is None or _ROW.wrapper is None,
+    reason=f"Hermes {'.'.join(map(str, HOST))}: {_ROW.note if _ROW else 'no TUI busy-input row'}")
+
+
+class _Frames:
+    """A tui_gateway transport that keeps the frames it is given."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def write(self, obj: dict[str, Any]) -> bool:
+        with self.lock:
+            self.frames.append(obj)
+        return True
+
+    def close(self) -> None:
+        return None
+
+    def completed(self, sid: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(f["params"].get("payload") or {}) for f in self.frames
+                    if f.get("method") == "event" and f["params"].get("type") == "message.complete"
+                    and f["params"].get("session_id") == sid]
+
+
+@pytest.fixture
+def tui(home: Path) -> Iterator[tuple[Any, _Frames]]:
+    server = tui_server()
+    from tui_gateway.transport import bind_transport, reset_transport
+
+    frames = _Frames()
+    token = bind_transport(frames)
+    before_db = getattr(server, "_db", None)
+    server._db = probe.open_db(home / "state.db")
+    try:
+        yield server, frames
+    finally:
+        reset_transport(token)
+        for live in list(getattr(server, "_sessions", {})):
+            try:
+                server.handle_request({"jsonrpc": "2.0", "id": "close", "method": "session.close",
+                                       "params": {"session_id": live}})
+            except Exception:
+                pass
+        server._db = before_db
+
+
+def _submit(server: Any, frames: _Frames, live: str, text: str) -> dict[str, Any]:
+    from tui_gateway.transport import bind_transport
+
+    bind_transport(frames)
+    ack = server.handle_request({"jsonrpc": "2.0", "id": text, "method": "prompt.submit",
+                                 "params": {"session_id": live, "text": text}})
+    assert "result" in ack, ack
+    return dict(ack["result"])
+
+
+def _wait_completed(frames: _Frames, live: str, n: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + WAIT  # a bound on the loop, not on the turns' duration
+    while len(frames.completed(live)) < n:
+        assert time.monotonic() < deadline, f"{len(frames.completed(live))} of {n} TUI turns completed"
+        time.sleep(0.05)
+    time.sleep(0.3)  # a further (wrong) completion would land now
+    return frames.completed(live)
+
+
+def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, _Frames],
+                              texts: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``texts[0]`` compacts (summary held); the others arrive meanwhile. Returns the acks
+    of the later ones and every completion."""
+    server, frames = tui
+    probe.seed_session(db, SID, probe.seed_messages(), source="tui")
+    gate = threading.Event()
+    llm.configure(summary_gate=gate, reply_fn=echo_last_user)
+    resumed = server.handle_request({"jsonrpc": "2.0", "id": 1, "method": "session.resume",
+                                     "params": {"session_id": SID, "eager_build": True}})
+    assert "result" in resumed, resumed
+    live = resumed["result"]["session_id"]
+    try:
+        _submit(server, frames, live, texts[0])
+        assert llm.summary_started.wait(60), "the first TUI turn never compacted"
+        acks = [_submit(server, frames, live, t) for t in texts[1:]]
+    finally:
+        gate.set()
+    return acks, _wait_completed(frames, live, len(texts))
+
+
+def _asked(llm: FakeLLMServer) -> list[str]:
+    """The last user message of each chat request to the model."""
+    out = []
+    for rec in llm.chat_requests():
+        users = [m for m in rec.body.get("messages") or [] if m.get("role") == "user"]
+        if users:
+            out.append(str(users[-1].get("content") or "").strip())
+    return out
+
+
+@pytest.mark.parametrize("during", [1, 3])
+def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
+        guard: Any, db: Any, llm: FakeLLMServer, tui: tuple[Any, _Frames], during: int) -> None:
+    texts = [f"msg-{i}-tui" for i in range(during + 1)]
+    acks, done = _prompt_during_compaction(db, llm, tui, texts)
+    assert [a.get("status") for a in acks] == ["queued"] * during
+    assert [str(d.get("text") or "").strip() for d in done] == [answer_for(t) for t in texts]
+    asked = _asked(llm)  # 0.20+ may ask twice for one turn (e.g. a title): what matters is never merged, in order
+    assert set(asked) <= set(texts) and list(dict.fromkeys(asked)) == texts
+    live = [(m.get("role"), str(m.get("content") or "").strip()) for m in db.get_messages_as_conversation(SID)]
+    expected = [pair for t in texts for pair in (("user", t), ("assistant", answer_for(t)))]
+    assert live[-len(expected):] == expected
+    assert len(llm.summary_requests()) == 1
+
+
+def test_without_the_guard_the_prompt_interrupts_and_is_merged(no_guard: None, db: Any, llm: FakeLLMServer,
+                                                                tui: tuple[Any, _Frames]) -> None:
+    """The reproduction: Hermes as shipped interrupts the compacting turn."""
+    texts = ["msg-0-bare", "msg-1-bare"]
+    _, done = _prompt_during_compaction(db, llm, tui, texts)
+    answers = [str(d.get("text") or "").strip() for d in done]
+    assert answers != [answer_for(t) for t in texts]
+
+
+def test_outside_compaction_the_interrupt_setting_is_untouched(guard: Any, db: Any, llm: FakeLLMServer,
+                                                               tui: tuple[Any, _Frames]) -> None:
+    """A prompt for a turn that is not compacting interrupts it (Hermes's default mode)."""
+    server, frames = tui
+    probe.seed_session(db, SID, probe.seed_messages(4, chars=40), source="tui")
+    asked, interrupted = threading.Event(), threading.Event()
+
+    def reply(body: dict[str, Any]) -> str:
+        answer = echo_last_user(body)
+        if answer == answer_for("msg-0-plain"):  # the first turn stays busy until it is interrupted
+            asked.set()
+            interrupted.wait(30)
+        return answer
+
+    llm.configure(reply_fn=reply)
+    resumed = server.handle_request({"jsonrpc": "2.0", "id": 1, "method": "session.resume",
+                                     "params": {"session_id": SID, "eager_build": True}})
+    live = resumed["result"]["session_id"]
+    agent = server._sessions[live]["agent"]
+    real = agent.interrupt
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        interrupted.set()
+        return real(*args, **kwargs)
+
+    agent.interrupt = spy
+    try:
+        _submit(server, frames, live, "msg-0-plain")
+        assert asked.wait(60), "the first turn never asked the model"
+        ack = _submit(server, frames, live, "msg-1-plain")
+        # 0.20+ first redirects the live turn in place when the agent supports it (its own interrupt mode)
+        if ack.get("status") != "redirected":
+            assert ack.get("status") == "queued"
+            assert interrupted.wait(30), "the running turn was not interrupted"
+    finally:
+        interrupted.set()
+    _wait_completed(frames, live, 1 if ack.get("status") == "redirected" else 2)
