@@ -99,7 +99,7 @@ RELEASE_HOST_TESTS: dict[str, list[str]] = {
                "test_handoff.py", "test_home_check_commands.py", "test_prompt_during_compaction.py",
                "test_summary_marker_in_text.py",
                "test_summary_tags.py", "test_summary_visibility.py", "test_turn_order_entry_points.py",
-               "test_turn_order_processes.py", "test_compaction_events.py"],
+               "test_turn_order_processes.py"],
     "0.22.2": list(_NATIVE_BOTH),
 }
 

@@ -144,6 +144,7 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
         paths = [a for a in args if a.startswith("tests/")]
         assert args[:2] == ["-m", "not slow"]  # their slow tests are not yet verified there
         assert paths and all((root / path).is_file() for path in paths), release
+        assert len(paths) == len(set(paths)), release  # each file once
         assert "tests/integration/test_newest_hermes.py" in paths  # the newest-Hermes contract runs there
 
 
