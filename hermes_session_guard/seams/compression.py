@@ -468,7 +468,8 @@ class _Operation:
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
         try:
-            with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
+            stale = self.stale_under_host_lock if strategy == HOST_NATIVE else None
+            with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
                         compressed, system_prompt = self.call_host()
@@ -481,6 +482,12 @@ class _Operation:
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
 
+        if verdict.found_stale:
+            # Native mode: the generation check above ran before Hermes took its lease; another
+            # compaction committed in between. Adopt it now instead of summarising again.
+            _, adopted = self.check_generation()
+            if adopted is not None:
+                return adopted
         try:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
                                arrived[0])
@@ -495,15 +502,22 @@ class _Operation:
         native_key = self.native_summary_key
         if failure:
             return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
+        skipped_for = getattr(agent, "_compression_skipped_due_to_lock", None) if strategy == HOST_NATIVE else None
+        if skipped_for:
+            if isinstance(skipped_for, str):
+                return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
+                                            system_prompt=system_prompt, holder=skipped_for)
+            # Hermes found no holder: its own acquire failed (state.db locked, read-only or full)
+            return self.leave_unchanged(
+                "skipped", "Hermes could not take its compression lock: state.db refused the write (see its "
+                "warning); the conversation continues uncompressed", "warning", system_prompt=system_prompt,
+            )
         if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
                                         system_prompt=system_prompt)
         if strategy in IN_PLACE_STRATEGIES and host.session_db(agent) is not None \
                 and not host.compacted_in_place(agent):
-            if strategy == HOST_NATIVE and getattr(agent, "_compression_skipped_due_to_lock", None):
-                return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
-                                            system_prompt=system_prompt)
             # Hermes logs a failed archive_and_compact (locked, read-only or full state.db) and still
             # returns the compacted list; continuing with it would append the summary and tail after
             # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
@@ -715,6 +729,18 @@ class _Operation:
         if standing.stale:
             return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
         return foreign, None
+
+    def stale_under_host_lock(self) -> bool:
+        """Native mode, asked by the engine shim once Hermes holds its lease: does the list
+        predate a compaction committed since :meth:`check_generation` (which ran before
+        Hermes's lease)? A failed read says no: Hermes compacts as it would alone."""
+        try:
+            live = Keyed(host.live_transcript(self.agent, self.sid))
+            return assess(Keyed(self.before), live, self.store.generation(self.sid), has_summary_block).stale
+        except Exception as exc:
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
+                               stage="under Hermes's compression lease")
+            return False
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the
