@@ -504,9 +504,16 @@ class _Operation:
             return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
         skipped_for = getattr(agent, "_compression_skipped_due_to_lock", None) if strategy == HOST_NATIVE else None
         if skipped_for:
-            if isinstance(skipped_for, str):
+            if isinstance(skipped_for, str) and self.phase_error is None:
                 return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
                                             system_prompt=system_prompt, holder=skipped_for)
+            if isinstance(skipped_for, str):
+                # state.db refuses the guard's writes too: a lease an earlier attempt could not release
+                # under the same fault may be the holder. A problem, said once (the outcome).
+                return self.leave_unchanged(
+                    "skipped", f"Hermes's lock is held and state.db refuses writes ({self.phase_error}); the "
+                    "conversation continues uncompressed", "warning", system_prompt=system_prompt, holder=skipped_for,
+                )
             # Hermes found no holder: its own acquire failed (state.db locked, read-only or full)
             return self.leave_unchanged(
                 "skipped", "Hermes could not take its compression lock: state.db refused the write (see its "
