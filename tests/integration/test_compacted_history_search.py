@@ -25,7 +25,7 @@ import hermes_session_guard
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer, ToolCallReply
 
-from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODES, new_agent, unguarded
+from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODE_PARAMS, MODES, new_agent, unguarded
 
 SYSTEM = "You are a test agent."
 SID = "20260603_090000_5ea5c0"  # the conversation that is compacted
@@ -200,7 +200,7 @@ def _stranger(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, m
     return seen
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_compacted_turn_is_found_guarded_exactly_as_unguarded(
     guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
@@ -308,7 +308,7 @@ def test_a_lineage_repair_keeps_the_compacted_turn_findable(
     db.close()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_handed_off_parent_stays_findable_and_its_child_is_its_lineage(
     guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:

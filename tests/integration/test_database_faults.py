@@ -39,7 +39,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import GuardStore
 
-from .conftest import HOST_NATIVE_MODE, MODES, new_agent
+from .conftest import HOST_NATIVE_MODE, MODE_PARAMS, new_agent
 
 SID = "20260528_155201_68dc5996"
 GUARD_BUSY_TIMEOUT = 0.3
@@ -229,7 +229,7 @@ def _impatient(hermes_db: Any) -> None:
 # -- the test -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("fault", list(FAULT_WORDS))
 def test_a_database_fault_changes_nothing_is_said_once_and_clears(
     guard: Any, llm: FakeLLMServer, home: Path, tmp_path: Path, mode: str, fault: str,

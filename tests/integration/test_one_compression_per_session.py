@@ -18,7 +18,7 @@ from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, HOST_ROW, MODES, new_agent
+from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, HOST_ROW, MODE_PARAMS, new_agent
 
 # The lease the guard holds (the seam table's lock): Hermes's compression_locks from 0.16.
 NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "native"
@@ -183,7 +183,7 @@ def _leftover_locks(home: Path) -> list[tuple[Any, ...]]:
 
 # -- two agents, one session ----------------------------------------------------------
 @NATIVE_NO_WAIT
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_concurrent_contender_waits_then_adopts_without_a_second_summary(
     guard: Any, lock_config: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -223,7 +223,7 @@ def test_concurrent_contender_waits_then_adopts_without_a_second_summary(
     assert _leftover_locks(home) == []
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_contender_that_cannot_wait_skips_naming_the_holder_and_stays_on_the_id(
     guard: Any, lock_config: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -264,7 +264,7 @@ def test_contender_that_cannot_wait_skips_naming_the_holder_and_stays_on_the_id(
     assert contract_violations(home, SID, [a, b], [*SEED_MARKERS, *OWN], guard) == []
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_staggered_stale_contender_adopts_and_its_next_turn_persists_once(
     guard: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -285,7 +285,7 @@ def test_staggered_stale_contender_adopts_and_its_next_turn_persists_once(
     assert contract_violations(home, SID, [a, b], [*SEED_MARKERS, *OWN], guard) == []
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_turns_other_agents_persisted_stay_live_after_the_compaction(
     guard: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -306,7 +306,7 @@ def test_turns_other_agents_persisted_stay_live_after_the_compaction(
     assert contract_violations(home, SID, [a, b], [*SEED_MARKERS, *OWN], guard) == []
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_crashed_holder_blocks_the_session_for_at_most_its_lease(
     guard: Any, lock_config: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -337,7 +337,7 @@ def test_a_crashed_holder_blocks_the_session_for_at_most_its_lease(
     assert _leftover_locks(home) == []
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_current_agent_compacts_again_even_after_hermes_merged_its_turns(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -380,7 +380,7 @@ def _hermes_compression_workers() -> int:
     return int(getattr(conversation_compression, "_COMPRESS_EXECUTOR_MAX_WORKERS", 5))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_five_sessions_compress_at_once_without_aliasing(
     guard: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -486,7 +486,7 @@ def test_anomaly_b_stale_loser_compacts_again_without_the_guard(
     assert live != _texts(compressed_a)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_anomaly_b_scenario_holds_the_contract_with_the_guard(
     guard: Any, lock_config: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
