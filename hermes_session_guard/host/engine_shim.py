@@ -26,9 +26,13 @@ class EngineVerdict:
     """What the guard learned from the context engine during one compression, and
     what it does to a successful result before the host persists it."""
 
-    def __init__(self, decorate: Callable[[list[Any], list[Any]], None] | None = None) -> None:
+    def __init__(self, decorate: Callable[[list[Any], list[Any]], None] | None = None,
+                 stale: Callable[[], bool] | None = None) -> None:
         self.failure: str | None = None
         self.decorate = decorate
+        # native mode: asked once the host holds its compression lease, before the summary call
+        self.stale = stale
+        self.found_stale = False
 
 
 # A summary body above this size that is also larger than its input is rejected.
@@ -72,6 +76,11 @@ def _make_engine_shim(cls: type) -> Any:
             # the host's own write; the engine gets copies with it replaced, the snapshot
             # keeps the originals verbatim (safe_text).
             messages = sendable_messages(messages)
+            if verdict.stale is not None and verdict.stale():
+                # Another compaction of the session committed after the guard last looked:
+                # no second summary of the same turns; the host gets its input back ("no progress").
+                verdict.found_stale = True
+                return list(messages)
         out = original(self, messages, *args, **kwargs)
         if verdict is None:
             return out
@@ -120,10 +129,11 @@ def unshim_engines() -> None:
 
 @contextmanager
 def watching_engine(
-    agent: Any, decorate: Callable[[list[Any], list[Any]], None] | None = None
+    agent: Any, decorate: Callable[[list[Any], list[Any]], None] | None = None,
+    stale: Callable[[], bool] | None = None,
 ) -> Iterator[EngineVerdict]:
     shim_engine(agent)
-    verdict = EngineVerdict(decorate)
+    verdict = EngineVerdict(decorate, stale)
     previous = getattr(_engine_op, "verdict", None)
     _engine_op.verdict = verdict
     try:

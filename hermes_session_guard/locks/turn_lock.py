@@ -42,6 +42,9 @@ from .session_lock import LockBusy, LockUnavailable, SessionLocks
 log = logging.getLogger("hermes_session_guard")
 
 TURN_TABLE = "session_guard_turn_locks"
+# Hermes's own cross-process turn lease (0.20+): where a row names it, the guard keeps only the
+# in-process queue and leaves the lease to Hermes (never two lease tables, ADR 0002).
+HOST_TURN_LEASES = "session_turn_leases"
 _TURN_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TURN_TABLE} (
     session_id TEXT PRIMARY KEY,
@@ -304,13 +307,14 @@ class TurnLocks:
 
 _PROCESS_ONLY: Any = object()  # marker: held without a lease table
 
-_registry: dict[Path, TurnLocks] = {}
+_registry: dict[tuple[Path, bool], TurnLocks] = {}
 _registry_lock = threading.Lock()
 
 
 def turn_locks_for(db_path: Path, store: GuardStore | None) -> TurnLocks:
-    """The process's turn queues for one state.db (one per database per process)."""
-    key = Path(db_path).resolve()
+    """The process's turn queues for one state.db (one per database per process); without a
+    ``store`` the queues alone, with no lease table (the host holds the lease)."""
+    key = (Path(db_path).resolve(), store is None)
     with _registry_lock:
         locks = _registry.get(key)
         if locks is None:

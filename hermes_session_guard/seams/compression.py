@@ -590,7 +590,8 @@ class _Operation:
         self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at",
                           self.summary_started_at)
         try:
-            with compressing_scope(sid), host.watching_engine(agent, decorate) as verdict:
+            stale = self.stale_under_host_lock if strategy == HOST_NATIVE else None
+            with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
                 if strategy == DETACH_DB:
                     with host.detached_session_db(agent):
                         compressed, system_prompt = self.call_host()
@@ -606,6 +607,12 @@ class _Operation:
             raise
         self.summary_finished()
 
+        if verdict.found_stale:
+            # Native mode: the generation check above ran before Hermes took its lease; another
+            # compaction committed in between. Adopt it now instead of summarising again.
+            _, adopted = self.check_generation()
+            if adopted is not None:
+                return adopted
         try:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
                                arrived[0])
@@ -627,15 +634,29 @@ class _Operation:
         native_key = self.native_summary_key
         if failure:
             return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
+        skipped_for = getattr(agent, "_compression_skipped_due_to_lock", None) if strategy == HOST_NATIVE else None
+        if skipped_for:
+            if isinstance(skipped_for, str) and self.phase_error is None:
+                return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
+                                            system_prompt=system_prompt, holder=skipped_for)
+            if isinstance(skipped_for, str):
+                # state.db refuses the guard's writes too: a lease an earlier attempt could not release
+                # under the same fault may be the holder. A problem, said once (the outcome).
+                return self.leave_unchanged(
+                    "skipped", f"Hermes's lock is held and state.db refuses writes ({self.phase_error}); the "
+                    "conversation continues uncompressed", "warning", system_prompt=system_prompt, holder=skipped_for,
+                )
+            # Hermes found no holder: its own acquire failed (state.db locked, read-only or full)
+            return self.leave_unchanged(
+                "skipped", "Hermes could not take its compression lock: state.db refused the write (see its "
+                "warning); the conversation continues uncompressed", "warning", system_prompt=system_prompt,
+            )
         if _no_progress(before, compressed, self.messages):
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
                                         system_prompt=system_prompt)
         if strategy in IN_PLACE_STRATEGIES and host.session_db(agent) is not None \
                 and not host.compacted_in_place(agent):
-            if strategy == HOST_NATIVE and getattr(agent, "_compression_skipped_due_to_lock", None):
-                return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
-                                            system_prompt=system_prompt)
             # Hermes logs a failed archive_and_compact (locked, read-only or full state.db) and still
             # returns the compacted list; continuing with it would append the summary and tail after
             # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
@@ -851,6 +872,18 @@ class _Operation:
         if standing.stale:
             return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
         return foreign, None
+
+    def stale_under_host_lock(self) -> bool:
+        """Native mode, asked by the engine shim once Hermes holds its lease: does the list
+        predate a compaction committed since :meth:`check_generation` (which ran before
+        Hermes's lease)? A failed read says no: Hermes compacts as it would alone."""
+        try:
+            live = Keyed(host.live_transcript(self.agent, self.sid))
+            return assess(Keyed(self.before), live, self.store.generation(self.sid), has_summary_block).stale
+        except Exception as exc:
+            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
+                               stage="under Hermes's compression lease")
+            return False
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the

@@ -89,6 +89,7 @@ from typing import Any
 from .. import host
 from ..hostinfo import Version, parse_version
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
+from ..locks.turn_lock import HOST_TURN_LEASES
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, Effect, FailurePolicy, SeamKind
 from . import search as search_seams
@@ -215,6 +216,13 @@ _IN_PLACE = "hermes_state:SessionDB.archive_and_compact"
 _TURN_LEASE = "hermes_state:SessionDB.acquire_session_turn_lease"
 _NATIVE_TURNS = ("run_conversation takes Hermes's durable per-session turn lease (session_turn_leases) on every "
                  "entry point; the guard adds no second lease table")
+# 0.20+: Hermes's turn lease polls (once a second, no queue) and its API server refuses past
+# max_concurrent_runs with 429; requests naming one session wait in a process-local FIFO in
+# front of the handler (no table), then the turn takes Hermes's own lease.
+_API_NATIVE_ORDER = {"behaviour": {"lease_table": HOST_TURN_LEASES}, "requires": (_TURN_LEASE,)}
+_API_NATIVE_NOTE = ("requests naming the session wait on the event loop in arrival order (in-process queue, no "
+                    "table) before Hermes's handler; the turn then takes Hermes's session_turn_leases; over "
+                    "turns.wait_seconds -> 503 session_busy")
 EVERY_RELEASE: dict[str, dict[str, Any]] = {"0.13.0+": {}}
 
 SEAMS: tuple[SeamRow, ...] = (
@@ -777,7 +785,7 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
             "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
-            "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,)),
+            "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /api/sessions/{{id}}/chat: {_API_NATIVE_NOTE}"},
         },
     ),
     *seam(
@@ -791,7 +799,7 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
             "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
-            "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,)),
+            "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /api/sessions/{{id}}/chat/stream: {_API_NATIVE_NOTE}"},
         },
     ),
     *seam(
@@ -803,7 +811,9 @@ SEAMS: tuple[SeamRow, ...] = (
         behaviour={"session_from": "header"},
         lazy=True,
         note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
-        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
+        ranges={"0.13.0-0.20.0": {},
+                "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /v1/chat/completions with X-Hermes-Session-Id: "
+                                                         f"{_API_NATIVE_NOTE}"}},
     ),
     *seam(
         "api_responses_turns",

@@ -21,7 +21,7 @@ from .. import host
 from ..contract.generations import keys_of
 from ..fail_open import fail_open
 from ..hostinfo import state_db_path
-from ..locks.turn_lock import TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
+from ..locks.turn_lock import HOST_TURN_LEASES, TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
 from ..runtime import Runtime
 from ..seam_behaviour import NO_BEHAVIOUR, SessionFrom
 
@@ -31,7 +31,11 @@ Wrapper = Any
 _MAX_SESSION_ID = 256
 
 
-def _locks(runtime: Runtime, db_path: Any) -> TurnLocks:
+def _locks(runtime: Runtime, db_path: Any, lease_table: str | None = None) -> TurnLocks:
+    """The session turn queues of ``db_path``: with the guard's lease table, or (a row naming
+    Hermes's ``session_turn_leases``) the in-process queue alone, the lease left to Hermes."""
+    if lease_table == HOST_TURN_LEASES:
+        return turn_locks_for(db_path, None)
     return turn_locks_for(db_path, runtime.store_for(db_path))
 
 
@@ -186,8 +190,12 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """An API server handler that runs a turn on an existing session: take a place in
     the session's turn queue on arrival, wait for it on the event loop, then run the
     handler (which reads the session's history only now, after the turns before it).
-    ``behaviour['session_from']``: ``path`` or ``header``. Policy ``open``."""
+    ``behaviour['session_from']``: ``path`` or ``header``; ``behaviour['lease_table']``
+    ``session_turn_leases`` (0.20+): the queue is in-process only and the turn takes
+    Hermes's own lease, so waiting requests hold neither a lease nor one of Hermes's
+    run slots. Policy ``open``."""
     source = row.behaviour.session_from or SessionFrom.PATH
+    lease_table = row.behaviour.lease_table
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cfg = runtime.config.turns
@@ -196,7 +204,7 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             sid = await _request_session(instance, request, source) if cfg.enabled else None
             if not sid:
                 return await wrapped(*args, **kwargs)
-            locks = _locks(runtime, state_db_path(runtime.home))
+            locks = _locks(runtime, state_db_path(runtime.home), lease_table)
             ticket = locks.enqueue(sid)
         except Exception as exc:
             fail_open(row, exc, "this turn runs without the per-session turn order", when="before the request",

@@ -13,7 +13,7 @@ the next compression compacts under the same id, a real turn is answered and
 ``doctor`` finds a clean home.
 
 The busy timeouts are shortened for the test (the guard's store: 0.3 s; Hermes:
-three tries of 0.1 s) so that a fault "longer than the busy timeout" takes a
+three tries of 0.1 s; 0.20+: 0.3 s of write patience) so that a fault "longer than the busy timeout" takes a
 second, not minutes.
 """
 
@@ -39,7 +39,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import GuardStore
 
-from .conftest import MODES, new_agent
+from .conftest import HOST_NATIVE_MODE, MODE_PARAMS, new_agent
 
 SID = "20260528_155201_68dc5996"
 GUARD_BUSY_TIMEOUT = 0.3
@@ -221,12 +221,15 @@ def _fresh_store(runtime: Any, db_path: Path) -> GuardStore:
 def _impatient(hermes_db: Any) -> None:
     hermes_db._WRITE_MAX_RETRIES = HERMES_WRITE_TRIES
     hermes_db._conn.execute(f"PRAGMA busy_timeout={HERMES_BUSY_MS}")
+    for budget in ("_WRITE_PATIENCE_S", "_TRANSCRIPT_WRITE_PATIENCE_S"):  # 0.20+: a time budget, not tries
+        if hasattr(hermes_db, budget):
+            setattr(hermes_db, budget, HERMES_WRITE_TRIES * HERMES_BUSY_MS / 1000)
 
 
 # -- the test -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("fault", list(FAULT_WORDS))
 def test_a_database_fault_changes_nothing_is_said_once_and_clears(
     guard: Any, llm: FakeLLMServer, home: Path, tmp_path: Path, mode: str, fault: str,
@@ -308,7 +311,7 @@ def _run_scenario(guard: Any, db: Any, db_path: Path, llm: FakeLLMServer, home: 
                 assert outcome["event"] in ("compression.failed", "compression.skipped")
                 assert any(w in outcome["reason"] for w in words), outcome
                 assert "snapshot_written_ahead" not in outcome
-                if "Hermes could not write" in outcome["reason"]:
+                if "Hermes could not write" in outcome["reason"] and not HOST_NATIVE_MODE:
                     # Hermes's own write failed after its engine returned: the guard's write
                     # ahead of it (same state.db) was attempted and refused by the same fault.
                     op = [e["event"] for e in audit.read_events(guard.audit_path)
@@ -316,6 +319,13 @@ def _run_scenario(guard: Any, db: Any, db_path: Path, llm: FakeLLMServer, home: 
                     assert "snapshot.deferred" in op, op
 
     # the fault cleared: the next compression compacts under the same id
+    lingering = db.get_compression_lock_holder(SID) if HOST_NATIVE_MODE else None
+    if lingering is not None:
+        # Native mode, a writer holding state.db through Hermes's commit: Hermes could not release
+        # its own compression lease either, which it keeps until its TTL (300 s) ends; this
+        # process's holder is never reclaimed as dead. Ended here as the TTL would end it.
+        assert fault == "locked" and f"pid={os.getpid()}:" in lingering, lingering
+        db.release_compression_lock(SID, lingering)
     caplog.clear()
     llm.reset()
     force = {"force": True} if "force" in inspect.signature(agent._compress_context).parameters else {}

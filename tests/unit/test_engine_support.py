@@ -141,6 +141,31 @@ def test_the_shim_wraps_an_own_engine_and_refuses_its_empty_summary() -> None:
     assert out == before and "empty summary" in (verdict.failure or "")
 
 
+def test_a_list_found_stale_under_the_host_lease_gets_no_summary_call() -> None:
+    """Native mode: asked once the host called its engine; a stale list returns the input
+    unchanged ("no progress") without calling the engine, a current one is compacted."""
+    calls: list[int] = []
+
+    class Counting(OwnEngine):
+        def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None) -> list[Any]:
+            calls.append(len(messages))
+            return super().compress(messages, current_tokens)
+
+    class Agent:
+        context_compressor = Counting()
+
+    before = _messages(10)
+    try:
+        with host.watching_engine(Agent(), stale=lambda: True) as verdict:
+            out = Agent.context_compressor.compress(before)
+        assert out == before and verdict.found_stale and calls == [] and verdict.failure is None
+        with host.watching_engine(Agent(), stale=lambda: False) as verdict:
+            out = Agent.context_compressor.compress(before)
+        assert len(out) == 3 and not verdict.found_stale and calls == [10]
+    finally:
+        host.unshim_engines()
+
+
 def test_configured_engine_reads_context_engine(tmp_path: Path) -> None:
     assert es.configured_engine(tmp_path) == "compressor"
     (tmp_path / "config.yaml").write_text("context:\n  engine: lcm\n", encoding="utf-8")

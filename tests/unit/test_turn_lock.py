@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.locks.turn_lock import TurnBusy, TurnLeases, TurnLocks, retry_after
+from hermes_session_guard.locks.turn_lock import TurnBusy, TurnLeases, TurnLocks, retry_after, turn_locks_for
 from hermes_session_guard.seams.turns import fresher_history
 from hermes_session_guard.store import GuardStore
 
@@ -134,6 +134,35 @@ def test_event_loop_waiters_are_woken_in_arrival_order(store: GuardStore) -> Non
         return order
 
     assert asyncio.run(main()) == list(range(6))
+
+
+def test_without_a_store_the_queue_is_in_process_only_and_writes_no_table(store: GuardStore,
+                                                                          tmp_path: Path) -> None:
+    """Native mode's API queue (Hermes holds the lease): arrival order, no turn lease table."""
+    db_path = tmp_path / "state.db"
+    process_only = turn_locks_for(db_path, None)
+    assert process_only is turn_locks_for(db_path, None) and process_only is not turn_locks_for(db_path, store)
+
+    async def main() -> list[int]:
+        first = await process_only.wait_async(process_only.enqueue("s"), 5, 30, 1)
+        order: list[int] = []
+
+        async def turn(i: int, ticket) -> None:
+            held = await process_only.wait_async(ticket, 30, 30, 1)
+            order.append(i)
+            process_only.release(held)
+
+        tickets = [process_only.enqueue("s") for _ in range(4)]
+        tasks = [asyncio.create_task(turn(i, t)) for i, t in reversed(list(enumerate(tickets)))]
+        await asyncio.sleep(0.01)
+        process_only.release(first)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(main()) == list(range(4))
+    with store.reading() as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "session_guard_turn_locks" not in tables
 
 
 def test_turn_options_are_validated_by_name() -> None:
