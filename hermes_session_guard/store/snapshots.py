@@ -205,10 +205,17 @@ class SnapshotRepository(RecallIndexRepository):
         host_version: str | None = None,
         host_mode: str | None = None,
         created_at: float | None = None,
-    ) -> SnapshotInfo:
+        matching: list[Any] | None = None,
+    ) -> SnapshotInfo | None:
         """Record a snapshot that names Hermes's own rows ``row_runs`` of ``session_id``
-        (read now, to count and digest them) instead of copying them."""
+        (read now, to count and digest them) instead of copying them. With ``matching``
+        (the transcript the compaction replaces) nothing is written, and None returned,
+        unless those rows hold exactly these messages (roles and texts, in order): the
+        caller then stores a copy."""
         messages = self._archived(session_id, row_runs)
+        if matching is not None and (not all(isinstance(m, dict) for m in matching) or reference_problem(
+                messages, len(matching), content_digest(matching)) is not None):
+            return None
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
             snapshot_id=snapshot_id, session_id=session_id, op_id=op_id,
