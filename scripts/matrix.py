@@ -221,7 +221,8 @@ SUMMARY_LINE = re.compile(r"^=*\s*(\d+ \w+(, \d+ \w+)*|no tests ran) in [\d.]+s"
 
 
 def pytest_counts(text: str) -> dict[str, int]:
-    """Counts from pytest's last summary line; output a host prints at exit after it (an atexit traceback) is skipped."""
+    """Counts from pytest's last summary line; output a host prints at exit after it (an atexit
+    traceback) is skipped."""
     counts: dict[str, int] = {}
     summary = next((line for line in reversed(text.splitlines()) if SUMMARY_LINE.match(line.strip())), "")
     for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", summary):

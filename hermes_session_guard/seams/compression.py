@@ -96,7 +96,7 @@ from ..host import engines as engine_support
 from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE, GuardLeases, LeaseTable, LockBusy, LockGrant, LockUnavailable
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
-from ..store import message_text, text_hash
+from ..store import SnapshotGone, message_text, text_hash
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -265,6 +265,10 @@ class _Operation:
         self.produced: set[str] = set()
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
         self.referenced: list[tuple[int, int]] = []
+        # 0.18.2-0.19: the live row ids read just before the generation check's read of the
+        # live transcript (None when that check did not run or failed).
+        self.live_ids: list[tuple[int, int]] | None = None
+        self._mine: Keyed | None = None
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -432,11 +436,16 @@ class _Operation:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
                 self.referenced = host.live_row_ranges(self.db_path, sid)
+            live_now: list[tuple[int, int]] = []
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
                 # returns, including what other writers stored during the summary call:
                 # those are carried over after the compacted block like the ones found before.
-                arrived[0] = self.arrived_meanwhile(arrived[0])
+                # The same live row ids as before the generation check's read: nothing arrived,
+                # and the transcript is not read a second time.
+                live_now = host.live_row_ranges(self.db_path, sid) if host.session_db(agent) is not None else []
+                if not live_now or live_now != self.live_ids:
+                    arrived[0] = self.arrived_meanwhile(arrived[0])
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input \
                     and self.written_ahead is None:
                 # Write-ahead: the host archives the old rows and writes the compacted ones
@@ -444,7 +453,7 @@ class _Operation:
                 # killed between the two writes then leaves the history in the snapshot and
                 # still live, never only in Hermes's archived rows.
                 try:
-                    self.write_snapshot_ahead(snapshot_id, created_at)
+                    self.write_snapshot_ahead(snapshot_id, created_at, live_now)
                     self.written_ahead = snapshot_id
                 except Exception as exc:
                     # Retried once the host returned. Not a problem yet: if the retry fails
@@ -623,11 +632,17 @@ class _Operation:
         if host.session_db(self.agent) is None:
             return foreign
         try:
-            return foreign_messages(Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid)))
+            return foreign_messages(self.mine(), Keyed(host.live_transcript(self.agent, self.sid)))
         except Exception as exc:
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
                                stage="before persisting the compaction")
             return foreign
+
+    def mine(self) -> Keyed:
+        """The pre-compression list with its keys, computed once per operation."""
+        if self._mine is None:
+            self._mine = Keyed(self.before)
+        return self._mine
 
     def write_reference(self, snapshot_id: str | None, created_at: float) -> str | None:
         """Native mode: the snapshot names the rows Hermes keeps (read when the engine
@@ -658,15 +673,16 @@ class _Operation:
         lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
         return kept, lost
 
-    def write_snapshot_ahead(self, snapshot_id: str | None, created_at: float) -> None:
+    def write_snapshot_ahead(self, snapshot_id: str | None, created_at: float,
+                             runs: list[tuple[int, int]]) -> None:
         """0.18.2-0.19, when the engine returned: Hermes is about to archive every live row
         (``active = 0, compacted = 1``) and keeps them verbatim under the same id, so the
         snapshot names those rows when they hold exactly the transcript being replaced
         (ADR 0003). A copy otherwise: turns the agent never flushed (Hermes's in-place path
         does not flush them before archiving), rows other writers stored meanwhile, or
-        content Hermes stores differently from the agent's list."""
-        if host.session_db(self.agent) is not None:
-            runs = host.live_row_ranges(self.db_path, self.sid)
+        content Hermes stores differently from the agent's list. ``runs``: the live row ids
+        read when the engine returned."""
+        if snapshot_id is not None and host.session_db(self.agent) is not None:
             if runs and self.store.write_snapshot_reference(
                 snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
                 host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
@@ -722,9 +738,11 @@ class _Operation:
         if host.session_db(self.agent) is None:
             return [], None
         try:
-            mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
+            ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy == HOST_IN_PLACE else None
+            mine, live = self.mine(), Keyed(host.live_transcript(self.agent, self.sid))
             standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
+            self.live_ids = ids
         except Exception as exc:
             # Compress as before, under the lock, without the generation check.
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
@@ -738,7 +756,12 @@ class _Operation:
         messages only this list has, instead of summarising the same turns again."""
         sid, store = self.sid, self.store
         try:
-            versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
+            versions = []
+            for snap in reversed(store.list_snapshots(sid)):
+                try:
+                    versions.append(store.snapshot_messages(snap.snapshot_id))
+                except SnapshotGone:  # Hermes no longer holds its rows: no earlier transcript to line up with
+                    continue
             new = genuinely_new(mine, [*versions, live], live, standing.block_len)
         except Exception as exc:
             return self.leave_unchanged("failed", f"reading earlier transcripts failed: {type(exc).__name__}: {exc}",

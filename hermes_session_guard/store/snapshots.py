@@ -213,8 +213,9 @@ class SnapshotRepository(RecallIndexRepository):
         unless those rows hold exactly these messages (roles and texts, in order): the
         caller then stores a copy."""
         messages = self._archived(session_id, row_runs)
-        if matching is not None and (not all(isinstance(m, dict) for m in matching) or reference_problem(
-                messages, len(matching), content_digest(matching)) is not None):
+        digest = content_digest(messages)
+        if matching is not None and (len(matching) != len(messages) or not all(isinstance(m, dict) for m in matching)
+                                     or content_digest(matching) != digest):
             return None
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
@@ -234,7 +235,7 @@ class SnapshotRepository(RecallIndexRepository):
             conn.execute(
                 "INSERT INTO session_guard_snapshot_refs(snapshot_id, session_id, row_ranges, row_count,"
                 " content_digest) VALUES (?,?,?,?,?)",
-                (snapshot_id, session_id, format_runs(row_runs), len(messages), content_digest(messages)),
+                (snapshot_id, session_id, format_runs(row_runs), len(messages), digest),
             )
         return info
 

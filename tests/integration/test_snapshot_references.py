@@ -106,7 +106,7 @@ def test_a_snapshot_references_hermes_rows_and_reads_back_verbatim(
     assert _gone_findings(home) == []
 
 
-def test_a_reference_reads_in_a_new_process_and_after_repair(
+def test_a_reference_reads_in_a_new_process_and_after_repair_until_a_row_is_rewritten(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     messages = _seed(db)
@@ -133,9 +133,22 @@ def test_a_reference_reads_in_a_new_process_and_after_repair(
     assert _shown(snap.snapshot_id, capsys) == _texts(messages)
     assert _gone_findings(home) == []
 
+    # one archived row rewritten in place: the same number of rows, no longer the same transcript
+    conn = sqlite3.connect(home / "state.db")
+    try:
+        conn.execute("UPDATE messages SET content = 'rewritten' WHERE id = (SELECT MIN(id) FROM messages"
+                     " WHERE session_id = ? AND active = 0)", (SID,))
+        conn.commit()
+    finally:
+        conn.close()
+    with pytest.raises(SnapshotGone, match="changed content"):
+        guard.store_for(home / "state.db").snapshot_messages(snap.snapshot_id)
+    (gone,) = _gone_findings(home)
+    assert snap.snapshot_id in gone.detail
+
 
 def test_rows_hermes_deletes_later_make_the_snapshot_gone_loudly(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, capsys: pytest.CaptureFixture[str]
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     messages = _seed(db)
     compacted = _compress(db, llm, messages)
@@ -161,24 +174,10 @@ def test_rows_hermes_deletes_later_make_the_snapshot_gone_loudly(
     assert "no longer holds" in capsys.readouterr().err
     (gone,) = _gone_findings(home)
     assert gone.session_id == SID and snap.snapshot_id in gone.detail
-
-
-def test_a_rewritten_row_makes_the_snapshot_gone(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
-    messages = _seed(db)
-    _compress(db, llm, messages)
-    store = guard.store_for(home / "state.db")
-    (snap,) = store.list_snapshots(SID)
-    conn = sqlite3.connect(home / "state.db")
-    try:
-        conn.execute("UPDATE messages SET content = 'rewritten' WHERE id = (SELECT MIN(id) FROM messages"
-                     " WHERE session_id = ? AND active = 0)", (SID,))
-        conn.commit()
-    finally:
-        conn.close()
-    with pytest.raises(SnapshotGone, match="changed content"):
-        store.snapshot_messages(snap.snapshot_id)
-    (gone,) = _gone_findings(home)
-    assert snap.snapshot_id in gone.detail
+    out = tmp_path / "export.json"
+    assert cli_main(["export", SID, "-o", str(out)]) == 0, capsys.readouterr()
+    (exported,) = json.loads(out.read_text(encoding="utf-8"))["session_guard_snapshots"]
+    assert exported["messages"] == [] and "no longer holds" in exported["gone"]
 
 
 def test_copied_and_referenced_snapshots_read_the_same_everywhere(
