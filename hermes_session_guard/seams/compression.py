@@ -15,15 +15,18 @@ the seam table row for the installed version:
 ``host_in_place``
     (0.18.2+) the host's own in-place path is forced on; it keeps the id and
     archives the old rows. The guard holds the host's native lock for the whole
-    operation and the host's own acquire of it re-enters.
+    operation and the host's own acquire of it re-enters. The snapshot names the rows
+    the host archives when they hold exactly the list being compacted, and is a copy
+    otherwise (ADR 0003).
 ``host_native``
     (0.20+, ADR 0002) the host compacts in place under its own holder-checked lock: the
     guard takes no lock (the row's ``lock`` is ``host``), keeps the generation check and
     adoption, and records the snapshot as a reference to the rows Hermes keeps (the ids
     live when the engine returned) instead of a copy.
 
-In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall
+In every case the pre-compression transcript is kept verbatim as a snapshot
+``<id>.snapshot.<UTC ts>`` in the guard's own tables (its messages, or a reference to
+Hermes's rows holding them) (it enters the recall
 index on the first recall after it), and the audit log gets one ``compression.*`` event per step, all naming
 the same session id. The snapshot is written before the live transcript changes
 (write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
