@@ -25,17 +25,16 @@ the seam table row for the installed version:
     live when the engine returned) instead of a copy.
 
 In every case the pre-compression transcript is kept verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables (its messages, or a reference to
-Hermes's rows holding them) (it enters the recall
-index on the first recall after it), and the audit log gets one ``compression.*`` event per step, all naming
-the same session id. The snapshot is written before the live transcript changes
-(write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
-it is written when the context engine returns its compaction, before the host's
-``archive_and_compact``. A process killed between the two writes leaves the
-history live and in the snapshot. If the host then compacts nothing (it raised,
-made no progress, or its own in-place write failed) a snapshot written ahead
-stays, a verbatim copy of a transcript still live, and the outcome event names
-it (``snapshot_written_ahead``).
+``<id>.snapshot.<UTC ts>`` in the guard's own tables, as its messages or as a reference
+to Hermes's rows holding them (it enters the recall index on the first recall after it),
+and the audit log gets one ``compression.*`` event per step, all naming the same session id.
+The snapshot is written before the live transcript changes (write-ahead): on 0.14
+the guard writes both itself, in that order; on 0.18.2+ it is written when the context
+engine returns its compaction, before the host's ``archive_and_compact``. A process
+killed between the two writes leaves the history live and in (or referenced by) the
+snapshot. If the host then compacts nothing (it raised, made no progress, or its own
+in-place write failed) a snapshot written ahead stays, verbatim, of a transcript still
+live, and the outcome event names it (``snapshot_written_ahead``).
 
 One compression per session at a time: the whole operation runs under the
 session's lock (:mod:`~hermes_session_guard.locks.session_lock`; which lease table is
