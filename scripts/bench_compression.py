@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Guarded vs unguarded wall time of one compression, side by side in one process.
+"""Guarded vs unguarded time and bytes written of one compression, side by side in one process.
 
-    python scripts/bench_compression.py [--pairs 20] [--messages 48 200] [--latency S] [--mode rotate]
+    python scripts/bench_compression.py [--pairs 20] [--messages 48 200:2000 1000:2000] [--latency S]
+                                        [--mode rotate]
 
 Run it with the Python of an environment that has hermes-agent and this package
 installed (e.g. ``.venvs/hermes-0.19.0/bin/python``). Each pair compresses a fresh
@@ -10,13 +11,21 @@ order, against the bundled zero-latency fake LLM; the first (import-heavy) pair
 is discarded. Prints, per session size, the medians and the spread of the
 guarded/unguarded ratio of wall time and of the process's CPU time (less
 sensitive to other load on a shared machine), with the machine and its load
-average before and after. No assertion: the target (<= 1.03) is read off the output.
+average before and after. ``N:CHARS`` sizes a session of N messages of CHARS characters
+(``--chars`` otherwise, else the probe's 14,000).
+
+Bytes: on Linux, the process's ``write_bytes`` (``/proc/self/io``: pages dirtied in the
+page cache for a file, the WAL and state.db alike) from a checkpointed state.db to the
+checkpoint after the compression, so each side pays for the pages its writes reach in
+state.db itself. Printed as the median and minimum per side; ``n/a`` elsewhere. No
+assertion: the targets are read off the output (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -30,7 +39,8 @@ os.environ.pop("HERMES_SESSION_ID", None)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--messages", type=int, nargs="+", default=[48, 200])
+    parser.add_argument("--messages", nargs="+", default=["48", "200"],
+                        help="session sizes: N messages, or N:CHARS")
     parser.add_argument("--chars", type=int, default=None, help="characters per message (default: probe's 14,000)")
     parser.add_argument("--latency", type=float, default=0.0, help="fake LLM latency per request (seconds)")
     parser.add_argument("--mode", choices=("rotate", "in_place", "default"), default="rotate",
@@ -53,11 +63,13 @@ def main() -> int:
         in_place = {"rotate": False, "in_place": True, "default": None}[args.mode]
         probe.write_config(home, llm.base_url, plugin_enabled=False, in_place=in_place)
         db = probe.open_db(home / "state.db")
-        for n in args.messages:
-            chars = {} if args.chars is None else {"chars": args.chars}
+        for size in args.messages:
+            n_text, _, chars_text = size.partition(":")
+            n = int(n_text)
+            chars = {"chars": int(chars_text)} if chars_text else {} if args.chars is None else {"chars": args.chars}
             base = probe.seed_messages(n, **chars)
 
-            def one(sid: str, with_guard: bool, base: list[dict] = base) -> tuple[float, float]:
+            def one(sid: str, with_guard: bool, base: list[dict] = base) -> tuple[float, float, int | None]:
                 if with_guard:
                     hermes_session_guard.install()
                 else:
@@ -66,14 +78,18 @@ def main() -> int:
                 probe.seed_session(db, sid, messages)
                 agent = probe.make_agent(db, llm.base_url, sid)
                 probe.mark_flushed(agent, messages)
+                checkpoint(home / "state.db")
+                written = write_bytes()
                 cpu, started = time.process_time(), time.perf_counter()
                 out, _ = agent._compress_context(messages, "You are a benchmark agent.", approx_tokens=150_000)
                 elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+                checkpoint(home / "state.db")
+                after = write_bytes()
                 assert len(out) < len(messages), "compression made no progress"
-                return elapsed, cpu
+                return elapsed, cpu, None if written is None or after is None else after - written
 
-            guarded: list[tuple[float, float]] = []
-            plain: list[tuple[float, float]] = []
+            guarded: list[tuple[float, float, int | None]] = []
+            plain: list[tuple[float, float, int | None]] = []
             for i in range(args.pairs + 1):
                 order = (True, False) if i % 2 == 0 else (False, True)
                 times = {flag: one(f"bench_{n}_{i}_{int(flag)}", flag) for flag in order}
@@ -81,15 +97,36 @@ def main() -> int:
                     continue  # first pair pays for imports and caches
                 guarded.append(times[True])
                 plain.append(times[False])
-            report(n, args.latency, guarded, plain, args.mode)
+            report(f"{n} x {chars.get('chars', probe.MESSAGE_CHARS):,} chars", args.latency, guarded, plain,
+                   args.mode)
         hermes_session_guard.uninstall()
     print(f"load average after: {load_average()}")
     return 0
 
 
-def report(n: int, latency: float, guarded: list[tuple[float, float]], plain: list[tuple[float, float]],
-           mode: str) -> None:
-    print(f"compression of {n} messages x {len(guarded)} pairs (fake LLM latency {latency:g} s, "
+def checkpoint(db_path: Path) -> None:
+    """Move everything committed from the WAL into state.db and empty the WAL."""
+    conn = sqlite3.connect(str(db_path), timeout=30)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+
+
+def write_bytes() -> int | None:
+    """Bytes this process caused to be written to storage so far (Linux), else None."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def report(size: str, latency: float, guarded: list[tuple[float, float, int | None]],
+           plain: list[tuple[float, float, int | None]], mode: str) -> None:
+    print(f"compression of {size} x {len(guarded)} pairs (fake LLM latency {latency:g} s, "
           f"unguarded compression.in_place: {mode})")
     for k, what in ((0, "wall"), (1, "cpu ")):
         g, p = [x[k] for x in guarded], [x[k] for x in plain]
@@ -100,6 +137,15 @@ def report(n: int, latency: float, guarded: list[tuple[float, float]], plain: li
               f"{statistics.median(g) * 1000:7.1f} ms (added {added * 1000:+.1f} ms); ratio median "
               f"{statistics.median(ratios):.3f} (p25 {q[0]:.3f}, p75 {q[2]:.3f}, min {min(ratios):.3f}, "
               f"max {max(ratios):.3f})")
+    g_bytes, p_bytes = [x[2] for x in guarded if x[2] is not None], [x[2] for x in plain if x[2] is not None]
+    if not g_bytes or not p_bytes:
+        print("  bytes: n/a (no /proc/self/io)")
+        return
+    g_med, p_med = statistics.median(g_bytes), statistics.median(p_bytes)
+    print(f"  bytes: unguarded median {p_med / 1e6:6.2f} MB (min {min(p_bytes) / 1e6:.2f}), guarded median "
+          f"{g_med / 1e6:6.2f} MB (min {min(g_bytes) / 1e6:.2f}); ratio of medians "
+          f"{g_med / p_med if p_med else float('inf'):.2f}, of minimums "
+          f"{min(g_bytes) / min(p_bytes) if min(p_bytes) else float('inf'):.2f}")
 
 
 if __name__ == "__main__":

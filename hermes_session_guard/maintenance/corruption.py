@@ -27,7 +27,7 @@ SIGNATURES: dict[str, str] = {
     "dead_lock_holder": "a compression lock is held by a process that no longer runs (same machine, pid gone "
                         "or reused); the next compression takes it over, repair clears it",
     "multiple_live_summaries": "a live session holds more than one compaction summary generation",
-    "snapshot_gone": "a snapshot names Hermes's own archived rows (native mode) and Hermes no longer holds them "
+    "snapshot_gone": "a snapshot names Hermes's own archived rows (0.18.2+) and Hermes no longer holds them "
                      "as they were (pruned, deleted or rewritten): that pre-compaction transcript is gone",
 }
 

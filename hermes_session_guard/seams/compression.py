@@ -15,24 +15,26 @@ the seam table row for the installed version:
 ``host_in_place``
     (0.18.2+) the host's own in-place path is forced on; it keeps the id and
     archives the old rows. The guard holds the host's native lock for the whole
-    operation and the host's own acquire of it re-enters.
+    operation and the host's own acquire of it re-enters. The snapshot names the rows
+    the host archives when they hold exactly the list being compacted, and is a copy
+    otherwise (ADR 0003).
 ``host_native``
     (0.20+, ADR 0002) the host compacts in place under its own holder-checked lock: the
     guard takes no lock (the row's ``lock`` is ``host``), keeps the generation check and
     adoption, and records the snapshot as a reference to the rows Hermes keeps (the ids
     live when the engine returned) instead of a copy.
 
-In both cases the pre-compression transcript is stored verbatim as a snapshot
-``<id>.snapshot.<UTC ts>`` in the guard's own tables (it enters the recall
-index on the first recall after it), and the audit log gets one ``compression.*`` event per step, all naming
-the same session id. The snapshot is written before the live transcript changes
-(write-ahead): on 0.14 the guard writes both itself, in that order; on 0.18.2+
-it is written when the context engine returns its compaction, before the host's
-``archive_and_compact``. A process killed between the two writes leaves the
-history live and in the snapshot. If the host then compacts nothing (it raised,
-made no progress, or its own in-place write failed) a snapshot written ahead
-stays, a verbatim copy of a transcript still live, and the outcome event names
-it (``snapshot_written_ahead``).
+In every case the pre-compression transcript is kept verbatim as a snapshot
+``<id>.snapshot.<UTC ts>`` in the guard's own tables, as its messages or as a reference
+to Hermes's rows holding them (it enters the recall index on the first recall after it),
+and the audit log gets one ``compression.*`` event per step, all naming the same session id.
+The snapshot is written before the live transcript changes (write-ahead): on 0.14
+the guard writes both itself, in that order; on 0.18.2+ it is written when the context
+engine returns its compaction, before the host's ``archive_and_compact``. A process
+killed between the two writes leaves the history live and in (or referenced by) the
+snapshot. If the host then compacts nothing (it raised, made no progress, or its own
+in-place write failed) a snapshot written ahead stays, verbatim, of a transcript still
+live, and the outcome event names it (``snapshot_written_ahead``).
 
 One compression per session at a time: the whole operation runs under the
 session's lock (:mod:`~hermes_session_guard.locks.session_lock`; which lease table is
@@ -121,7 +123,7 @@ from ..locks.session_lock import (
 )
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
-from ..store import message_text, text_hash
+from ..store import SnapshotGone, message_text, text_hash
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -300,6 +302,10 @@ class _Operation:
         self.summary_ended_at: float | None = None
         self.error_type: str | None = None  # the exception class that failed it, if one did
         self.end_emitted = False
+        # 0.18.2-0.19: the live row ids read just before the generation check's read of the
+        # live transcript (None when that check did not run or failed).
+        self.live_ids: list[tuple[int, int]] | None = None
+        self._mine: Keyed | None = None
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -551,11 +557,16 @@ class _Operation:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
                 self.referenced = host.live_row_ranges(self.db_path, sid)
+            live_now: list[tuple[int, int]] = []
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
                 # returns, including what other writers stored during the summary call:
                 # those are carried over after the compacted block like the ones found before.
-                arrived[0] = self.arrived_meanwhile(arrived[0])
+                # The same live row ids as before the generation check's read: nothing arrived,
+                # and the transcript is not read a second time.
+                live_now = host.live_row_ranges(self.db_path, sid) if host.session_db(agent) is not None else []
+                if not live_now or live_now != self.live_ids:
+                    arrived[0] = self.arrived_meanwhile(arrived[0])
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input \
                     and self.written_ahead is None:
                 # Write-ahead: the host archives the old rows and writes the compacted ones
@@ -563,7 +574,7 @@ class _Operation:
                 # killed between the two writes then leaves the history in the snapshot and
                 # still live, never only in Hermes's archived rows.
                 try:
-                    self.write_snapshot(snapshot_id, created_at)
+                    self.write_snapshot_ahead(snapshot_id, created_at, live_now)
                     self.written_ahead = snapshot_id
                 except Exception as exc:
                     # Retried once the host returned. Not a problem yet: if the retry fails
@@ -779,11 +790,17 @@ class _Operation:
         if host.session_db(self.agent) is None:
             return foreign
         try:
-            return foreign_messages(Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid)))
+            return foreign_messages(self.mine(), Keyed(host.live_transcript(self.agent, self.sid)))
         except Exception as exc:
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
                                stage="before persisting the compaction")
             return foreign
+
+    def mine(self) -> Keyed:
+        """The pre-compression list with its keys, computed once per operation."""
+        if self._mine is None:
+            self._mine = Keyed(self.before)
+        return self._mine
 
     def write_reference(self, snapshot_id: str | None, created_at: float) -> str | None:
         """Native mode: the snapshot names the rows Hermes keeps (read when the engine
@@ -813,6 +830,24 @@ class _Operation:
         kept = [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
         lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
         return kept, lost
+
+    def write_snapshot_ahead(self, snapshot_id: str | None, created_at: float,
+                             runs: list[tuple[int, int]]) -> None:
+        """0.18.2-0.19, when the engine returned: Hermes is about to archive every live row
+        (``active = 0, compacted = 1``) and keeps them verbatim under the same id, so the
+        snapshot names those rows when they hold exactly the transcript being replaced
+        (ADR 0003). A copy otherwise: turns the agent never flushed (Hermes's in-place path
+        does not flush them before archiving), rows other writers stored meanwhile, or
+        content Hermes stores differently from the agent's list. ``runs``: the live row ids
+        read when the engine returned."""
+        if snapshot_id is not None and host.session_db(self.agent) is not None:
+            if runs and self.store.write_snapshot_reference(
+                snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
+                host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
+                matching=self.before,
+            ) is not None:
+                return
+        self.write_snapshot(snapshot_id, created_at)
 
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
@@ -862,9 +897,11 @@ class _Operation:
         if host.session_db(self.agent) is None:
             return [], None
         try:
-            mine, live = Keyed(self.before), Keyed(host.live_transcript(self.agent, self.sid))
+            ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy == HOST_IN_PLACE else None
+            mine, live = self.mine(), Keyed(host.live_transcript(self.agent, self.sid))
             standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
+            self.live_ids = ids
         except Exception as exc:
             # Compress as before, under the lock, without the generation check.
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
@@ -890,7 +927,12 @@ class _Operation:
         messages only this list has, instead of summarising the same turns again."""
         sid, store = self.sid, self.store
         try:
-            versions = [store.snapshot_messages(s.snapshot_id) for s in reversed(store.list_snapshots(sid))]
+            versions = []
+            for snap in reversed(store.list_snapshots(sid)):
+                try:
+                    versions.append(store.snapshot_messages(snap.snapshot_id))
+                except SnapshotGone:  # Hermes no longer holds its rows: no earlier transcript to line up with
+                    continue
             new = genuinely_new(mine, [*versions, live], live, standing.block_len)
         except Exception as exc:
             return self.leave_unchanged("failed", f"reading earlier transcripts failed: {type(exc).__name__}: {exc}",

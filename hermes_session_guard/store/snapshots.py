@@ -205,10 +205,18 @@ class SnapshotRepository(RecallIndexRepository):
         host_version: str | None = None,
         host_mode: str | None = None,
         created_at: float | None = None,
-    ) -> SnapshotInfo:
+        matching: list[Any] | None = None,
+    ) -> SnapshotInfo | None:
         """Record a snapshot that names Hermes's own rows ``row_runs`` of ``session_id``
-        (read now, to count and digest them) instead of copying them."""
+        (read now, to count and digest them) instead of copying them. With ``matching``
+        (the transcript the compaction replaces) nothing is written, and None returned,
+        unless those rows hold exactly these messages (roles and texts, in order): the
+        caller then stores a copy."""
         messages = self._archived(session_id, row_runs)
+        digest = content_digest(messages)
+        if matching is not None and (len(matching) != len(messages) or not all(isinstance(m, dict) for m in matching)
+                                     or content_digest(matching) != digest):
+            return None
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
             snapshot_id=snapshot_id, session_id=session_id, op_id=op_id,
@@ -227,7 +235,7 @@ class SnapshotRepository(RecallIndexRepository):
             conn.execute(
                 "INSERT INTO session_guard_snapshot_refs(snapshot_id, session_id, row_ranges, row_count,"
                 " content_digest) VALUES (?,?,?,?,?)",
-                (snapshot_id, session_id, format_runs(row_runs), len(messages), content_digest(messages)),
+                (snapshot_id, session_id, format_runs(row_runs), len(messages), digest),
             )
         return info
 

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import GuardStore
+from ..store import GuardStore, SnapshotGone
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -287,7 +287,7 @@ def snapshots_for_export(store: GuardStore, session_ids: Iterable[str]) -> dict[
             ids,
         ).fetchall()
     for snapshot_id, session_id, created_at, count, first, last, reason in rows:
-        out.setdefault(session_id, []).append({
+        entry: dict[str, Any] = {
             "kind": "session_guard_snapshot",
             "snapshot_id": snapshot_id,
             "created_at": created_at,
@@ -295,8 +295,12 @@ def snapshots_for_export(store: GuardStore, session_ids: Iterable[str]) -> dict[
             "message_count": count,
             "first_turn": first,
             "last_turn": last,
-            "messages": store.snapshot_messages(snapshot_id),
-        })
+        }
+        try:
+            entry["messages"] = store.snapshot_messages(snapshot_id)
+        except SnapshotGone as exc:  # a reference whose rows Hermes no longer holds: said, not shortened
+            entry["messages"], entry["gone"] = [], str(exc)
+        out.setdefault(session_id, []).append(entry)
     return out
 
 

@@ -35,6 +35,7 @@ from hermes_session_guard.inbox.repository import DELIVERED, Inbox
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_text
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
+from hermes_session_guard.store import GuardStore
 
 from .conftest import HOST_HAS_IN_PLACE, MODES
 
@@ -100,9 +101,15 @@ def _query(home: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 def _snapshot_texts(home: Path, sid: str = SID) -> list[str]:
-    return [str(r[0]) for r in _query(
-        home, "SELECT m.content FROM session_guard_snapshot_messages m JOIN session_guard_snapshots s"
-              " ON s.snapshot_id = m.snapshot_id WHERE s.session_id = ?", sid)]
+    """Every snapshot of the session, copied or by reference, through the store's one reader."""
+    if not _query(home, "SELECT 1 FROM session_guard_snapshots LIMIT 1"):
+        return []
+    store = GuardStore(home / "state.db")
+    try:
+        return [str(m.get("content")) for snap in store.list_snapshots(sid)
+                for m in store.snapshot_messages(snap.snapshot_id)]
+    finally:
+        store.close()
 
 
 def _live_texts(home: Path, sid: str = SID) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+from hermes_session_guard.store import GuardStore
 
 from .conftest import HOST_HAS_IN_PLACE, MODES
 from .process_fleet import marker_answer, plan_for, run_fleet, seed_homes, seed_tags
@@ -105,14 +106,10 @@ def test_thirteen_processes_compress_within_one_window(
 
 
 def _snapshot_texts(db_path: Path, sid: str) -> list[str]:
-    import sqlite3
-
-    conn = sqlite3.connect(str(db_path))
+    """Every snapshot of the session, copied or by reference, through the store's one reader."""
+    store = GuardStore(db_path)
     try:
-        rows = conn.execute(
-            "SELECT m.content FROM session_guard_snapshot_messages m JOIN session_guard_snapshots s"
-            " ON s.snapshot_id = m.snapshot_id WHERE s.session_id = ?", (sid,)
-        ).fetchall()
+        return [str(m.get("content")) for snap in store.list_snapshots(sid)
+                for m in store.snapshot_messages(snap.snapshot_id)]
     finally:
-        conn.close()
-    return [str(r[0]) for r in rows]
+        store.close()

@@ -1,0 +1,49 @@
+"""``write_snapshot_reference(matching=...)`` (0.18.2-0.19 in place): a reference only when
+the rows it names hold exactly the replaced list; otherwise nothing is written and the
+caller stores a copy. Hermes's rows come from a stub reader here (the real one is
+host/reads.py, exercised on the real host in tests/integration/test_snapshot_references.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hermes_session_guard.store.snapshots as snapshots_mod
+from hermes_session_guard.store import GuardStore
+
+ROWS = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GuardStore]:
+    monkeypatch.setattr(snapshots_mod, "_archived_reader", lambda _db, _sid, _runs: [dict(r) for r in ROWS])
+    s = GuardStore(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def _write(store: GuardStore, snapshot_id: str, matching: list[Any]) -> Any:
+    return store.write_snapshot_reference(snapshot_id=snapshot_id, session_id="S", row_runs=[(1, 2)],
+                                          matching=matching)
+
+
+def test_rows_that_hold_the_list_become_a_reference(store: GuardStore) -> None:
+    info = _write(store, "S.snapshot.1", [dict(r, extra=1) for r in ROWS])
+    assert info is not None and info.message_count == 2
+    assert store.snapshot_messages("S.snapshot.1") == ROWS
+
+
+@pytest.mark.parametrize("matching", [
+    ROWS[:1],  # a row the list does not have (stored meanwhile)
+    [*ROWS, {"role": "user", "content": "c"}],  # a message never flushed
+    [ROWS[0], {"role": "assistant", "content": "B"}],  # stored differently
+    [ROWS[1], ROWS[0]],  # another order
+    [ROWS[0], "not a dict"],
+])
+def test_rows_that_do_not_hold_the_list_write_nothing(store: GuardStore, matching: list[Any]) -> None:
+    assert _write(store, "S.snapshot.2", matching) is None
+    assert not store.snapshot_exists("S.snapshot.2")
+    assert store.list_snapshots("S") == []
