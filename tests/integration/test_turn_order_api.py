@@ -30,6 +30,10 @@ from .conftest import HOST, HOST_NATIVE_MODE
 SID = "20260701_090000_turns1"
 HEAD = "turn-0:"
 _CHAT_ROW = select_row("api_session_chat_turns", HOST)
+_TURN_ROW = select_row("turn_order", HOST)
+# 0.20+: Hermes's own durable turn lease orders the agent's turns (TUI, ACP, processes); the
+# guard's turn_order rows are not-needed there (they name the lease they rely on).
+HERMES_ORDERS_TURNS = _TURN_ROW is not None and not _TURN_ROW.patches and bool(_TURN_ROW.requires)
 # the session chat endpoints exist from 0.15; the guard queues requests in front of every API
 # handler (0.20+: in-process only, the turn then takes Hermes's own session_turn_leases)
 HAS_SESSION_CHAT = _CHAT_ROW is not None and _CHAT_ROW.wrapper is not None
