@@ -223,6 +223,9 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
         return with_compaction_events
 
+    return wrapper
+
+
 def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """``tui_gateway.server._interrupt_busy_session(sid, session, agent)``: called after a
     prompt for a busy session was queued, in the ``interrupt`` busy-input mode. While the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 import time
@@ -665,7 +666,8 @@ def test_a_compression_lease_held_by_another_process_buffers_follow_ups(
     """A turn is running here while another process compresses the same session (it
     holds the session's compression lock): a follow-up waits in the inbox behind that
     compression instead of interrupting the turn, then runs after it, in order."""
-    holder = "pid=99999:tid=1:guard-op=op-elsewhere:nonce=abc123"
+    # a running pid and no identity fields: nothing proves this holder dead, its lease decides
+    holder = f"pid={os.getppid()}:tid=1:guard-op=op-elsewhere:nonce=abc123"
     replying = threading.Event()
     gate = threading.Event()
 

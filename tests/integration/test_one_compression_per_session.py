@@ -4,6 +4,7 @@ five sessions compressing at once, and anomaly B reproduced without the guard.""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -315,7 +316,8 @@ def test_a_crashed_holder_blocks_the_session_for_at_most_its_lease(
     probe.seed_session(db, SID, messages)
     agent = new_agent(db, llm, SID, mode)
     probe.mark_flushed(agent, messages)
-    dead = "pid=999999:tid=1:guard-op=crashed"
+    # a holder nothing proves dead (a running pid, no identity fields: a process elsewhere)
+    dead = f"pid={os.getppid()}:tid=1:guard-op=crashed"
     # a process took the lock with a 1 s lease and died without releasing it (native mode: a
     # 300 s lease, which Hermes reclaims at once because the holder's process is gone)
     if HOST_NATIVE_MODE:

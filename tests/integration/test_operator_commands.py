@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -344,12 +345,13 @@ def test_a_guard_lease_left_by_a_dead_process_is_reported_and_cleared(
     lists its rows, doctor reports an expired one; repair refuses while a live one is
     held, and clears the expired one once nothing runs."""
     sid, other = "20260528_155201_68dc5996", "20260528_155202_0a1b2c3d"
+    live = f"pid={os.getppid()}:tid=1:guard-op=live"  # a running pid: nothing proves it dead
     probe.seed_session(db, sid, probe.seed_messages())
     probe.seed_session(db, other, probe.seed_messages())
     store = GuardStore(home / "state.db")
     try:
         assert store.try_acquire_lease(sid, "pid=999999:tid=1:guard-op=dead", 60.0, now=time.time() - 3600)
-        assert store.try_acquire_lease(other, "pid=999998:tid=1:guard-op=live", 300.0)
+        assert store.try_acquire_lease(other, live, 300.0)
     finally:
         store.close()
 
@@ -366,7 +368,7 @@ def test_a_guard_lease_left_by_a_dead_process_is_reported_and_cleared(
     assert len(_rows(home / "state.db", "SELECT session_id FROM session_guard_locks")) == 2
     store = GuardStore(home / "state.db")
     try:
-        assert store.release_lease(other, "pid=999998:tid=1:guard-op=live")
+        assert store.release_lease(other, live)
     finally:
         store.close()
     code, out, _ = _run(["repair", "--apply", "--json"], home, monkeypatch, capsys)
