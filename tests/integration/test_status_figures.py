@@ -9,7 +9,9 @@ import inspect
 import json
 import os
 import re
+import sqlite3
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from hermes_session_guard.maintenance.session_pressure import p95
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import start_gateway
+from hermes_session_guard.store.snapshots import read_snapshot_references
 
 from .conftest import HOST_NATIVE_MODE, new_agent
 
@@ -98,7 +101,9 @@ def test_status_counts_durations_pressure_of_a_session_driven_through_the_host(
     snaps = store.list_snapshots(SID)
     assert s["snapshots"] == len(snaps) == 2
     assert s["snapshot_messages"] == sum(x.message_count for x in snaps)
-    if HOST_NATIVE_MODE:  # snapshots by reference: Hermes keeps the rows, the guard stores no copy
+    with closing(sqlite3.connect(home / "state.db")) as conn:
+        by_reference = {r[0] for r in read_snapshot_references(conn)}
+    if {x.snapshot_id for x in snaps} <= by_reference:  # Hermes keeps the rows, the guard stores no copy
         assert s["snapshot_bytes"] == 0
     else:
         assert s["snapshot_bytes"] > sum(len(m["content"]) for m in messages)
