@@ -167,7 +167,9 @@ class LockGrant:
         try:
             ok = self.lease.refresh(self.session_id, self.holder, self.lease_seconds)
         except Exception as exc:
-            log.warning("session guard: compression lease refresh failed (%s); retrying", exc)
+            # not a fault yet: the lease stays valid until it expires, and a lost lease is
+            # reported by the outcome (still_held is checked before anything is written)
+            log.info("session guard: compression lease refresh failed (%s); retrying", exc)
             return True  # transient: the lease is still valid until it expires
         if not ok:
             self.lost = True
