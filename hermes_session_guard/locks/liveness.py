@@ -92,15 +92,21 @@ def this_process() -> ProcessIdentity:
         return ident
 
 
+def _fields(holder: str) -> dict[str, str]:
+    """A holder's ``key=value`` fields (``:``-separated; the first of a repeated key)."""
+    fields: dict[str, str] = {}
+    for part in holder.split(":"):
+        key, sep, value = part.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
 def parse(holder: str | None) -> ProcessIdentity | None:
     """The identity fields of a holder string, or None when it has not all of them."""
     if not holder:
         return None
-    parts: dict[str, str] = {}
-    for part in holder.split(":"):
-        key, sep, value = part.partition("=")
-        if sep and key not in parts:
-            parts[key] = value
+    parts = _fields(holder)
     try:
         return ProcessIdentity(unquote(parts["host"]), float(parts["boot"]), int(parts["pid"]),
                                float(parts["start"]))
@@ -112,11 +118,7 @@ def pid_only(holder: str | None) -> int | None:
     """The pid of a holder that names a pid and no host, boot or start time (Hermes's format)."""
     if not holder:
         return None
-    keys: dict[str, str] = {}
-    for part in holder.split(":"):
-        key, sep, value = part.partition("=")
-        if sep and key not in keys:
-            keys[key] = value
+    keys = _fields(holder)
     if "pid" not in keys or any(k in keys for k in ("host", "boot", "start")):
         return None
     try:
