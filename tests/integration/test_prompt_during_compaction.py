@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,60 +18,18 @@ from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
+from . import test_turn_order_entry_points as entry_points
 from .api_turns import answer_for, echo_last_user
 from .conftest import HOST
-from .test_summary_visibility import tui_server
+from .test_turn_order_entry_points import _Frames
 
 SID = "20260701_140000_tuiq01"
+tui = entry_points.tui  # the TUI gateway server on this home, with a frame-keeping transport
 WAIT = 180
 _ROW = select_row("tui_busy_interrupt", HOST)
 pytestmark = pytest.mark.skipif(
     _ROW is None or _ROW.wrapper is None,
     reason=f"Hermes {'.'.join(map(str, HOST))}: {_ROW.note if _ROW else 'no TUI busy-input row'}")
-
-
-class _Frames:
-    """A tui_gateway transport that keeps the frames it is given."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def write(self, obj: dict[str, Any]) -> bool:
-        with self.lock:
-            self.frames.append(obj)
-        return True
-
-    def close(self) -> None:
-        return None
-
-    def completed(self, sid: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [dict(f["params"].get("payload") or {}) for f in self.frames
-                    if f.get("method") == "event" and f["params"].get("type") == "message.complete"
-                    and f["params"].get("session_id") == sid]
-
-
-@pytest.fixture
-def tui(home: Path) -> Iterator[tuple[Any, _Frames]]:
-    server = tui_server()
-    from tui_gateway.transport import bind_transport, reset_transport
-
-    frames = _Frames()
-    token = bind_transport(frames)
-    before_db = getattr(server, "_db", None)
-    server._db = probe.open_db(home / "state.db")
-    try:
-        yield server, frames
-    finally:
-        reset_transport(token)
-        for live in list(getattr(server, "_sessions", {})):
-            try:
-                server.handle_request({"jsonrpc": "2.0", "id": "close", "method": "session.close",
-                                       "params": {"session_id": live}})
-            except Exception:
-                pass
-        server._db = before_db
 
 
 def _submit(server: Any, frames: _Frames, live: str, text: str) -> dict[str, Any]:
@@ -88,11 +44,11 @@ def _submit(server: Any, frames: _Frames, live: str, text: str) -> dict[str, Any
 
 def _wait_completed(frames: _Frames, live: str, n: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + WAIT  # a bound on the loop, not on the turns' duration
-    while len(frames.completed(live)) < n:
-        assert time.monotonic() < deadline, f"{len(frames.completed(live))} of {n} TUI turns completed"
+    while len(frames.payloads(live)) < n:
+        assert time.monotonic() < deadline, f"{len(frames.payloads(live))} of {n} TUI turns completed"
         time.sleep(0.05)
     time.sleep(0.3)  # a further (wrong) completion would land now
-    return frames.completed(live)
+    return frames.payloads(live)
 
 
 def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, _Frames],

@@ -55,11 +55,15 @@ class _Frames:
     def close(self) -> None:
         return None
 
-    def completed(self, sid: str) -> list[str]:
+    def payloads(self, sid: str) -> list[dict[str, Any]]:
+        """The payloads of the session's ``message.complete`` events, in order."""
         with self.lock:
-            return [str((f["params"].get("payload") or {}).get("text", "")) for f in self.frames
+            return [dict(f["params"].get("payload") or {}) for f in self.frames
                     if f.get("method") == "event" and f["params"].get("type") == "message.complete"
                     and f["params"].get("session_id") == sid]
+
+    def completed(self, sid: str) -> list[str]:
+        return [str(p.get("text", "")) for p in self.payloads(sid)]
 
 
 @pytest.fixture
