@@ -467,12 +467,10 @@ class _Operation:
         gone (locks.liveness; a pid-only holder of a Hermes without the guard whose pid is
         gone on this machine) is released, holder-qualified, so Hermes's acquire takes it
         now instead of waiting out the lease. Returns the holder released."""
-        from ..locks import liveness
-
         try:
             leases = host.native_leases(self.agent)
             holder = leases.holder(self.sid) if leases is not None else None
-            if leases is None or holder is None or not liveness.holder_dead(holder):
+            if leases is None or holder is None or not holder_dead(holder):
                 return None
             leases.release(self.sid, holder)
         except Exception as exc:  # Hermes's own lock path decides, as without the guard
