@@ -123,7 +123,7 @@ from ..locks.session_lock import (
 )
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
-from ..store import SnapshotGone, message_text, text_hash
+from ..store import SnapshotGone, SnapshotInfo, message_text, text_hash
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -807,10 +807,7 @@ class _Operation:
             self.audit.warning("snapshot.failed", reason="the rows Hermes compacted were not seen when its context "
                                "engine returned (an engine the shim did not reach)")
             return None
-        self.store.write_snapshot_reference(
-            snapshot_id=snapshot_id, session_id=self.sid, row_runs=self.referenced, op_id=self.op_id,
-            host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
-        )
+        self.store_reference(snapshot_id, created_at, self.referenced)
         return snapshot_id
 
     def kept_and_lost(self, compressed: list[Any], foreign: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -839,13 +836,18 @@ class _Operation:
         content Hermes stores differently from the agent's list. ``runs``: the live row ids
         read when the engine returned."""
         if snapshot_id is not None and host.session_db(self.agent) is not None:
-            if runs and self.store.write_snapshot_reference(
-                snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
-                host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
-                matching=self.before,
-            ) is not None:
+            if runs and self.store_reference(snapshot_id, created_at, runs, matching=self.before) is not None:
                 return
         self.write_snapshot(snapshot_id, created_at)
+
+    def store_reference(self, snapshot_id: str, created_at: float, runs: list[tuple[int, int]],
+                        matching: list[Any] | None = None) -> SnapshotInfo | None:
+        """Record the snapshot as Hermes's rows ``runs`` of this session (store.write_snapshot_reference)."""
+        return self.store.write_snapshot_reference(
+            snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
+            host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
+            matching=matching,
+        )
 
     def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
