@@ -263,7 +263,7 @@ def _build(cls: type, raw: Any, prefix: str, fallbacks: list[OptionFallback]) ->
             fallbacks.append(OptionFallback(f"session_guard.{key}", _show(value),
                                             f"unknown option (known: {', '.join(known)})", unknown=True))
             continue
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not MISSING else f.default_factory()
         if is_dataclass(default):
             kwargs[name] = _build(type(default), value, f"{key}.", fallbacks)
             continue

@@ -92,7 +92,7 @@ def _host_by_module() -> HostRelease | None:
         if owner is None:
             return None
         version = metadata.version(owner)
-        module = sys.modules.get("hermes_cli")
+        module = sys.modules.get("hermes_cli")  # type: ignore[assignment]  # None: no location below
     location = getattr(module, "__file__", None)
     path = str(Path(location).resolve().parents[1]) if location else None
     return HostRelease(version, FOUND_BY_MODULE, path, owner)

@@ -4,7 +4,7 @@
     python scripts/matrix.py                        # CI's default releases: 0.14.0 ... 0.22.2
     python scripts/matrix.py 0.16.0 0.17.0          # named releases
     CI_FULL_MATRIX=1 python scripts/matrix.py       # every release the seam table was tested on
-    python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, ruff, dist, host, hermes)
+    python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, lint, dist, host, hermes)
     python scripts/matrix.py 0.19.0 -- -k preflight # arguments after -- go to pytest (unit and host)
 
 Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` (or the
@@ -14,7 +14,7 @@ repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
 ``unit``   tests/unit, once (no Hermes needed; run in the first release's venv, Python 3.11)
 ``pythons`` tests/unit again on Python 3.12 and 3.13 (``.venvs/py3.X`` with hermes-agent 0.19.0), where the machine
            has them
-``ruff``   lint and the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml), once
+``lint``   ruff, the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml) and mypy, once
 ``dist``   once: build sdist and wheel, check their contents, install the wheel with the last
            release named into a fresh venv outside the checkout and run ``selftest`` and the
            recall eval from there (scripts/check_dist.py)
@@ -134,7 +134,7 @@ def packages_for(version: str) -> list[str]:
 
 def sdist_for(version: str) -> str | None:
     return RELEASE_SDISTS.get(version, f"hermes-agent=={version}")
-SUITES = ("unit", "pythons", "ruff", "dist", "host", "hermes")
+SUITES = ("unit", "pythons", "lint", "dist", "host", "hermes")
 # The other Pythons the unit suite runs on (the classifiers list 3.11 and these); 3.11 runs ``unit``.
 OTHER_PYTHONS = ("3.12", "3.13")
 HERMES_MARKER = "HERMES_SUITE "
@@ -274,12 +274,15 @@ def run_pytest(py: Path, release: str, suite: str, paths: list[str], extra: list
 LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
 
 
-def run_ruff(py: Path) -> Cell:
-    """ruff, then the import-linter layering contracts of pyproject.toml (docs/architecture.md)."""
+def run_lint(py: Path) -> Cell:
+    """ruff, the import-linter layering contracts of pyproject.toml (docs/architecture.md),
+    then mypy over the package ([tool.mypy]: 0 errors)."""
     started = time.monotonic()
     lint = sh([str(py), "-m", "ruff", "check", "hermes_session_guard", "tests", "scripts"], cwd=ROOT)
     layers = sh([str(py), "-c", LINT_IMPORTS], cwd=ROOT)
-    return Cell("-", "ruff", lint.returncode == 0 and layers.returncode == 0, seconds=time.monotonic() - started)
+    types = sh([str(py), "-m", "mypy"], cwd=ROOT)
+    ok = lint.returncode == 0 and layers.returncode == 0 and types.returncode == 0
+    return Cell("-", "lint", ok, seconds=time.monotonic() - started)
 
 
 def run_hermes_suite(py: Path, release: str) -> Cell | None:
@@ -319,7 +322,7 @@ def run_dist(release: str) -> Cell:
 def _fmt(cell: Cell | None) -> str:
     if cell is None:
         return "-"
-    if cell.suite in ("ruff", "dist"):
+    if cell.suite in ("lint", "dist"):
         return "ok" if cell.ok else "FAIL"
     return f"{'ok' if cell.ok else 'FAIL'} {cell.passed}/{cell.failed}"
 
@@ -417,8 +420,8 @@ def main(argv: list[str]) -> int:
     once: list[Callable[[], Cell]] = []
     if "unit" in suites:
         once.append(lambda: run_pytest(pythons[0], "-", "unit", ["tests/unit"], extra))
-    if "ruff" in suites:
-        once.append(lambda: run_ruff(pythons[0]))
+    if "lint" in suites:
+        once.append(lambda: run_lint(pythons[0]))
     if "dist" in suites:
         once.append(lambda: run_dist(dist_release(releases)))
     work: list[Callable[[], list[Cell]]] = [lambda: [task() for task in once]]

@@ -211,7 +211,7 @@ def genuinely_new(
     return _without(c.messages[best:], c.keys[best:], _keyed(live).keys[appended_from:])
 
 
-def turn_in_progress(messages: Sequence[Any], is_summary: Callable[[str], bool]) -> int:
+def turn_in_progress(messages: Sequence[Any], is_summary: Callable[[str | None], bool]) -> int:
     """How many trailing messages of an agent's list are its turn in progress: its last
     user message and what followed it (tool calls and their results), while no final
     answer (an assistant message without tool calls) ends the list. 0 when the list

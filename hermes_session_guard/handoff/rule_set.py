@@ -215,7 +215,8 @@ def _detect_secrets_rules(stats: dict[str, int]) -> list[Rule]:
                     "`pip install detect-secrets`.", type(exc).__name__, exc)
         return []
     out = []
-    for cls in sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__):
+    classes: list[type] = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__)
+    for cls in classes:
         if cls.__name__ in DETECT_SECRETS_LEFT_OUT or not issubclass(cls, RegexBasedDetector):
             continue
         try:

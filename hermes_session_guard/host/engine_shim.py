@@ -64,7 +64,7 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
     return None
 
 
-def _make_engine_shim(cls: type) -> Any:
+def _make_engine_shim(cls: Any) -> Any:
     """The ``compress`` shim for engines of class ``cls`` (wraps the class's own ``compress``)."""
     original = cls.compress
 

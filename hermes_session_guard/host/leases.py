@@ -104,7 +104,7 @@ def native_lock_reentry(leases: NativeLeases, sid: str) -> Iterator[None]:
 
 def native_lock_held_here(db: Any, sid: Any) -> bool:
     held = getattr(_native_held, "keys", None)
-    return bool(held) and (_db_key(db), str(sid)) in held
+    return held is not None and (_db_key(db), str(sid)) in held
 
 
 def clear_expired_native_lock(db: Any, sid: str, holder: str) -> bool:

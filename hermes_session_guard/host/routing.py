@@ -55,6 +55,7 @@ def move_gateway_routing(parent: str, child: str) -> RoutingMove | None:
     entries = getattr(store, "_entries", None) if store is not None else None
     if entries is None:
         return None
+    assert store is not None  # entries came from it
     lock = getattr(store, "_lock", None) or nullcontext()
     moved: list[tuple[str, Any, int]] = []
 

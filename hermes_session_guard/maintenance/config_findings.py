@@ -317,7 +317,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
 
     # -- custom providers --------------------------------------------------------------
     for i, entry in enumerate(providers):
-        models = entry.get("models") if isinstance(entry.get("models"), dict) else {}
+        models = entry["models"] if isinstance(entry.get("models"), dict) else {}
         has = _int(entry.get("context_length")) or any(
             isinstance(m, dict) and _int(m.get("context_length")) for m in models.values())
         if not has:

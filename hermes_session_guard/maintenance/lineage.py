@@ -132,7 +132,7 @@ def late_rows(session: SessionInfo, marks: list[tuple[int, float]], first_child_
 
 
 def first_child_row(lineage: Lineage, sid: str, sessions: Mapping[str, SessionInfo]) -> int | None:
-    ids = [sessions[c].first_row_id for c in lineage.children.get(sid, []) if sessions[c].first_row_id is not None]
+    ids = [row for c in lineage.children.get(sid, []) if (row := sessions[c].first_row_id) is not None]
     return min(ids) if ids else None
 
 

@@ -247,8 +247,9 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
     rows = read_rows(state.db_path, [sid for lin in lineages for sid in lin.members]) if lineages else {}
     plan.lineages = [plan_lineage(state, lin, rows) for lin in lineages]
     # the same plan doctor reports (routing_not_at_tip)
-    plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.entry.session_id, m.target, m.entry.scope,
-                                  m.entry.entry_json) for m in plan_routing(state, lineages) if m.rewrite]
+    plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.entry.session_id or "", m.target,
+                                  m.entry.scope, m.entry.entry_json)
+                    for m in plan_routing(state, lineages) if m.rewrite]  # plan_routing: entries with an id
     plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard,
                             dead_holder=not lk.expired(state.now))
                   for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]
@@ -323,7 +324,7 @@ def _clear_dead_holder(lock: LockClear, db: Any, store: GuardStore) -> bool:
         return False
     if lock.owned_by_guard:
         lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)
-        return bool(lt) and store.clear_lock_of(table=lock.table, session_column=lt.session_column,
+        return lt is not None and store.clear_lock_of(table=lock.table, session_column=lt.session_column,
                                                 holder_column=lt.holder_column, session_id=lock.session_id,
                                                 holder=lock.holder)
     before = db.get_compression_lock_holder(lock.session_id)
@@ -389,7 +390,7 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
                 cleared = _clear_dead_holder(lock, db, store)
             elif lock.owned_by_guard:
                 lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)
-                cleared = bool(lt) and store.clear_expired_lock(
+                cleared = lt is not None and store.clear_expired_lock(
                     table=lock.table, session_column=lt.session_column, expires_column=lt.expires_column,
                     session_id=lock.session_id, now=time.time())
             else:

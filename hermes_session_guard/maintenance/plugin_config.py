@@ -99,7 +99,7 @@ def _lists(data: Any, path: Path) -> tuple[list[Any], list[Any]]:
         return [], []
     if not isinstance(plugins, dict):
         raise PluginConfigError(f"`plugins` in {path} is a {type(plugins).__name__}, not a mapping; nothing changed")
-    out = []
+    out: list[list[Any]] = []
     for key in ("enabled", "disabled"):
         value = plugins.get(key)
         if value is None:

@@ -196,7 +196,7 @@ def build_sessions(state: HomeState, session_ids: list[str] | None = None) -> tu
         tokens = live_tokens(state.db_path, [sid for sid in ids if sid in state.sessions]) if state.has_db else {}
     except sqlite3.Error:
         tokens = {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for sid in ids:
         info = state.sessions.get(sid)
         h = history.get(sid, CompressionHistory())

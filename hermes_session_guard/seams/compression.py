@@ -542,7 +542,7 @@ class _Operation:
         # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
         # no other compression of this session can take the same id meanwhile.
         created_at = time.time()
-        snapshot_id: str | None = snapshot_id_for(sid, created_at, store.snapshot_exists)
+        snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
         summaries_cfg = self.runtime.config.summaries
         native_key = self.native_summary_key
         span: list[tuple[int, int] | None] = [None]
@@ -635,10 +635,12 @@ class _Operation:
         self.record_phase(self.store.mark_compression_step, self.op_id, "summary_finished_at",
                           self.engine_returned_at)
 
-    def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, snapshot_id: str | None,
+    def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, planned_id: str,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
         """Everything after the host's compression returned: keep or refuse its result,
-        snapshot (unless it was written ahead), persist (0.14), record."""
+        snapshot (unless it was written ahead), persist (0.14), record. ``planned_id``: the
+        snapshot id the summary's recall line names; None below when no snapshot was kept."""
+        snapshot_id: str | None = planned_id
         sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
         native_key = self.native_summary_key
         if failure:
@@ -700,11 +702,11 @@ class _Operation:
             foreign = self.arrived_meanwhile(foreign)
         try:
             if strategy == HOST_NATIVE and host.session_db(agent) is not None:
-                snapshot_id = self.write_reference(snapshot_id, created_at)
+                snapshot_id = self.write_reference(planned_id, created_at)
             elif self.written_ahead is None:
                 # 0.14, a deferred write-ahead, an engine the shim did not reach, or native
                 # mode without a SessionDB (Hermes keeps no rows to reference): a copy
-                self.write_snapshot(snapshot_id, created_at)
+                self.write_snapshot(planned_id, created_at)
             if strategy == DETACH_DB:
                 final = compressed + foreign
                 host.commit_memory(agent, before)
@@ -770,7 +772,7 @@ class _Operation:
         except Exception as exc:
             self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
         self.runtime.compactions.record(sid, final)
-        summary_chars = sum(len(message_text(compressed[i])) for i, _ in marks if i < len(compressed))
+        summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))
         self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars),
                     generation=generation,
                     carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
@@ -800,10 +802,10 @@ class _Operation:
             self._mine = Keyed(self.before)
         return self._mine
 
-    def write_reference(self, snapshot_id: str | None, created_at: float) -> str | None:
+    def write_reference(self, snapshot_id: str, created_at: float) -> str | None:
         """Native mode: the snapshot names the rows Hermes keeps (read when the engine
         returned), instead of a second copy; None when they were not seen."""
-        if snapshot_id is None or not self.referenced:
+        if not self.referenced:
             self.audit.warning("snapshot.failed", reason="the rows Hermes compacted were not seen when its context "
                                "engine returned (an engine the shim did not reach)")
             return None
@@ -826,7 +828,7 @@ class _Operation:
         lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
         return kept, lost
 
-    def write_snapshot_ahead(self, snapshot_id: str | None, created_at: float,
+    def write_snapshot_ahead(self, snapshot_id: str, created_at: float,
                              runs: list[tuple[int, int]]) -> None:
         """0.18.2-0.19, when the engine returned: Hermes is about to archive every live row
         (``active = 0, compacted = 1``) and keeps them verbatim under the same id, so the
@@ -835,7 +837,7 @@ class _Operation:
         does not flush them before archiving), rows other writers stored meanwhile, or
         content Hermes stores differently from the agent's list. ``runs``: the live row ids
         read when the engine returned."""
-        if snapshot_id is not None and host.session_db(self.agent) is not None:
+        if host.session_db(self.agent) is not None:
             if runs and self.store_reference(snapshot_id, created_at, runs, matching=self.before) is not None:
                 return
         self.write_snapshot(snapshot_id, created_at)
@@ -849,7 +851,7 @@ class _Operation:
             matching=matching,
         )
 
-    def write_snapshot(self, snapshot_id: str | None, created_at: float) -> None:
+    def write_snapshot(self, snapshot_id: str, created_at: float) -> None:
         """Store the pre-compression transcript verbatim (indexed for recall by the first recall that needs it)."""
         self.store.write_snapshot(
             snapshot_id=snapshot_id,

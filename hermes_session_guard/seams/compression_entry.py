@@ -44,7 +44,7 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 agent, rest = instance, args
             else:
                 agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
-            messages = rest[0] if rest else kwargs.get("messages")
+            messages: Any = rest[0] if rest else kwargs.get("messages")  # Hermes's argument, passed on as given
             system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
             return guarded_compression(
                 runtime, strategy, agent, messages, call_host,

@@ -80,7 +80,7 @@ def merge(host: list[dict[str, Any]], guard: list[dict[str, Any]], ranks: dict[i
         return sorted([*host, *guard], key=lambda r: float(r.get("timestamp") or 0.0), reverse=sort == "newest")
     if not ranks:
         return [*host, *guard]
-    keyed = [(ranks.get(r.get("id"), float("-inf")), 0, i, r) for i, r in enumerate(host)]
+    keyed = [(ranks.get(r.get("id", -1), float("-inf")), 0, i, r) for i, r in enumerate(host)]
     keyed += [(r.get("_rank", 0.0), 1, i, r) for i, r in enumerate(guard)]
     return [r for *_k, r in sorted(keyed, key=lambda k: (k[0], k[1], k[2]))]
 
@@ -166,7 +166,7 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 def _with_snapshots(runtime: Runtime, db: Any, sessions: list[dict[str, Any]]) -> None:
     store = runtime.store_for(db.db_path)
     counts = search_index.snapshot_counts(store)
-    wanted = [s.get("id") for s in sessions if isinstance(s, dict) and s.get("id") in counts]
+    wanted = [s["id"] for s in sessions if isinstance(s, dict) and s.get("id") in counts]
     if not wanted:
         return
     found = search_index.snapshots_for_export(store, wanted)

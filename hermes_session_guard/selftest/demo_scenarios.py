@@ -323,7 +323,7 @@ def run_demo(root: Path, release_default: bool) -> dict[str, Any]:
         probe.write_config(root / "discovery", llm.base_url, in_place=in_place, extra=DEMO_CONFIG)
         os.environ["HERMES_HOME"] = str(root / "discovery")
         probe.discover_guard()
-        scenarios = []
+        scenarios: list[dict[str, Any]] = []
         for name, title, body in (
             ("A", "compression during a gateway turn (a follow-up arrives meanwhile)",
              lambda home, rt: anomaly_a(llm, home, rt)),

@@ -578,7 +578,7 @@ class _Handler(BaseHTTPRequestHandler):
             return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
         self._start_stream()
-        message = {
+        message: dict[str, Any] = {
             "id": f"msg_{uuid.uuid4().hex[:24]}",
             "type": "message",
             "role": "assistant",
@@ -852,6 +852,7 @@ class FakeLLMServer:
         return found[0]
 
     def _reply_for(self, kind: RequestKind, body: dict[str, Any]) -> str | ToolCallReply:
+        fn: Callable[[dict[str, Any]], str | ToolCallReply] | None
         if kind == "summary":
             fn, text = self.summary_fn, self.summary_text
         else:

@@ -58,7 +58,7 @@ def make_adapter_class(record_edits: bool = False) -> type:
     if not record_edits:
         return FakeAdapter
 
-    class EditingAdapter(FakeAdapter):  # type: ignore[misc, valid-type]
+    class EditingAdapter(FakeAdapter):
         async def edit_message(self, chat_id: str, message_id: str, content: str, **_: Any) -> Any:
             self.delivered.append(content)
             return SendResult(success=True, message_id=message_id)

@@ -440,7 +440,7 @@ def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: lis
     chats = [c for c in llm.chat_requests()
              if any(isinstance(m, dict) and m.get("content") == "probe: one more question"
                     for m in c.body.get("messages", []))]
-    sent = max((c.body.get("messages", []) for c in chats), key=len, default=[])  # a title request is short
+    sent: list[Any] = max((c.body.get("messages", []) for c in chats), key=len, default=[])  # a title request is short
     carried = any(is_summary_text(str(m.get("content"))) for m in sent)
     clean = not llm.violations and not any("is_compressed_summary" in m for m in sent if isinstance(m, dict))
     return result.check(
@@ -513,7 +513,7 @@ def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> Pr
             all(s.state in ("patched", "not-needed") or s in unreachable for s in runtime.seams),
             "; ".join(f"{s.name}: {s.state} {s.reason}" for s in runtime.seams
                       if s.state not in ("patched", "not-needed") and s not in unreachable)
-            or "; ".join(f"{s.name}: not reachable, Hermes cannot import {broken[_row_module(runtime, s.name)]}"
+            or "; ".join(f"{s.name}: not reachable, Hermes cannot import {broken[_row_module(runtime, s.name) or '']}"
                          for s in unreachable)
             or ", ".join(waiting),
         )

@@ -104,7 +104,7 @@ class RecallIndexRepository(StoreConnection):
         ``index_text``: by a compression, which leaves indexing to the first recall, or
         by an older guard), of these sessions or, with ``None``, of every session.
         Returns how many were indexed."""
-        where, params = "", ()
+        where, params = "", tuple[str, ...]()
         if session_ids is not None:
             ids = list(session_ids)
             if not ids:
@@ -254,7 +254,8 @@ class RecallIndexRepository(StoreConnection):
             ).fetchall()
         allowed = set(session_ids)
         docs = [
-            RecallDoc(*row[:8], message=None if row[8] is None else _row_message(row[8], row[9]))
+            RecallDoc(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                      message=None if row[8] is None else _row_message(row[8], row[9]))
             for row in rows if row[1] in allowed and row[0] not in (exclude or ())
         ]
         return docs[:limit]

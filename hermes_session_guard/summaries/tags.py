@@ -39,7 +39,7 @@ _HEADER_SNAPSHOT_RE = re.compile(r"^\[Original context: session [^\n\]]*?, snaps
 def is_summary_text(text: str | None) -> bool:
     """True when ``text`` carries a compaction summary, standalone or merged into
     another message (0.19 puts the prefix after a merge delimiter, so look anywhere)."""
-    return bool(text) and any(p in text for p in host_port.summary_prefixes())
+    return text is not None and any(p in text for p in host_port.summary_prefixes())
 
 
 def is_tagged(message: Any) -> bool:

@@ -58,7 +58,7 @@ def display_messages(messages: list[Any], mode: str, known_hashes: Collection[st
         text = message_text(message)
         # A summary in an engine's own format (tagged from what the compaction produced)
         # is the whole message; only a Hermes summary can be merged into a turn.
-        rest = original_part(text) if split_summary(text)[1] else ""
+        rest = original_part(text) if text and split_summary(text)[1] else ""
         if rest:
             clean = {k: v for k, v in message.items() if k != SUMMARY_TAG and not k.startswith("_compressed")}
             clean["content"] = rest

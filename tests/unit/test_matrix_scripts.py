@@ -92,7 +92,7 @@ def test_table_is_green_only_when_every_cell_is(capsys: pytest.CaptureFixture[st
         "baseline": {"passed": 245, "failed": 0}, "new_failures": [], "expected_differences": [],
         "guarded_compressions": 0,
     })
-    cells = [matrix.Cell("-", "unit", True, 79), matrix.Cell("-", "ruff", True),
+    cells = [matrix.Cell("-", "unit", True, 79), matrix.Cell("-", "lint", True),
              matrix.Cell("0.14.0", "host", True, 12, 0, 1), hermes]
     assert matrix.print_table(cells) is True
     out = capsys.readouterr().out
