@@ -70,7 +70,7 @@ def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
 
 def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
-    """A guard error before the host's compression ran (ADR D4, D15): this compression
+    """A guard error before the host's compression ran (ADR 0008, ADR 0019): this compression
     is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
     can fork on every release). The caller's messages come back unchanged, with the
     prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
@@ -110,7 +110,7 @@ def stepped_aside(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, .
     (0.18+): the guard steps aside and Hermes's own compaction runs as without the guard,
     in place (the id is kept), so installing the guard never stops compaction. One ERROR
     line and a ``compression.failed`` event (``stage=before_host``, ``stepped_aside``) name
-    the cause. On a rotating host the D15 rule stands instead (:func:`skipped_before_host`)."""
+    the cause. On a rotating host the ADR 0019 rule stands instead (:func:`skipped_before_host`)."""
     cause = f"{type(exc).__name__}: {exc}"
     sid = None
     try:

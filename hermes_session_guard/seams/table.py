@@ -58,7 +58,7 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
     SessionDB: ``absent`` (0.13-0.17: it cannot rotate; the gateway rewrites the
     transcript itself) or ``passed`` (0.18+).
 
-Failure policies (the ADR explains each choice):
+Failure policies (ADR 0008 explains each choice):
 
 ``open``
     a guard error before the host runs hands the call to the host untouched
@@ -229,7 +229,7 @@ SEAMS: tuple[SeamRow, ...] = (
     *seam(
         "compression",
         module="agent.conversation_compression",
-        failure_policy="closed",  # a guard error before the host ran skips the compression (ADR D4, D15)
+        failure_policy="closed",  # a guard error before the host ran skips the compression (ADR 0008, ADR 0019)
         attribute="compress_context",
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,

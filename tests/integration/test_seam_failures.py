@@ -2,8 +2,8 @@
 
 For every row of the seam table that wraps something on the installed Hermes, an
 exception is injected into the guard's own code behind that seam, the host is
-driven through it, and the test asserts the row's ``failure_policy`` as the ADR
-(D4) words it: fail open means Hermes does what it does without the guard and
+driven through it, and the test asserts the row's ``failure_policy`` as ADR
+0008 words it: fail open means Hermes does what it does without the guard and
 one ERROR line names the seam; fail closed means the guarded action is refused
 and says so. Whatever the policy, a real turn is still answered afterwards.
 
@@ -143,7 +143,7 @@ def _compression(ctx: Ctx) -> None:
     # and Hermes's own compaction runs, in place (ADR 0002): the id stays, the transcript is
     # compacted, one ERROR line and a compression.failed event name the cause. On a rotating
     # host (0.13-0.17) it is skipped instead, never run unguarded (the host would rotate the
-    # id, ADR D15): messages and id unchanged; the next attempt compresses, guarded.
+    # id, ADR 0019): messages and id unchanged; the next attempt compresses, guarded.
     agent, messages = ctx.seeded(SID)
     contents = [m["content"] for m in messages]
     with ctx.monkeypatch.context() as patch:
