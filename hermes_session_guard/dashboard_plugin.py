@@ -47,7 +47,6 @@ log = logging.getLogger("hermes_session_guard")
 
 DIR_NAME = "session-guard-dashboard"
 PLUGIN_NAME = "session-guard"
-STATUS_PATH = f"/api/plugins/{PLUGIN_NAME}/status"
 
 MANIFEST = {
     "name": PLUGIN_NAME,

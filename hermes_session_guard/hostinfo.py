@@ -103,11 +103,6 @@ def installed_version() -> str | None:
     return host.version if host else None
 
 
-def install_path() -> str | None:
-    host = find_host()
-    return host.path if host else None
-
-
 def hermes_home() -> Path:
     """``HERMES_HOME`` as Hermes resolves it (env var, else ``~/.hermes``)."""
     val = os.environ.get("HERMES_HOME", "").strip()

@@ -60,34 +60,12 @@ class FailurePolicy(StrEnum):
     NONE = ""  # a row that wraps nothing
 
 
-class BusyQueue(StrEnum):
-    """The gateway's follow-up handling while a session runs."""
-
-    SINGLE_SLOT = "single_slot"
-    FIFO = "fifo"
-    FIFO_DEMOTES_INTERRUPT = "fifo_demotes_interrupt"
-
-
-class HygieneSessionDb(StrEnum):
-    """Whether gateway session hygiene builds its throwaway agent with the SessionDB."""
-
-    ABSENT = "absent"
-    PASSED = "passed"
-
-
 class GatewayTranscript(StrEnum):
     """What the guard re-bases in the gateway's transcript bookkeeping after a compaction."""
 
     JSONL_AND_OFFSET = "jsonl_and_offset"
     OFFSET = "offset"
     HOST = "host"
-
-
-class HostStrips(StrEnum):
-    """Which message keys the host itself strips before a request."""
-
-    NOTHING = "nothing"
-    UNDERSCORE_KEYS = "underscore keys"
 
 
 class SessionFrom(StrEnum):
@@ -133,11 +111,7 @@ class Behaviour(Mapping[str, str]):
     lock: LockMode | None = None
     lock_failure: FailurePolicy | None = None
     native_summary_key: str | None = None  # "" or "_compressed_summary"
-    busy_queue: BusyQueue | None = None
-    hygiene_session_db: HygieneSessionDb | None = None
     transcript: GatewayTranscript | None = None
-    host_strips: HostStrips | None = None
-    storage: str | None = None  # the guard table a seam keeps its data in
     lease_table: str | None = None
     session_from: SessionFrom | None = None
 
@@ -181,11 +155,7 @@ _TYPES: dict[str, type] = {
     "lock": LockMode,
     "lock_failure": FailurePolicy,
     "native_summary_key": str,
-    "busy_queue": BusyQueue,
-    "hygiene_session_db": HygieneSessionDb,
     "transcript": GatewayTranscript,
-    "host_strips": HostStrips,
-    "storage": str,
     "lease_table": str,
     "session_from": SessionFrom,
 }

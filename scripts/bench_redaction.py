@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     redact("warm up: password=hunter22")  # loads and compiles the rule sets
-    stats = rule_set.rule_stats()
+    rules = rule_set.rule_set()
+    stats = dict(rules.stats) if rules else {}
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}"
           if hasattr(os, "getloadavg") else f"python {sys.version.split()[0]}")
     print("rule sets: " + ", ".join(f"{k} {v}" for k, v in stats.items()))

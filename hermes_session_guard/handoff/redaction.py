@@ -324,11 +324,6 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
     return redact_continuations(text)
 
 
-def rules_available() -> bool:
-    """Whether the provider rule sets loaded (see :mod:`.rule_set`)."""
-    return rule_set.rule_set() is not None
-
-
 def redact(text: str, host_redactor: Callable[[str], str] | None = None) -> str:
     """All passes: normalise, the provider rule sets and the guard's rules, then the
     host's function (``None``: skipped). A failing pass never undoes the ones before it."""

@@ -12,7 +12,7 @@ Two maintained sets feed one engine:
 - detect-secrets' pattern plugins (the installed ``detect-secrets``): their ``denylist``
   expressions, without the plugin machinery (which costs seconds per megabyte).
 
-What is used, and what is not (counted in :func:`rule_stats`):
+What is used, and what is not (counted in ``RuleSet.stats``):
 
 - CredSweeper ``pattern`` and ``multi`` rules: every pattern of a rule runs on its own;
   the ``value`` group (the whole match when there is none) is masked;
@@ -244,11 +244,6 @@ def rule_set() -> RuleSet | None:
                             "are redacted by the other passes only", type(exc).__name__, exc)
                 _state["rules"] = None
         return _state["rules"]
-
-
-def rule_stats() -> dict[str, int]:
-    rs = rule_set()
-    return dict(rs.stats) if rs else {}
 
 
 def _windows(start: int, end: int) -> list[tuple[int, int]]:

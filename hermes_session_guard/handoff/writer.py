@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,6 @@ class HandoffOutcome:
     packet_path: Path | None = None
     seq: int | None = None
     reason: str = ""
-    routing_keys: list[str] = field(default_factory=list)
 
 
 # -- collecting what goes into a packet -------------------------------------------------
@@ -331,7 +330,7 @@ def _fork(
         max_auto_handoffs=runtime.config.handoff.max_auto_handoffs,
     )
     _tell_user(runtime, agent, child, fork_text(child, sid, path))
-    return HandoffOutcome("forked", sid, child_session_id=child, packet_path=path, seq=seq, routing_keys=keys)
+    return HandoffOutcome("forked", sid, child_session_id=child, packet_path=path, seq=seq)
 
 
 # -- on request (slash command, CLI) -----------------------------------------------------

@@ -80,9 +80,6 @@ class EngineSupport:
     def all_hold(self) -> bool:
         return all(p.state == HOLDS for p in self.promises)
 
-    def not_held(self) -> list[Promise]:
-        return [p for p in self.promises if p.state != HOLDS]
-
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "all_hold": self.all_hold}
 

@@ -208,22 +208,6 @@ class Inbox:
                     nxt = InboxEntry.from_row(row)
         return settled, nxt
 
-    def dispatch_next(self, session_key: str, owner: str) -> InboxEntry | None:
-        """Move the oldest buffered message of this session to dispatched (owned by ``owner``)."""
-        now = time.time()
-        with self.store.transaction(wait_for_disk=False) as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM session_guard_inbox WHERE session_key = ? AND state = ? ORDER BY seq LIMIT 1",
-                (session_key, BUFFERED),
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                "UPDATE session_guard_inbox SET state = ?, dispatched_at = ?, owner = ? WHERE seq = ?",
-                (DISPATCHED, now, owner, row[0]),
-            )
-        return InboxEntry.from_row(row)
-
     def requeue(self, seq: int) -> bool:
         """Put a dispatched message back in the queue (it keeps its place)."""
         with self.store.transaction(wait_for_disk=False) as conn:

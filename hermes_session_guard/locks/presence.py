@@ -6,9 +6,9 @@ its identity (host, boot, pid, start time; :mod:`.liveness`), what it is
 (``agent``; ``gateway`` once the gateway's seams used it) and when.
 It withdraws the row when it exits normally. A process that was killed leaves
 its row behind; any reader on the same machine sees from the identity that it is
-dead and leaves it out (``prune_dead`` deletes such rows). A row written on
-another machine is believed while its heartbeat (written when the process
-announced itself) is younger than ``REMOTE_FRESH_SECONDS``.
+dead and leaves it out. A row written on another machine is believed while its
+heartbeat (written when the process announced itself) is younger than
+``REMOTE_FRESH_SECONDS``.
 
 ``repair --apply`` refuses while any live process other than itself is listed.
 Only sqlite, psutil and atexit: the same on Windows services.
@@ -157,19 +157,3 @@ def running(conn: sqlite3.Connection, *, now: float | None = None, include_self:
             continue
         out.append(Presence(str(identity), int(pid), str(kind), float(started), float(beat), state))
     return out
-
-
-def prune_dead(db_path: Path | str) -> int:
-    """Delete the rows of processes that are provably gone; returns how many."""
-    conn = _connect(Path(db_path))
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(DDL)
-        rows = conn.execute("SELECT identity FROM session_guard_processes").fetchall()
-        dead = [r[0] for r in rows if liveness.holder_dead(r[0])]
-        for identity in dead:
-            conn.execute("DELETE FROM session_guard_processes WHERE identity = ?", (identity,))
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    return len(dead)

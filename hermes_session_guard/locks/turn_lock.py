@@ -296,11 +296,6 @@ class TurnLocks:
         if ticket.grant is None:
             self._leave(ticket)
 
-    def queued(self, session_id: str) -> int:
-        with self._cond:
-            s = self._sessions.get(session_id)
-            return len(s.queue) if s else 0
-
     def close(self) -> None:
         self._locks.close()
 

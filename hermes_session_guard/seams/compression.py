@@ -136,7 +136,6 @@ from ..summaries.tags import (
 DETACH_DB = Strategy.DETACH_DB
 HOST_IN_PLACE = Strategy.HOST_IN_PLACE
 HOST_NATIVE = Strategy.HOST_NATIVE
-STRATEGIES = (DETACH_DB, HOST_IN_PLACE, HOST_NATIVE)
 IN_PLACE_STRATEGIES = (HOST_IN_PLACE, HOST_NATIVE)  # the host keeps the id itself: stepping aside cannot rotate
 
 log = logging.getLogger("hermes_session_guard")

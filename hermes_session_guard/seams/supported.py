@@ -1,9 +1,9 @@
 """The Hermes releases this package declares support for, and how the installed one compares.
 
-``SUPPORTED_HERMES`` is what ``pyproject.toml`` declares as the optional extra
-``hermes-session-guard[hermes]`` (a unit test keeps the two equal, and both equal
-to the span the seam table covers). It is an extra, not a dependency, so that
-installing the guard never up- or downgrades the Hermes a user already runs;
+``SUPPORTED_LOW`` and ``SUPPORTED_HIGH`` bound what ``pyproject.toml`` declares as
+the optional extra ``hermes-session-guard[hermes]`` (a unit test keeps the two equal,
+and both equal to the span the seam table covers). It is an extra, not a dependency,
+so that installing the guard never up- or downgrades the Hermes a user already runs;
 ``selftest`` prints :func:`describe` instead.
 """
 
@@ -13,7 +13,6 @@ from ..hostinfo import parse_version
 
 SUPPORTED_LOW = "0.13"
 SUPPORTED_HIGH = "0.23"
-SUPPORTED_HERMES = f"hermes-agent>={SUPPORTED_LOW},<{SUPPORTED_HIGH}"
 EXTRA = "hermes-session-guard[hermes]"
 
 

@@ -48,15 +48,6 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
 ``native_summary_key``
     ``""`` or ``_compressed_summary`` (0.17+: the host tags its summary message
     in memory; no DB column).
-``busy_queue``
-    the gateway's follow-up handling while a session runs: ``single_slot``
-    (0.13-0.16: a second text message replaces the first), ``fifo`` (0.17: up to
-    32 in order), ``fifo_demotes_interrupt`` (0.18+: and ``interrupt`` becomes
-    ``queue`` while a compression lock is held).
-``hygiene_session_db``
-    whether gateway session hygiene builds its throwaway agent with the
-    SessionDB: ``absent`` (0.13-0.17: it cannot rotate; the gateway rewrites the
-    transcript itself) or ``passed`` (0.18+).
 
 Failure policies (ADR 0008 explains each choice):
 
@@ -240,8 +231,6 @@ SEAMS: tuple[SeamRow, ...] = (
             "lock": LOCK_NATIVE,
             "lock_failure": "closed",
             "native_summary_key": "",
-            "busy_queue": "single_slot",
-            "hygiene_session_db": "absent",
         },
         requires=(_NATIVE_LOCK,),
         ranges={
@@ -260,20 +249,18 @@ SEAMS: tuple[SeamRow, ...] = (
             },
             "0.17.0-0.18.0": {
                 "behaviour": {"transcript_order": "timestamp", "flush_cursor": "identity",
-                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo"},
+                              "native_summary_key": "_compressed_summary"},
                 "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
             },
             "0.18.0-0.20.0": {
                 "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
-                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
-                              "hygiene_session_db": "passed"},
+                              "native_summary_key": "_compressed_summary"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE),
                 "note": "host has in-place compaction and a native lock; force in-place on",
             },
             "0.20.0+": {
                 "behaviour": {"strategy": HOST_NATIVE, "lock": "host", "flush_cursor": "marker",
-                              "native_summary_key": "_compressed_summary", "busy_queue": "fifo_demotes_interrupt",
-                              "hygiene_session_db": "passed"},
+                              "native_summary_key": "_compressed_summary"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE, _TURN_LEASE),
                 "note": "native mode: Hermes compacts in place under its own holder-checked lock; the guard tags, "
                         "references the archived rows and records (seams/native_compaction.py)",
@@ -375,17 +362,14 @@ SEAMS: tuple[SeamRow, ...] = (
         failure_policy="closed",
         ranges={
             "0.13.0-0.15.0": {
-                "behaviour": {"host_strips": "nothing"},
                 "note": "0.13-0.14 send every message key: strip is_compressed_summary and _compressed_summary",
             },
             "0.15.0-0.21.0": {
-                "behaviour": {"host_strips": "underscore keys"},
                 "note": "host strips only _-prefixed keys (chat completions transport): strip is_compressed_summary "
                 "too",
             },
             "0.21.0+": {
                 "module": "agent.agent_runtime_helpers", "attribute": "sanitize_api_messages",
-                "behaviour": {"host_strips": "underscore keys"},
                 "note": "AIAgent._sanitize_api_messages is a lazy forwarder to this function (0.21+)",
             },
         },
@@ -584,14 +568,13 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges=EVERY_RELEASE,
     ),
     # Messages for a session that is compressing (see buffering). What the host does with
-    # them instead differs (the compression rows' busy_queue); the targets do not.
+    # them instead differs by release (the range notes); the targets do not.
     *seam(
         "busy_message",
         module="gateway.run",
         attribute="GatewayRunner._handle_active_session_busy_message",
         params=("self", "event", "session_key"),
         wrapper=busy_message_wrapper,
-        behaviour={"storage": "session_guard_inbox"},
         requires=("tools.approval:has_blocking_approval",),  # read by host.approval_pending
         ranges={
             "0.13.0-0.18.0": {"note": "0.13-0.16 interrupt the agent by default and keep one pending message (a "

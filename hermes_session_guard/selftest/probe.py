@@ -157,28 +157,6 @@ def capture_host_compression_logs() -> Iterator[list[str]]:
                 lines.append(f"{tag} {msg}" if tag else msg)
 
 
-@contextmanager
-def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
-    """Capture Hermes's ``context compression`` lines and the guard's own lines, each
-    with the ``[session]`` tag Hermes's log record factory put on it and its thread."""
-    cap = _Capture()
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(cap)
-    root.setLevel(min(old_level or logging.INFO, logging.INFO))
-    out: list[dict[str, Any]] = []
-    try:
-        yield out
-    finally:
-        root.removeHandler(cap)
-        root.setLevel(old_level)
-        for rec in cap.records:
-            msg = rec.getMessage()
-            if "context compression" in msg or rec.name == "hermes_session_guard":
-                tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
-                out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
-
-
 def session_ids_in(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
@@ -186,11 +164,6 @@ def session_ids_in(lines: list[str]) -> list[str]:
             if token.startswith("session="):
                 out.append(token.split("=", 1)[1])
     return out
-
-
-def log_tags_in(lines: list[str]) -> list[str]:
-    """The ``[session]`` tags at the start of captured lines ("" where a line had none)."""
-    return [line[1:line.index("]")] if line.startswith("[") else "" for line in lines]
 
 
 def sessions_table(db_path: Path) -> list[dict[str, Any]]:

@@ -205,9 +205,6 @@ class Passage:
     order: tuple[Any, ...] = ()
 
 
-ArchivedSource = Callable[[str], None]
-
-
 @dataclass
 class Recall:
     """One recall for the session ``session_id`` (the host says who is calling)."""

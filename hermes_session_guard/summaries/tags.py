@@ -127,9 +127,6 @@ def tag_recorded(messages: list[Any], hashes: Collection[str], snapshot_ids: Col
     return found
 
 
-content_hash = text_hash
-
-
 # -- the recall header ---------------------------------------------------------------
 
 

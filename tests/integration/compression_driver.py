@@ -16,12 +16,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self._records_lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._records_lock:
+            self.records.append(record)
+
+
+@contextmanager
+def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
+    """Capture Hermes's ``context compression`` lines and the guard's own lines, each
+    with the ``[session]`` tag Hermes's log record factory put on it and its thread."""
+    cap = _Capture()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(cap)
+    root.setLevel(min(old_level or logging.INFO, logging.INFO))
+    out: list[dict[str, Any]] = []
+    try:
+        yield out
+    finally:
+        root.removeHandler(cap)
+        root.setLevel(old_level)
+        for rec in cap.records:
+            msg = rec.getMessage()
+            if "context compression" in msg or rec.name == "hermes_session_guard":
+                tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
+                out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -47,7 +83,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(0.02)
 
     crossed_at = time.time()
-    with probe.capture_compression_records() as records:
+    with capture_compression_records() as records:
         result = agent.run_conversation(f"{args.tag}-next: question from {args.tag}", conversation_history=history)
     return {
         "pid": os.getpid(),

@@ -127,3 +127,8 @@ def new_agent(db: Any, llm: FakeLLMServer, sid: str, mode: str, **kwargs: Any) -
     if HOST_HAS_IN_PLACE:
         agent.compression_in_place = mode == "in_place"
     return agent
+
+
+def log_tags_in(lines: list[str]) -> list[str]:
+    """The ``[session]`` tags at the start of captured log lines ("" where a line had none)."""
+    return [line[1:line.index("]")] if line.startswith("[") else "" for line in lines]

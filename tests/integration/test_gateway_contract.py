@@ -13,7 +13,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
-from .conftest import HOST_HAS_IN_PLACE
+from .conftest import HOST_HAS_IN_PLACE, log_tags_in
 
 
 def run(coro: Any) -> Any:
@@ -85,7 +85,7 @@ def test_session_hygiene_keeps_routing_on_the_same_id(guard: Any, llm: FakeLLMSe
 
     assert lines and set(probe.session_ids_in(lines)) == {sid}, lines
     # the executor thread that ran hygiene tagged the operation's lines with S
-    assert set(probe.log_tags_in(lines)) == {sid}, lines
+    assert set(log_tags_in(lines)) == {sid}, lines
     assert gw.bound_session_id() == sid
     assert gw.replies()[-1] == "answer after hygiene"
     live = _assert_one_live_session(home, sid)

@@ -19,6 +19,7 @@ from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
+from .compression_driver import capture_compression_records
 from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, HOST_ROW, MODE_PARAMS, new_agent
 
 # The lease the guard holds (the seam table's lock): Hermes's compression_locks from 0.16.
@@ -413,7 +414,7 @@ def test_five_sessions_compress_at_once_without_aliasing(
         barrier.wait(10)
         return _compress(agents[i], lists[i])
 
-    with probe.capture_compression_records() as records:
+    with capture_compression_records() as records:
         runs = [_in_thread(lambda i=i: compress(i)) for i in range(n)]
         try:
             # all the summaries in flight at once: nothing serialises distinct sessions

@@ -13,7 +13,7 @@ from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
+from .conftest import HOST_HAS_IN_PLACE, MODES, log_tags_in, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
@@ -66,7 +66,7 @@ def test_direct_compression_keeps_every_id(guard: Any, db: Any, llm: FakeLLMServ
     # 2. the host's own started/done lines name the same id
     ids = probe.session_ids_in(lines)
     assert len(ids) >= 2 and set(ids) == {SID}, lines
-    assert set(probe.log_tags_in(lines)) == {SID}, lines
+    assert set(log_tags_in(lines)) == {SID}, lines
     # 3. no child, not ended, the compacted transcript is live under S
     rows = probe.sessions_table(home / "state.db")
     assert [r["id"] for r in rows] == [SID]

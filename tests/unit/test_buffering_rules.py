@@ -18,6 +18,8 @@ from hermes_session_guard.inbox.repository import BUFFERED, DISPATCHED, Inbox
 from hermes_session_guard.runtime import Runtime
 from hermes_session_guard.seams import buffering
 
+from .inbox_steps import dispatch_next
+
 KEY = "agent:main:telegram:dm:42"
 
 
@@ -218,7 +220,7 @@ def test_replayed_message_finding_its_session_busy_goes_back_in_line(runtime: Ru
     busy(runtime, runner, Event("a"))
     busy(runtime, runner, Event("b"))
     owner = buffering.runner_state(runner).owner
-    head = inbox(runtime, runner).dispatch_next(KEY, owner)
+    head = dispatch_next(inbox(runtime, runner), KEY, owner)
     assert head is not None
     replayed = Event("a")
     setattr(replayed, host.INBOX_TAG, head.seq)
@@ -274,7 +276,7 @@ def test_replay_settles_a_message_its_dead_runner_already_wrote_behind_an_async_
     busy(runtime, runner, Event("a"))
     busy(runtime, runner, Event("b"))
     runtime.compressing.end("S1", "op1")
-    assert inbox(runtime, runner).dispatch_next(KEY, "dead-runner") is not None
+    assert dispatch_next(inbox(runtime, runner), KEY, "dead-runner") is not None
     written = [{"role": "user", "content": "a", "timestamp": time.time()}]
     runner._session_db = AsyncDoor(SimpleNamespace(db_path=runner._session_db.db_path,
                                                    get_messages=lambda sid: written if sid == "S1" else []))

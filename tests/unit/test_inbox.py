@@ -16,6 +16,8 @@ from hermes_session_guard.contract.compressing import CompressingSessions
 from hermes_session_guard.inbox.repository import BUFFERED, DELIVERED, DISPATCHED, FAILED, Inbox, InboxEntry, InboxFull
 from hermes_session_guard.store import GuardStore
 
+from .inbox_steps import dispatch_next
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[GuardStore]:
@@ -78,9 +80,9 @@ def test_settle_leaves_other_runners_and_kept_messages_alone(store: GuardStore) 
     inbox = Inbox(store)
     for k in range(3):
         _append(inbox, "chat", f"m{k}")
-    mine = inbox.dispatch_next("chat", "me")
-    theirs = inbox.dispatch_next("chat", "dead-runner")
-    handed = inbox.dispatch_next("chat", "me")
+    mine = dispatch_next(inbox, "chat", "me")
+    theirs = dispatch_next(inbox, "chat", "dead-runner")
+    handed = dispatch_next(inbox, "chat", "me")
     assert mine and theirs and handed
     settled, _ = inbox.settle_and_dispatch("chat", "me", keep={handed.seq}, dispatch=False)
     assert [e.text for e in settled] == ["m0"]
@@ -92,10 +94,10 @@ def test_requeued_message_keeps_its_place(store: GuardStore) -> None:
     inbox = Inbox(store)
     for k in range(3):
         _append(inbox, "chat", f"m{k}")
-    first = inbox.dispatch_next("chat", "dead")
+    first = dispatch_next(inbox, "chat", "dead")
     assert first is not None and inbox.requeue(first.seq)
     assert not inbox.requeue(first.seq)  # already back in the queue
-    again = inbox.dispatch_next("chat", "me")
+    again = dispatch_next(inbox, "chat", "me")
     assert again is not None and again.text == "m0"
 
 
@@ -186,7 +188,7 @@ def test_the_append_commit_waits_for_the_disk_and_later_changes_do_not(
     monkeypatch.setattr(store, "transaction", spy)
     inbox = Inbox(store)
     _append(inbox, "chat-a", "a0")
-    head = inbox.dispatch_next("chat-a", "runner")
+    head = dispatch_next(inbox, "chat-a", "runner")
     assert head is not None
     inbox.settle_and_dispatch("chat-a", "runner")
     store.begin_compression("op", "S", 3)  # neither: the connection's own level

@@ -11,20 +11,19 @@ import pytest
 
 from hermes_session_guard.host import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
+from hermes_session_guard.seam_behaviour import Strategy
 from hermes_session_guard.seams import table as seams
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE, STRATEGIES
+from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE
 
 ROOT = Path(__file__).resolve().parents[2]
 
 ALLOWED = {
-    "strategy": set(STRATEGIES),
+    "strategy": set(Strategy),
     "flush_cursor": set(FLUSH_CURSORS),
     "transcript_order": {"id", "timestamp"},
     "lock": {"guard", "native", "host"},
     "lock_failure": {"closed", "open"},
     "native_summary_key": {"", "_compressed_summary"},
-    "busy_queue": {"single_slot", "fifo", "fifo_demotes_interrupt"},
-    "hygiene_session_db": {"absent", "passed"},
 }
 
 # What the wheels say, release by release (docs/compatibility.md has the sources).
@@ -146,13 +145,14 @@ def test_a_seam_entry_expands_to_one_row_per_range_clipped_to_the_covered_releas
 ) -> None:
     monkeypatch.setattr(seams, "COVERED", (("0.13.0", "0.18.0"), ("0.18.2", "0.20.0")))  # a table with a gap
     rows = seams.seam("demo", module="m", attribute="A.f", params=("self",), wrapper=seams.compression_wrapper,
-                      behaviour={"storage": "1", "lease_table": "1"}, note="shared",
+                      behaviour={"native_summary_key": "1", "lease_table": "1"}, note="shared",
                       ranges={"0.17.0+": {"behaviour": {"lease_table": "2"}}, "0.13.0-0.15.0": {"attribute": "A.g"}})
     assert [(r.since, r.until) for r in rows] == [((0, 13, 0), (0, 15, 0)), ((0, 17, 0), (0, 18, 0)),
                                                   ((0, 18, 2), (0, 20, 0))]
     assert [r.target for r in rows] == ["m:A.g", "m:A.f", "m:A.f"]
-    assert [r.behaviour for r in rows] == [{"storage": "1", "lease_table": "1"}, {"storage": "1", "lease_table": "2"},
-                                           {"storage": "1", "lease_table": "2"}]
+    assert [r.behaviour for r in rows] == [{"native_summary_key": "1", "lease_table": "1"},
+                                           {"native_summary_key": "1", "lease_table": "2"},
+                                           {"native_summary_key": "1", "lease_table": "2"}]
     assert {r.note for r in rows} == {"shared"} and {r.seam for r in rows} == {"demo"}
     assert not any(r.covers((0, 18, 1)) for r in rows)  # a gap between spans stays uncovered
 
@@ -181,9 +181,9 @@ def test_a_new_release_is_a_table_edit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(seams, "COVERED", (("0.13.0", "0.18.0"), ("0.18.2", "0.21.0")))
     unchanged = seams.seam("demo", module="m", attribute="f", ranges={"0.13.0+": {}})
     assert unchanged[-1].covers((0, 20, 0)) and not unchanged[-1].covers((0, 21, 0))
-    changed = seams.seam("demo", module="m", attribute="f", behaviour={"storage": "old"},
-                         ranges={"0.13.0-0.20.0": {}, "0.20.0+": {"behaviour": {"storage": "new"}}})
-    assert [(r.range_text, r.behaviour["storage"]) for r in changed] == [
+    changed = seams.seam("demo", module="m", attribute="f", behaviour={"lease_table": "old"},
+                         ranges={"0.13.0-0.20.0": {}, "0.20.0+": {"behaviour": {"lease_table": "new"}}})
+    assert [(r.range_text, r.behaviour["lease_table"]) for r in changed] == [
         (">=0.13.0,<0.18.0", "old"), (">=0.18.2,<0.20.0", "old"), (">=0.20.0,<0.21.0", "new")]
 
 

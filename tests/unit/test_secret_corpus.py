@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.audit import AuditLog, read_events
-from hermes_session_guard.handoff import redaction, rule_set
+from hermes_session_guard.handoff import rule_set
 from hermes_session_guard.handoff.packet import MAX_NOTE_CHARS, MAX_REQUEST_CHARS, PacketInputs, render_packet
 from hermes_session_guard.handoff.redaction import MASK, normalise, redact, redact_guard_patterns
 
@@ -84,8 +84,8 @@ def test_zero_width_characters_do_not_split_a_key() -> None:
 def test_detect_secrets_patterns_are_in_the_rule_set() -> None:
     """A Mailchimp key is left to detect-secrets' plugin: the guard has no rule of its own for it."""
     mailchimp = "mailchimp 0123456789abcdef0123456789abcdef-us12 ok"
-    assert redaction.rules_available()
-    assert rule_set.rule_stats()["detect_secrets_plugins"] >= 15
+    rules = rule_set.rule_set()
+    assert rules is not None and rules.stats["detect_secrets_plugins"] >= 15
     assert "0123456789abcdef0123456789abcdef" in redact_guard_patterns(mailchimp, with_rule_sets=False)
     assert "0123456789abcdef0123456789abcdef" not in rule_set.redact_with_rules(mailchimp, MASK)
     assert "0123456789abcdef0123456789abcdef" not in redact(mailchimp)
@@ -98,7 +98,7 @@ def test_without_the_rule_sets_the_guards_rules_still_apply(monkeypatch: pytest.
     monkeypatch.setattr(rule_set, "_state", {})
     monkeypatch.setattr(rule_set, "_load_data", lambda: (_ for _ in ()).throw(OSError("gone")))
     with caplog.at_level("WARNING", logger="hermes_session_guard"):
-        assert not redaction.rules_available()
+        assert rule_set.rule_set() is None
         leaked_names = {e["name"] for e in SECRETS if leaked(redact(e["text"]), e["secret"])}
     assert leaked_names == PROVIDER_ONLY
     assert sum("provider rule set could not be loaded" in r.getMessage() for r in caplog.records) == 1

@@ -18,6 +18,7 @@ from hermes_session_guard.inbox.repository import Inbox
 from hermes_session_guard.store import GuardStore
 
 from .hermes_like_db import HermesLikeHome
+from .inbox_steps import dispatch_next
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ def test_status_counts_the_guards_buffered_messages(home: HermesLikeHome, monkey
     for text in ("one", "two", "three"):
         inbox.append(session_key="k1", session_id="s1", op_id="op", payload={"text": text}, text=text)
     inbox.append(session_key="k3", session_id="s3", op_id="op3", payload={"text": "x"}, text="x")
-    first = inbox.dispatch_next("k1", owner="runner")
+    first = dispatch_next(inbox, "k1", owner="runner")
     assert first is not None and first.text == "one"
     third = inbox.entries("k1")[2]
     inbox.mark_delivered([third.seq])  # delivered: no longer counted

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from hermes_session_guard import host
+from hermes_session_guard.store import text_hash
 from hermes_session_guard.summaries import tags as s
 from hermes_session_guard.summaries.visibility import display_messages, outgoing_text
 from hermes_session_guard.summaries.wire import provider_messages
@@ -154,7 +155,7 @@ def test_the_marker_in_ordinary_text_is_not_a_summary() -> None:
 
 
 def test_a_recorded_hash_makes_a_summary_and_the_quote_in_a_merged_message_stays() -> None:
-    assert s.is_summary_message({"role": "user", "content": standalone()}, {s.content_hash(standalone())})
+    assert s.is_summary_message({"role": "user", "content": standalone()}, {text_hash(standalone())})
     quoted = f"my log has `{LEGACY}` twice"
     for merged in (merged_014(quoted), merged_019(quoted)):
         shown = display_messages([{"role": "user", "content": merged, "is_compressed_summary": True}], "false")

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_pyproject_declares_the_range_as_an_optional_extra_not_a_dependency() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["optional-dependencies"]["hermes"] == [supported.SUPPORTED_HERMES]
+    declared = f"hermes-agent>={supported.SUPPORTED_LOW},<{supported.SUPPORTED_HIGH}"
+    assert project["optional-dependencies"]["hermes"] == [declared]
     assert not any(dep.startswith("hermes-agent") for dep in project.get("dependencies", []))
 
 
