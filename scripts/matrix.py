@@ -14,7 +14,8 @@ repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
 ``unit``   tests/unit, once (no Hermes needed; run in the first release's venv, Python 3.11)
 ``pythons`` tests/unit again on Python 3.12 and 3.13 (``.venvs/py3.X`` with hermes-agent 0.19.0), where the machine
            has them
-``lint``   ruff, the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml) and mypy, once
+``lint``   ruff, the layering contracts (import-linter, ``[tool.importlinter]`` in pyproject.toml), mypy and
+           vulture (``[tool.vulture]``), once
 ``dist``   once: build sdist and wheel, check their contents, install the wheel with the last
            release named into a fresh venv outside the checkout and run ``selftest`` and the
            recall eval from there (scripts/check_dist.py)
@@ -276,12 +277,14 @@ LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(
 
 def run_lint(py: Path) -> Cell:
     """ruff, the import-linter layering contracts of pyproject.toml (docs/architecture.md),
-    then mypy over the package ([tool.mypy]: 0 errors)."""
+    mypy over the package ([tool.mypy]: 0 errors), then vulture over the package with its
+    whitelist ([tool.vulture]: no unused code)."""
     started = time.monotonic()
     lint = sh([str(py), "-m", "ruff", "check", "hermes_session_guard", "tests", "scripts"], cwd=ROOT)
     layers = sh([str(py), "-c", LINT_IMPORTS], cwd=ROOT)
     types = sh([str(py), "-m", "mypy"], cwd=ROOT)
-    ok = lint.returncode == 0 and layers.returncode == 0 and types.returncode == 0
+    dead = sh([str(py), "-m", "vulture"], cwd=ROOT)
+    ok = lint.returncode == 0 and layers.returncode == 0 and types.returncode == 0 and dead.returncode == 0
     return Cell("-", "lint", ok, seconds=time.monotonic() - started)
 
 
