@@ -96,7 +96,7 @@ _NATIVE_BOTH = [
     "test_compaction_events.py", "test_compaction_record.py",
     "test_config_findings.py", "test_context_engines.py", "test_dashboard_plugin.py", "test_dead_lock_holder.py",
     "test_demo.py", "test_gateway_contract.py", "test_install_and_releases.py", "test_snapshot_references.py",
-    "test_newest_hermes.py", "test_surrogate_text.py",
+    "test_newest_hermes.py", "test_session_id_contract.py", "test_surrogate_text.py",
 ]
 RELEASE_HOST_TESTS: dict[str, list[str]] = {
     "0.20.1": [*_NATIVE_BOTH, "test_adoption_keeps_turns_apart.py", "test_database_faults.py",

@@ -126,7 +126,18 @@ def new_agent(db: Any, llm: FakeLLMServer, sid: str, mode: str, **kwargs: Any) -
     agent = probe.make_agent(db, llm.base_url, sid, **kwargs)
     if HOST_HAS_IN_PLACE:
         agent.compression_in_place = mode == "in_place"
+    anchor_on_real_usage(agent)
     return agent
+
+
+def anchor_on_real_usage(agent: Any) -> None:
+    """The agent resumes a conversation whose last provider response reported a prompt at its
+    compression threshold, as a long-lived gateway agent's does. Hermes 0.21+ otherwise defers
+    the preflight compaction of a reloaded history by one response ("not anchored on real
+    usage"); earlier releases trust their estimate and have no such reading."""
+    compressor = getattr(agent, "context_compressor", None)
+    if HOST >= (0, 21, 0) and hasattr(compressor, "last_real_prompt_tokens"):
+        compressor.last_real_prompt_tokens = compressor.threshold_tokens
 
 
 def log_tags_in(lines: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries.tags import is_summary_text
 
 from .api_turns import _text, answer_for, echo_last_user, marker
+from .conftest import anchor_on_real_usage
 
 SID = "20260701_110000_adopt"
 
@@ -42,6 +43,7 @@ def _turn(home: Path, llm: FakeLLMServer, history: list[dict[str, Any]], text: s
     db = probe.open_db(home / "state.db")
     try:
         agent = probe.make_agent(db, llm.base_url, SID)
+        anchor_on_real_usage(agent)
         probe.mark_flushed(agent, history)
         result = agent.run_conversation(text, conversation_history=list(history))
         out[text] = (str(result.get("final_response") or "").strip(), agent.session_id)
