@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
+from importlib import metadata
 
 import pluggy
 
@@ -32,9 +34,40 @@ def _build() -> pluggy.PluginManager:
             pm = pluggy.PluginManager(hookspecs.PROJECT)
             pm.add_hookspecs(hookspecs)
             pm.register(builtin_hooks, name="builtin")
-            try:
-                pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-            except Exception as exc:  # a broken third-party extension must not disable the guard
-                log.warning("session guard: loading extensions failed: %s", exc)
+            load_extensions(pm, _entry_points())
             _manager = pm
         return _manager
+
+
+def _entry_points() -> Iterable[metadata.EntryPoint]:
+    """The installed extensions: the ``hermes_session_guard`` entry-point group."""
+    return metadata.entry_points(group=hookspecs.PROJECT)
+
+
+def load_extensions(pm: pluggy.PluginManager, entry_points: Iterable[metadata.EntryPoint]) -> list[str]:
+    """Register each extension on its own, then ``check_pending()``: an extension that fails
+    to import, to register (a hook implementation whose arguments no spec has) or to validate
+    (a hook no spec declares) is left out with a warning naming it; the others and the
+    built-in hooks keep working. Returns the names registered."""
+    loaded: list[str] = []
+    for ep in entry_points:
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            pm.register(ep.load(), name=ep.name)
+        except Exception as exc:
+            log.warning("session guard: extension %r (%s) left out, the guard runs without it: %s: %s",
+                        ep.name, ep.value, type(exc).__name__, exc)
+            continue
+        loaded.append(ep.name)
+    for _ in range(len(loaded) + 1):
+        try:
+            pm.check_pending()
+            break
+        except pluggy.PluginValidationError as exc:
+            name = pm.get_name(exc.plugin) or repr(exc.plugin)
+            pm.unregister(exc.plugin)
+            if name in loaded:
+                loaded.remove(name)
+            log.warning("session guard: extension %r left out, the guard runs without it: %s", name, exc)
+    return loaded

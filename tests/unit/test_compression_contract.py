@@ -249,6 +249,63 @@ def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runt
     assert seen == [("S1", len(out), agent, [], None)]
 
 
+def test_extensions_name_the_snapshot_and_hear_of_an_adopted_transcript(runtime: Runtime, db: Any) -> None:
+    """``session_guard_snapshot_id`` (first answer wins over the built-in one, which runs
+    last), ``session_guard_before_compression``, ``session_guard_transcript_adopted`` and
+    ``session_guard_compression_failed`` reach an installed extension."""
+    from hermes_session_guard.hooks.manager import get_plugin_manager
+    from hermes_session_guard.hooks.specs import hookimpl
+
+    adopted_seen: list[tuple[str, int, int]] = []
+    before_seen: list[tuple[str, int]] = []
+    failed_seen: list[tuple[str, str]] = []
+
+    class Extension:
+        @hookimpl
+        def session_guard_before_compression(self, session_id: str, messages: list[Any]) -> None:
+            before_seen.append((session_id, len(messages)))
+
+        @hookimpl
+        def session_guard_compression_failed(self, session_id: str, reason: str) -> None:
+            failed_seen.append((session_id, reason))
+
+        @hookimpl
+        def session_guard_snapshot_id(self, session_id: str, created_at: float) -> str:
+            return f"{session_id}.snapshot.custom"
+
+        @hookimpl
+        def session_guard_transcript_adopted(self, session_id: str, generation: int, adopted: list[Any]) -> None:
+            adopted_seen.append((session_id, generation, len(adopted)))
+
+    pm = get_plugin_manager()
+    plugin = Extension()
+    pm.register(plugin, name="test-snapshot-and-adoption")
+    try:
+        agent = Agent(db, Engine())
+        messages = _messages()
+        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages,
+                                     lambda: agent._compress_context(messages, "s"))
+        db.get_messages_as_conversation.return_value = [dict(m) for m in out]
+        stale = [*[dict(m) for m in messages], {"role": "user", "content": "late"}]
+        other = Agent(db, Engine())
+        adopted, _ = guarded_compression(runtime, DETACH_DB, other, stale,
+                                         lambda: other._compress_context(stale, "s"))
+
+        def boom() -> Any:
+            raise RuntimeError("summary timeout")
+
+        third = Agent(db, Engine())
+        with pytest.raises(RuntimeError):
+            guarded_compression(runtime, DETACH_DB, third, [*[dict(m) for m in adopted], *_messages()], boom)
+    finally:
+        pm.unregister(plugin)
+    (snap,) = runtime.store_for(db.db_path).list_snapshots("S1")
+    assert snap.snapshot_id == "S1.snapshot.custom"
+    assert adopted_seen == [("S1", 1, len(adopted))]
+    assert before_seen[0] == ("S1", len(messages))
+    assert len(failed_seen) == 1 and failed_seen[0][0] == "S1" and "summary timeout" in failed_seen[0][1]
+
+
 def _shape(messages: list[dict]) -> list[str]:
     return ["summary" if m["content"].startswith("[CONTEXT COMPACTION") else m["content"] for m in messages]
 
