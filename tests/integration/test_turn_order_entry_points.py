@@ -221,17 +221,12 @@ def test_without_the_guard_an_acp_turn_answers_from_stale_history(no_guard: None
     assert violations == [] if HERMES_ORDERS_TURNS else violations != []  # 0.20+: Hermes's lease (above)
 
 
-def test_cron_runs_no_turn_on_an_existing_session() -> None:
-    """Cron's turns need no ordering: every run starts a session of its own."""
-    pytest.skip("cron runs each job in a new session (cron_<job>_<timestamp>) on 0.13-0.19; it never starts a "
-                "turn on an existing session (0.19's delivery mirror appends a message to the origin session "
-                "without running a turn: next test)")
-
-
 def test_a_cron_delivery_mirrored_into_a_compressing_session_stays_live_once(
         guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer) -> None:
-    """0.19's cron delivery appends its brief to the job's origin session as a user
-    message (``_maybe_mirror_cron_delivery``). Appended while an API-server turn of that
+    """Cron's own turns need no ordering: each job runs in a session of its own
+    (``cron_<job>_<timestamp>``), never a turn on an existing session. What reaches an
+    existing session is 0.19's cron delivery, which appends its brief to the job's origin
+    session as a user message (``_maybe_mirror_cron_delivery``). Appended while an API-server turn of that
     session compresses, it stays live after the compacted block, once, and is never
     folded into the turn's own prompt."""
     from cron import scheduler
