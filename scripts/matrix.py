@@ -106,8 +106,8 @@ RELEASE_HOST_TESTS: dict[str, list[str]] = {
     "0.20.1": [*_NATIVE_BOTH, "test_adoption_keeps_turns_apart.py", "test_database_faults.py",
                "test_enable_with_hermes_writers.py", "test_home_check_commands.py",
                "test_one_compression_per_session.py", "test_prompt_during_compaction.py",
-               "test_summary_marker_in_text.py", "test_summary_visibility.py", "test_turn_order_api.py", "test_turn_order_entry_points.py",
-               "test_turn_order_processes.py"],
+               "test_summary_marker_in_text.py", "test_summary_visibility.py", "test_turn_order_api.py",
+               "test_turn_order_entry_points.py", "test_turn_order_processes.py"],
     "0.22.2": list(_NATIVE_BOTH),
 }
 
