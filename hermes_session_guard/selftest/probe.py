@@ -124,7 +124,9 @@ def mark_flushed(agent: Any, messages: list[dict[str, Any]]) -> None:
         agent._flushed_db_message_session_id = agent.session_id
 
 
-class _Capture(logging.Handler):
+class RecordCapture(logging.Handler):
+    """Keeps every record it is handed (thread-safe)."""
+
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
@@ -139,7 +141,7 @@ class _Capture(logging.Handler):
 def capture_host_compression_logs() -> Iterator[list[str]]:
     """Capture Hermes's own ``context compression started/done`` lines, rendered with
     the ``[session]`` tag Hermes's record factory put on them (as in agent.log)."""
-    cap = _Capture()
+    cap = RecordCapture()
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(cap)

@@ -18,7 +18,6 @@ import argparse
 import json
 import logging
 import os
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,23 +25,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self._records_lock = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._records_lock:
-            self.records.append(record)
+from hermes_session_guard.selftest.probe import RecordCapture
 
 
 @contextmanager
 def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
     """Capture Hermes's ``context compression`` lines and the guard's own lines, each
     with the ``[session]`` tag Hermes's log record factory put on it and its thread."""
-    cap = _Capture()
+    cap = RecordCapture()
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(cap)
