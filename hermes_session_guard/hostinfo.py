@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 HOST_DISTRIBUTION = "hermes-agent"
 
@@ -84,6 +85,7 @@ def _host_by_module() -> HostRelease | None:
         return None
     owners = metadata.packages_distributions().get("hermes_cli") or []
     owner = owners[0] if owners else None
+    module: ModuleType | None
     try:
         module = importlib.import_module("hermes_cli")
         version = str(module.__version__)
@@ -92,7 +94,7 @@ def _host_by_module() -> HostRelease | None:
         if owner is None:
             return None
         version = metadata.version(owner)
-        module = sys.modules.get("hermes_cli")  # type: ignore[assignment]  # None: no location below
+        module = sys.modules.get("hermes_cli")  # None: no location below
     location = getattr(module, "__file__", None)
     path = str(Path(location).resolve().parents[1]) if location else None
     return HostRelease(version, FOUND_BY_MODULE, path, owner)

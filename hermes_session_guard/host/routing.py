@@ -52,10 +52,9 @@ def move_gateway_routing(parent: str, child: str) -> RoutingMove | None:
     save the in-memory binding is restored before the error propagates."""
     runner = live_gateway_runner()
     store = getattr(runner, "session_store", None) if runner is not None else None
-    entries = getattr(store, "_entries", None) if store is not None else None
-    if entries is None:
+    entries = getattr(store, "_entries", None)
+    if store is None or entries is None:
         return None
-    assert store is not None  # entries came from it
     lock = getattr(store, "_lock", None) or nullcontext()
     moved: list[tuple[str, Any, int]] = []
 

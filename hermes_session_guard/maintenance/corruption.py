@@ -105,8 +105,7 @@ def routing_off_tip(state: HomeState, lineages: list[Lineage]) -> Iterable[Findi
     from .routing_plan import plan_routing
 
     for move in plan_routing(state, lineages):
-        entry, sid = move.entry, move.entry.session_id
-        assert sid is not None  # plan_routing skips entries without one
+        entry, sid = move.entry, move.current
         if move.merged:
             detail = f"{entry.label} -> {sid}, which an earlier repair merged into {move.target}"
         elif move.rewrite:

@@ -247,9 +247,8 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
     rows = read_rows(state.db_path, [sid for lin in lineages for sid in lin.members]) if lineages else {}
     plan.lineages = [plan_lineage(state, lin, rows) for lin in lineages]
     # the same plan doctor reports (routing_not_at_tip)
-    plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.entry.session_id or "", m.target,
-                                  m.entry.scope, m.entry.entry_json)
-                    for m in plan_routing(state, lineages) if m.rewrite]  # plan_routing: entries with an id
+    plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.current, m.target, m.entry.scope,
+                                  m.entry.entry_json) for m in plan_routing(state, lineages) if m.rewrite]
     plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard,
                             dead_holder=not lk.expired(state.now))
                   for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]

@@ -26,6 +26,11 @@ class RoutingMove:
     merged: bool = False  # the entry names a session an earlier repair merged
 
     @property
+    def current(self) -> str:
+        """The session id the entry names now (plan_routing keeps only entries that name one)."""
+        return self.entry.session_id or ""
+
+    @property
     def rewrite(self) -> bool:
         """The repair writes this entry (it names another session than its target)."""
         return self.entry.session_id != self.target

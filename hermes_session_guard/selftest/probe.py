@@ -124,7 +124,7 @@ def mark_flushed(agent: Any, messages: list[dict[str, Any]]) -> None:
         agent._flushed_db_message_session_id = agent.session_id
 
 
-class RecordCapture(logging.Handler):
+class _RecordCapture(logging.Handler):
     """Keeps every record it is handed (thread-safe)."""
 
     def __init__(self) -> None:
@@ -138,25 +138,35 @@ class RecordCapture(logging.Handler):
 
 
 @contextmanager
-def capture_host_compression_logs() -> Iterator[list[str]]:
-    """Capture Hermes's own ``context compression started/done`` lines, rendered with
-    the ``[session]`` tag Hermes's record factory put on them (as in agent.log)."""
-    cap = RecordCapture()
+def root_log_records() -> Iterator[list[logging.LogRecord]]:
+    """Every record the root logger handles meanwhile (its level lowered to INFO at most),
+    in a list that stays filled once the block ends."""
+    cap = _RecordCapture()
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(cap)
     root.setLevel(min(old_level or logging.INFO, logging.INFO))
-    lines: list[str] = []
     try:
-        yield lines
+        yield cap.records
     finally:
         root.removeHandler(cap)
         root.setLevel(old_level)
-        for rec in cap.records:
-            msg = rec.getMessage()
-            if "context compression" in msg:
-                tag = str(getattr(rec, "session_tag", "") or "").strip()
-                lines.append(f"{tag} {msg}" if tag else msg)
+
+
+@contextmanager
+def capture_host_compression_logs() -> Iterator[list[str]]:
+    """Capture Hermes's own ``context compression started/done`` lines, rendered with
+    the ``[session]`` tag Hermes's record factory put on them (as in agent.log)."""
+    lines: list[str] = []
+    with root_log_records() as records:
+        try:
+            yield lines
+        finally:
+            for rec in records:
+                msg = rec.getMessage()
+                if "context compression" in msg:
+                    tag = str(getattr(rec, "session_tag", "") or "").strip()
+                    lines.append(f"{tag} {msg}" if tag else msg)
 
 
 def session_ids_in(lines: list[str]) -> list[str]:

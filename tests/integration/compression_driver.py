@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import time
 import traceback
@@ -25,29 +24,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hermes_session_guard.selftest.probe import RecordCapture
+from hermes_session_guard.selftest.probe import root_log_records
 
 
 @contextmanager
 def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
     """Capture Hermes's ``context compression`` lines and the guard's own lines, each
     with the ``[session]`` tag Hermes's log record factory put on it and its thread."""
-    cap = RecordCapture()
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(cap)
-    root.setLevel(min(old_level or logging.INFO, logging.INFO))
     out: list[dict[str, Any]] = []
-    try:
-        yield out
-    finally:
-        root.removeHandler(cap)
-        root.setLevel(old_level)
-        for rec in cap.records:
-            msg = rec.getMessage()
-            if "context compression" in msg or rec.name == "hermes_session_guard":
-                tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
-                out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
+    with root_log_records() as records:
+        try:
+            yield out
+        finally:
+            for rec in records:
+                msg = rec.getMessage()
+                if "context compression" in msg or rec.name == "hermes_session_guard":
+                    tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
+                    out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,9 @@ pytestmark = pytest.mark.host
 
 requires_host = pytest.mark.skipif(HERMES_VERSION is None, reason="hermes-agent is not installed here")
 HOST = parse_version(HERMES_VERSION) if HERMES_VERSION else (0, 0, 0)
+# Hermes 0.21+ compacts a stored history only once a provider reported its real usage
+# (docs/compatibility.md, anchor_on_real_usage).
+DEFERS_TO_USAGE = HOST >= (0, 21, 0)
 # What the seam table says about this release (tests follow the table, not version ifs).
 HOST_ROW = select_row("compression", HOST)
 HOST_HAS_IN_PLACE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] in (HOST_IN_PLACE, HOST_NATIVE)
@@ -136,7 +139,7 @@ def anchor_on_real_usage(agent: Any) -> None:
     the preflight compaction of a reloaded history by one response ("not anchored on real
     usage"); earlier releases trust their estimate and have no such reading."""
     compressor = getattr(agent, "context_compressor", None)
-    if HOST >= (0, 21, 0) and hasattr(compressor, "last_real_prompt_tokens"):
+    if DEFERS_TO_USAGE and hasattr(compressor, "last_real_prompt_tokens"):
         compressor.last_real_prompt_tokens = compressor.threshold_tokens
 
 

@@ -30,14 +30,11 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import API_KEY, ApiServer, chat_completion, post, running_api_server
-from .conftest import HOST
+from .conftest import DEFERS_TO_USAGE, HOST
 
 SID = "20260601_130000_e7e7e7e7"
 TOOL = "session_guard.compaction"
 ROOT = Path(__file__).resolve().parents[2]
-# Hermes 0.21+ compacts a stored history only once a provider reported its real usage
-# (docs/compatibility.md): one request that reports it comes first there.
-DEFERS_TO_USAGE = HOST >= (0, 21, 0)
 CLIENT_PYTHON = os.environ.get("HERMES_API_CLIENT_PYTHON") or str(ROOT / ".venvs" / "api-client" / "bin" / "python")
 
 
