@@ -25,7 +25,9 @@ MARKER = "SESSION_GUARD_PROBE "
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds for the live probe")
+    # The probe imports Hermes and runs a compression against a loopback model: about 15 s
+    # of CPU, which a loaded machine stretches well past a minute.
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds for the live probe (default 180)")
 
 
 def run_probe(timeout: float) -> dict[str, Any]:

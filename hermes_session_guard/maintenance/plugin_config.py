@@ -48,7 +48,7 @@ PLUGIN_NAME = "session-guard"
 BACKUP_INFIX = ".session-guard-backup-"
 MAX_BACKUPS = 3  # copies of config.yaml kept (it may hold secrets); a copy equal to a kept one is not made
 MAX_ATTEMPTS = 20  # edits started over because another writer changed config.yaml meanwhile
-SETTLE_SECONDS = 1.0  # how long config.yaml is watched after the replace for a writer that read it before
+SETTLE_SECONDS = 2.0  # how long config.yaml is watched after the replace for a writer that read it before
 SETTLE_POLL_SECONDS = 0.02
 
 

@@ -120,6 +120,12 @@ def test_ci_runs_one_release_per_range_by_default_and_all_thirteen_with_the_full
     assert matrix.select_releases(argv, env) == expected
 
 
+def test_the_longest_release_starts_first_and_an_unmeasured_one_before_all() -> None:
+    assert matrix.longest_first(["0.14.0", "0.22.2", "0.19.0", "0.17.0"]) == ["0.19.0", "0.17.0", "0.14.0", "0.22.2"]
+    assert matrix.longest_first(["0.22.2", "0.13.0"])[0] == "0.13.0"
+    assert set(matrix.DEFAULT_RELEASES) <= set(matrix.LAST_SECONDS)
+
+
 def test_matrix_jobs_defaults_to_two_and_refuses_bad_values() -> None:
     assert matrix.matrix_jobs({}) == 2
     assert matrix.matrix_jobs({"MATRIX_JOBS": "1"}) == 1
