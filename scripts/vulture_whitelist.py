@@ -89,3 +89,4 @@ _.TARGET  # selftest/recall_eval.py: run by scripts/eval_recall.py (check_dist r
 _.write_eval_config
 _.run_recall_eval
 _.outside
+_.last_completion_tokens  # host/agent.py await_real_usage: Hermes's compressor attribute, reset as Hermes does

@@ -26,6 +26,8 @@ diffed against a new release (``selftest`` checks it). The rest of the package i
 from __future__ import annotations
 
 from .agent import (
+    await_real_usage,
+    commit_failed_since,
     commit_memory,
     compacted_in_place,
     context_engine,
@@ -33,6 +35,8 @@ from .agent import (
     db_path,
     detached_session_db,
     emit_status,
+    failure_cooldown_class,
+    failure_cooldown_mark,
     forced_in_place,
     mark_compacted_in_place,
     notify_boundary,
@@ -200,6 +204,10 @@ __all__ = [
     "context_engine",
     "commit_memory",
     "compacted_in_place",
+    "await_real_usage",
+    "commit_failed_since",
+    "failure_cooldown_class",
+    "failure_cooldown_mark",
     "mark_compacted_in_place",
     "current_system_prompt",
     "notify_boundary",

@@ -110,6 +110,52 @@ def mark_compacted_in_place(agent: Any) -> None:
     agent._last_compaction_in_place = True
 
 
+def await_real_usage(agent: Any) -> None:
+    """The turn goes on with a transcript compacted by another turn: the provider's last
+    reading on this agent priced the list that was replaced. Reset it as Hermes's own
+    compaction does (0.19+, ``conversation_compression``): no stale prompt size, the
+    one-response latch set, the usage anchor dropped (0.21+). Without this, 0.21+ floors
+    the next request's estimate at the stale reading and compacts the adopted transcript
+    again at once. Attributes this release lacks are left alone."""
+    cc = getattr(agent, "context_compressor", None)
+    if cc is not None and hasattr(cc, "awaiting_real_usage_after_compression"):
+        cc.last_prompt_tokens = -1
+        cc.last_completion_tokens = 0
+        cc.awaiting_real_usage_after_compression = True
+    if getattr(agent, "_usage_anchor", None) is not None:
+        try:
+            from agent.usage_anchor import set_usage_anchor  # 0.21+: also clears the copy on the session row
+        except ImportError:
+            agent._usage_anchor = None
+        else:
+            set_usage_anchor(agent, None)
+
+
+def failure_cooldown_mark(agent: Any) -> float:
+    """Where Hermes's compression-failure cooldown ends (its monotonic deadline; 0.0 on a
+    release that keeps none): read before a compaction, compared after it."""
+    cc = getattr(agent, "context_compressor", None)
+    mark = getattr(cc, "_summary_failure_cooldown_until", 0.0)
+    return float(mark) if isinstance(mark, (int, float)) else 0.0
+
+
+def failure_cooldown_class(agent: Any) -> str | None:
+    """The failure class Hermes recorded with its cooldown (``session_split_failed``, ...;
+    the text before the first colon, never the error's details); None without one."""
+    error = getattr(getattr(agent, "context_compressor", None), "_last_summary_error", None)
+    if not isinstance(error, str) or not error.strip():
+        return None
+    head = error.split(":", 1)[0].strip()
+    return head if head.replace("_", "").isalnum() else "an earlier failure"
+
+
+def commit_failed_since(agent: Any, mark: float) -> bool:
+    """0.21+: Hermes armed its split-failure cooldown after ``mark`` was read: its commit of
+    the compacted transcript failed and it handed the list back as it was
+    (``conversation_compression``: ``session_split_failed``, the failure class it records)."""
+    return failure_cooldown_mark(agent) > mark and failure_cooldown_class(agent) == "session_split_failed"
+
+
 def current_system_prompt(agent: Any, system_message: str | None) -> str:
     """The prompt a compression that changed nothing returns (what Hermes returns on a skip)."""
     cached = getattr(agent, "_cached_system_prompt", None)

@@ -154,8 +154,12 @@ def live_row_ranges(db_path: Path, sid: str) -> list[tuple[int, int]]:
     engine returns, after Hermes took its lock and watermark: the rows its commit
     summarises away or carries over, i.e. the transcript before this compaction."""
     try:
-        ids = [int(r[0]) for r in _read_only(db_path).execute(
-            "SELECT id FROM messages WHERE session_id = ? AND active = 1 ORDER BY id", (sid,)).fetchall()]
+        conn = _read_only(db_path)
+        try:
+            ids = [int(r[0]) for r in conn.execute(
+                "SELECT id FROM messages WHERE session_id = ? AND active = 1 ORDER BY id", (sid,)).fetchall()]
+        finally:
+            conn.close()
     except sqlite3.Error as exc:
         log.debug("session guard: reading the live rows failed: %s", exc)
         return []

@@ -279,6 +279,7 @@ class _Operation:
         self.pm = get_plugin_manager()
         self.before = [dict(m) if isinstance(m, dict) else m for m in messages]
         self.started = time.perf_counter()
+        self.cooldown_before = host.failure_cooldown_mark(agent)
         self.db_path = host.db_path(agent)
         self.store = runtime.store_for(self.db_path)
         runtime.remember_session(sid, self.db_path)
@@ -662,6 +663,17 @@ class _Operation:
                 "warning); the conversation continues uncompressed", "warning", system_prompt=system_prompt,
             )
         if _no_progress(before, compressed, self.messages):
+            if strategy == HOST_NATIVE and host.commit_failed_since(agent, self.cooldown_before):
+                # 0.21+: Hermes's commit failed (state.db locked, read-only or full) and it handed
+                # the list back unchanged, arming its split-failure cooldown. A problem, said once.
+                return self.leave_unchanged(
+                    "failed", "Hermes could not write the compacted transcript to state.db (see its warning); "
+                    "the conversation continues uncompressed", "warning", system_prompt=system_prompt,
+                )
+            cooling = host.failure_cooldown_class(agent) if self.cooldown_before > time.monotonic() else None
+            if cooling:  # already said when the failure that armed it happened
+                return self.leave_unchanged("skipped", f"Hermes's compression-failure cooldown is running "
+                                            f"(armed by {cooling})", system_prompt=system_prompt)
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
                                         system_prompt=system_prompt)
@@ -962,6 +974,7 @@ class _Operation:
             return self.leave_unchanged("failed", f"adopting the live transcript failed: {type(exc).__name__}: {exc}",
                                         "warning", generation=standing.generation)
         host.rebase_flush(self.agent, sid, adopted, self.flush_cursor)
+        host.await_real_usage(self.agent)
         if self.strategy in IN_PLACE_STRATEGIES:
             host.mark_compacted_in_place(self.agent)
         # The conversation continues with a different list: on 0.14 the gateway's own

@@ -102,7 +102,7 @@ def _tag_loaded(runtime: Runtime, db: Any, sid: Any, messages: list[Any], native
         if not runtime.has_snapshots(str(sid), Path(path)):
             return
         found = [m for m in messages if isinstance(m, dict)]
-    hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
+    hashes, snapshots = runtime.store_for(path).summary_marks([sid])
     tag_recorded(found, hashes, snapshots, native_key)
 
 
@@ -276,6 +276,8 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 return response
             mode = runtime.config.summaries.visible
             payload["data"] = display_messages(data, mode, _stored_summary_hashes(runtime, instance, args, data))
+            if mode != HIDDEN:
+                _tag_rows_the_host_hid(runtime, instance, args, payload["data"])
             return host.json_response_like(response, payload)
         except Exception as exc:
             fail_open(row, exc, "session messages are returned as the host built them")
@@ -284,18 +286,39 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
+def _requested_session(adapter: Any, args: tuple[Any, ...]) -> tuple[str | None, Any]:
+    """The session id a ``/api/sessions/{id}/messages`` request names, and the adapter's state.db path."""
+    request = args[0] if args else None
+    sid = getattr(request, "match_info", {}).get("session_id") if request is not None else None
+    return (str(sid) if sid else None), getattr(getattr(adapter, "_session_db", None), "db_path", None)
+
+
+def _tag_rows_the_host_hid(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> None:
+    """0.21+ blanks a summary row itself on this endpoint (``content`` empty, ``display_kind``
+    ``hidden``, its row id kept). With ``visible: tagged`` such a row says what it is when
+    state.db holds a summary the guard recorded for the session under that id."""
+    hidden = [m for m in rows if isinstance(m, dict) and m.get("display_kind") == "hidden"
+              and not m.get("content") and isinstance(m.get("id"), int)]
+    sid, path = _requested_session(adapter, args)
+    if not hidden or not sid or not path:
+        return
+    recorded, _ = runtime.store_for(path).summary_marks([sid])
+    for m in hidden:
+        text = host.stored_message(Path(path), m["id"])
+        if text is not None and text_hash(text) in recorded:
+            m["is_compressed_summary"] = True
+
+
 def _stored_summary_hashes(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> set[str]:
     """Content hashes of the summaries the guard recorded for the session a
     ``/api/sessions/{id}/messages`` request names (rows come straight from state.db,
     untagged). Rows recalling one of its snapshots in the guard's line count too."""
     if not any(isinstance(m, dict) and is_summary_text(message_text(m)) for m in rows):
         return set()
-    request = args[0] if args else None
-    sid = getattr(request, "match_info", {}).get("session_id") if request is not None else None
-    path = getattr(getattr(adapter, "_session_db", None), "db_path", None)
+    sid, path = _requested_session(adapter, args)
     if not sid or not path:
         return set()
-    hashes, snapshots = runtime.store_for(path).summary_marks([str(sid)])
+    hashes, snapshots = runtime.store_for(path).summary_marks([sid])
     copies = [dict(m) for m in rows if isinstance(m, dict) and is_summary_text(message_text(m))]
     return set(hashes) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
 

@@ -73,6 +73,7 @@ def running_api_server(home: Path) -> Iterator[ApiServer]:
     ready.wait(5)
     adapter = APIServerAdapter(PlatformConfig(enabled=True, extra={"host": "127.0.0.1", "port": port,
                                                                    "key": API_KEY}))
+    _anchor_agents(adapter)
     ok = asyncio.run_coroutine_threadsafe(adapter.connect(), loop).result(30)
     assert ok, "the API server did not start"
     try:
@@ -83,6 +84,25 @@ def running_api_server(home: Path) -> Iterator[ApiServer]:
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
+
+
+def _anchor_agents(adapter: Any) -> None:
+    """Each agent the server builds resumes its session priced by the provider, as a
+    long-lived gateway's agents do (conftest.anchor_on_real_usage; 0.21+ only)."""
+    from .conftest import DEFERS_TO_USAGE, anchor_on_real_usage
+
+    create = getattr(adapter, "_create_agent", None)
+    if not DEFERS_TO_USAGE or create is None:
+        return
+
+    def anchored(*args: Any, **kwargs: Any) -> Any:
+        agent = create(*args, **kwargs)
+        sid, db = kwargs.get("session_id"), getattr(agent, "_session_db", None)
+        if sid and db is not None:
+            anchor_on_real_usage(agent, db.get_messages_as_conversation(sid))
+        return agent
+
+    adapter._create_agent = anchored
 
 
 @dataclass

@@ -133,14 +133,21 @@ def new_agent(db: Any, llm: FakeLLMServer, sid: str, mode: str, **kwargs: Any) -
     return agent
 
 
-def anchor_on_real_usage(agent: Any) -> None:
-    """The agent resumes a conversation whose last provider response reported a prompt at its
-    compression threshold, as a long-lived gateway agent's does. Hermes 0.21+ otherwise defers
-    the preflight compaction of a reloaded history by one response ("not anchored on real
-    usage"); earlier releases trust their estimate and have no such reading."""
+def anchor_on_real_usage(agent: Any, history: list[dict[str, Any]] | None = None) -> None:
+    """The agent resumes a conversation whose last provider response priced it, as a
+    long-lived gateway agent's does: at the rough size of ``history`` when given, else at its
+    compression threshold. Hermes 0.21+ otherwise defers the preflight compaction of a
+    reloaded history by one response ("not anchored on real usage"); earlier releases trust
+    their estimate and have no such reading."""
     compressor = getattr(agent, "context_compressor", None)
-    if DEFERS_TO_USAGE and hasattr(compressor, "last_real_prompt_tokens"):
+    if not (DEFERS_TO_USAGE and hasattr(compressor, "last_real_prompt_tokens")):
+        return
+    if history is None:
         compressor.last_real_prompt_tokens = compressor.threshold_tokens
+        return
+    from agent.model_metadata import estimate_messages_tokens_rough
+
+    compressor.last_real_prompt_tokens = estimate_messages_tokens_rough(history)
 
 
 def log_tags_in(lines: list[str]) -> list[str]:

@@ -101,5 +101,5 @@ def test_turns_behind_a_compaction_adopt_it_without_merging_prompts(turns_off: A
     # the last turn ran alone: its prompt and its answer end the transcript, in that order
     if live[-2:] != [("user", sent[2]), ("assistant", answer_for(sent[2]))]:
         problems.append(f"transcript ends {live[-2:]}")
-    assert problems == []
+    assert problems == [], [(r, t[:60]) for r, t in live]
     assert len(llm.summary_requests()) == 1

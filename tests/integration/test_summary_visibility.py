@@ -25,6 +25,8 @@ from .conftest import HOST, MODES, new_agent
 
 _API_ROW = select_row("api_session_messages", HOST)
 HAS_SESSION_MESSAGES_ENDPOINT = _API_ROW is not None and _API_ROW.wrapper is not None
+# 0.21+ projects a summary row on that endpoint as an empty row with display_kind "hidden"
+HOST_BLANKS_SUMMARY_ROWS = HOST >= (0, 21, 0)
 
 SID = "20260601_100000_cccccc"
 SYSTEM = "You are a test agent."
@@ -190,7 +192,12 @@ def test_api_server_tags_the_summary_when_configured(guard: Any, tagged: None, d
     _compacted(db, llm)
     data = _api_messages(db, SID)
     flagged = [m for m in data if m.get("is_compressed_summary")]
-    assert len(flagged) == 1 and "CONTEXT COMPACTION" in flagged[0]["content"]
+    assert len(flagged) == 1
+    if HOST_BLANKS_SUMMARY_ROWS:  # Hermes keeps the row's id and blanks it; the guard names it
+        assert flagged[0]["content"] == "" and flagged[0]["display_kind"] == "hidden"
+        assert [m for m in data if m.get("display_kind") == "hidden"] == flagged
+    else:
+        assert "CONTEXT COMPACTION" in flagged[0]["content"]
 
 
 @pytest.mark.skipif(not HAS_SESSION_MESSAGES_ENDPOINT, reason="the session messages endpoint exists from 0.15")
@@ -203,7 +210,13 @@ def test_api_server_returns_the_summary_without_the_guard(no_guard: None, db: An
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
     if agent.session_id != SID:  # a rotating host (0.15-0.17): its end-of-turn flush fills the child
         agent._flush_messages_to_session_db(compressed)
-    assert any("CONTEXT COMPACTION" in str(m.get("content")) for m in _api_messages(db, agent.session_id))
+    data = _api_messages(db, agent.session_id)
+    if HOST_BLANKS_SUMMARY_ROWS:  # Hermes alone already hides it there: verified, not duplicated
+        assert not any("CONTEXT COMPACTION" in str(m.get("content")) for m in data)
+        assert any(m.get("display_kind") == "hidden" for m in data)
+        assert not any(m.get("is_compressed_summary") for m in data)
+    else:
+        assert any("CONTEXT COMPACTION" in str(m.get("content")) for m in data)
 
 
 # -- what the gateway delivers to a platform --------------------------------------------------

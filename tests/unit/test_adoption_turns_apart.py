@@ -103,3 +103,21 @@ def test_a_stale_turn_with_several_own_messages_keeps_each_in_order(runtime: Run
     assert [m["content"] for m in adopted] == [m["content"] for m in [*live, *own]]
     assert _no_adjacent_users(adopted)
     assert [c.kwargs["content"] for c in db.append_message.call_args_list] == [m["content"] for m in own]
+
+
+def test_an_adopting_turn_forgets_the_providers_reading_of_the_list_it_replaced(runtime: Runtime, db: Any) -> None:
+    """As after Hermes's own compaction (0.19+): no stale prompt size, the one-response
+    latch set, the usage anchor dropped, so 0.21+ does not floor its next estimate at the
+    old reading and compact the adopted transcript again at once."""
+    history = [u("m0"), a("m1"), u("m2"), a("m3")]
+    _compacted_by_first(runtime, db, DETACH_DB, history, u("first question"))
+    engine = Engine()
+    engine.last_prompt_tokens, engine.last_completion_tokens = 96_000, 10  # type: ignore[attr-defined]
+    engine.awaiting_real_usage_after_compression = False  # type: ignore[attr-defined]
+    other = Agent(db, engine)
+    other._usage_anchor = {"prompt_tokens": 96_000}  # type: ignore[attr-defined]
+    stale = [*[dict(m) for m in history], u("second question")]
+    guarded_compression(runtime, DETACH_DB, other, stale, lambda: ([], "s"))
+    assert (engine.last_prompt_tokens, engine.last_completion_tokens) == (-1, 0)  # type: ignore[attr-defined]
+    assert engine.awaiting_real_usage_after_compression is True  # type: ignore[attr-defined]
+    assert other._usage_anchor is None  # type: ignore[attr-defined]
