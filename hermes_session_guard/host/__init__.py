@@ -130,6 +130,7 @@ from .names import (
 from .persistence import (
     FLUSH_CURSORS,
     append_messages,
+    carried_unpersisted,
     in_timestamp_order,
     live_transcript,
     persist_compacted,
@@ -228,6 +229,7 @@ __all__ = [
     "persist_compacted",
     "rebase_flush",
     "repairs_pending",
+    "carried_unpersisted",
     "live_transcript",
     "append_messages",
     "NativeLeases",

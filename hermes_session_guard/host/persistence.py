@@ -117,6 +117,16 @@ def live_transcript(agent: Any, sid: str) -> list[dict[str, Any]]:
             if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
 
 
+def carried_unpersisted(history: list[Any]) -> list[dict[str, Any]]:
+    """Messages of ``history`` Hermes marks as held in memory only until the turn persists
+    them (0.22: ``_PERSIST_AFTER_ADMISSION_INTERRUPT``); none on a release without the mark."""
+    try:
+        from agent.session_persistence import _PERSIST_AFTER_ADMISSION_INTERRUPT as mark
+    except ImportError:
+        return []
+    return [m for m in history if isinstance(m, dict) and m.get(mark) and "_row_id" not in m]
+
+
 _APPEND_FIELDS = (
     "tool_name", "tool_calls", "tool_call_id", "finish_reason", "reasoning", "reasoning_content",
     "reasoning_details", "codex_reasoning_items", "codex_message_items",

@@ -100,7 +100,7 @@ from .gateway import (
     tui_prompt_enqueue_wrapper,
 )
 from .row import SeamRow, Wrapper, version_text
-from .turns import api_turn_wrapper, run_conversation_wrapper
+from .turns import api_turn_wrapper, live_history_wrapper, run_conversation_wrapper
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -755,6 +755,21 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.13.0-0.19.0": {},
             "0.19.0-0.20.0": {"note": "a forwarder to agent.conversation_loop.run_conversation; same parameters first"},
             "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,)),
+        },
+    ),
+    *seam(
+        "turn_history",
+        module="run_agent",
+        attribute="AIAgent.run_conversation",
+        params=("self", "user_message", "system_message", "conversation_history"),
+        wrapper=live_history_wrapper,
+        note="a turn whose caller read the history before waiting outside Hermes's turn lease starts on the "
+             "live transcript",
+        ranges={
+            "0.13.0-0.20.0": not_needed("turn_order starts each turn on the live transcript under the guard's lease"),
+            "0.20.0+": {"requires": (_TURN_LEASE,),
+                        "note": "Hermes reloads the history only when its own admission waited; the API server "
+                                "loads it before its run admission"},
         },
     ),
     *seam(

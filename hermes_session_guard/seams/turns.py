@@ -58,7 +58,7 @@ def fresher_history(live: list[Any], history: list[Any] | None) -> bool:
     return bool(Counter(live_keys) - Counter(own_keys))
 
 
-def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicket,
+def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicket | None,
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     history, positional = _history_slot(args, kwargs)
     if history is None or host.session_db(agent) is None:
@@ -66,11 +66,14 @@ def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicke
     live = host.live_transcript(agent, sid)
     if not fresher_history(live, history):
         return args, kwargs
+    # Input the caller holds only in memory by Hermes's own mark (0.22: a follow-up that
+    # interrupted a lease wait) stays, as Hermes's reload after its admission keeps it.
+    live = [*live, *host.carried_unpersisted(history)]
     # The agent's flush cursor must describe the list it now continues (0.13-0.16 slice
     # at an index that may still count the longer pre-compression history).
     host.rebase_flush(agent, sid, live, runtime.behaviour.get("compression", NO_BEHAVIOUR).flush_cursor)
     runtime.audit.operation(sid).info("turn.live_history", caller_messages=len(history), live_messages=len(live),
-                                      waited_ms=round(ticket.waited * 1000))
+                                      waited_ms=round(ticket.waited * 1000) if ticket is not None else 0)
     if positional:
         return (*args[:2], live, *args[3:]), kwargs
     return args, {**kwargs, "conversation_history": live}
@@ -126,6 +129,28 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             return wrapped(*args, **kwargs)
         finally:
             locks.release(ticket)
+
+    return wrapper
+
+
+def live_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """0.20+ ``AIAgent.run_conversation``: Hermes's turn lease orders the turns and reloads
+    the history when its own admission waited; a caller that read the history before
+    waiting elsewhere (0.22's API server loads it before its own run admission) hands the
+    turn a stale one, and an admission that then finds the lease free reloads nothing. The
+    turn starts on the live transcript when state.db holds messages that history lacks (a
+    compaction or another process's turn). No queue, no lease. Policy ``open``: an error
+    runs the turn on the history its caller passed (ERROR log)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            sid = host.session_id(instance)
+            if runtime.config.turns.enabled and sid and is_conversation_agent(instance):
+                with host.pinned_log_context(sid):
+                    args, kwargs = _with_live_history(runtime, instance, sid, None, args, kwargs)
+        except Exception as exc:
+            fail_open(row, exc, "the turn runs on the history its caller passed", when="before the turn")
+        return wrapped(*args, **kwargs)
 
     return wrapper
 

@@ -32,15 +32,23 @@ def answer_for(text: str) -> str:
     return f"answer to [{text}]"
 
 
+# Hermes 0.22 appends a per-turn note to the user message on the wire when a session moves to
+# another interface (agent/surface_switch.py); it is Hermes's, not the user's message.
+SURFACE_NOTE = "\n\n[System: This conversation is now being answered on a different interface: "
+
+
 def echo_last_user(body: dict[str, Any]) -> str:
-    """The fake model's reply: names the last user message it was given (whole text)."""
+    """The fake model's reply: names the last user message it was given (whole text, without
+    Hermes's interface-switch note)."""
     for m in reversed(body.get("messages") or []):
         if m.get("role") == "user":
-            content = m.get("content")
-            if isinstance(content, list):
-                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return answer_for(str(content or "").strip())
+            return answer_for(user_wrote(m))
     return "no user message"
+
+
+def user_wrote(m: dict[str, Any]) -> str:
+    """A user message of a request as the user wrote it (Hermes's interface-switch note cut)."""
+    return _text(m).split(SURFACE_NOTE, 1)[0].strip()
 
 
 def _free_port() -> int:
@@ -210,7 +218,7 @@ def contract_violations(db: Any, sid: str, sent: list[str], replies: dict[str, R
         users = [m for m in msgs if m.get("role") == "user"]
         if not users:
             continue
-        last = _text(users[-1]).strip()
+        last = user_wrote(users[-1])
         hits = [t for t in sent if t in last]
         if len(hits) > 1 or (hits and last != hits[0]):
             problems.append(f"model got a merged prompt {last[:120]!r}")

@@ -66,15 +66,10 @@ def server(home: Path) -> Iterator[ApiServer]:
 
 
 def _seed(db: Any, llm: FakeLLMServer, srv: ApiServer) -> list[dict[str, Any]]:
-    """A stored session over the compression threshold (``DEFERS_TO_USAGE``: after one
-    request that reports usage over it), which the next request compacts."""
+    """A stored session over the compression threshold, which the next request compacts
+    (0.21+: its agent resumes it priced by the provider, ``api_turns._anchor_agents``)."""
     messages = probe.seed_messages(tag="evt")
     probe.seed_session(db, SID, messages, source="api_server")
-    if DEFERS_TO_USAGE:
-        llm.configure(prompt_tokens=150_000)
-        assert chat_completion(srv, SID, "warm up").status == 200
-        assert llm.summary_requests() == []
-        llm.configure(prompt_tokens=None)
     return messages
 
 

@@ -34,6 +34,9 @@ def main() -> int:
         history = db.get_messages_as_conversation(args.sid)
         agent = probe.make_agent(db, args.base_url, args.sid)
         probe.mark_flushed(agent, history)
+        from tests.integration.conftest import anchor_on_real_usage
+
+        anchor_on_real_usage(agent, history)  # a resumed CLI's last response priced its history (0.21+)
         Path(args.ready).touch()
         deadline = time.monotonic() + 120
         while not Path(args.go).exists():

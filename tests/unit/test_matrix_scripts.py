@@ -157,6 +157,19 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
         assert "tests/integration/test_newest_hermes.py" in paths  # the newest-Hermes contract runs there
 
 
+def test_the_default_run_leaves_the_operator_files_to_the_releases_bracketing_the_table() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for name in matrix.OPERATOR_FILES:
+        assert (root / "tests" / "integration" / name).is_file(), name
+    for release in matrix.OPERATOR_FILES_SKIPPED_BY_DEFAULT:
+        args = matrix.host_tests_for(release, default_run=True)
+        assert args[0] == "tests/integration"
+        assert sorted(a.removeprefix("--ignore=tests/integration/") for a in args[1:]) == sorted(matrix.OPERATOR_FILES)
+        assert matrix.host_tests_for(release) == ["tests/integration"]  # full matrix, named release
+    for release in ("0.14.0", "0.19.0"):
+        assert matrix.host_tests_for(release, default_run=True) == ["tests/integration"]
+
+
 def test_the_installed_wheel_check_runs_against_0_20_1_when_it_is_in_the_run() -> None:
     assert matrix.dist_release(matrix.DEFAULT_RELEASES) == "0.20.1"
     assert matrix.dist_release(["0.14.0", "0.19.0"]) == "0.19.0"

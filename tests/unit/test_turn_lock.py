@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,3 +183,56 @@ def test_turn_options_are_validated_by_name() -> None:
         cfg = parse_config({"turns": bad})
         assert cfg.turns == TurnsConfig()  # the default is used
         assert [f.key for f in cfg.fallbacks] == [f"session_guard.{key}"]
+
+
+class _Agent:
+    """An agent as the 0.20+ ``turn_history`` seam reads it: id, SessionDB, nothing else."""
+
+    def __init__(self, live: list[dict[str, str]]) -> None:
+        self.session_id = "S1"
+        self._session_db = self
+        self._live = live
+
+    def get_messages_as_conversation(self, sid: str) -> list[dict[str, str]]:
+        assert sid == "S1"
+        return [dict(m) for m in self._live]
+
+
+def _turn_history(runtime: Any) -> Any:
+    from hermes_session_guard.seams.table import SEAMS
+    from hermes_session_guard.seams.turns import live_history_wrapper
+
+    row = next(r for r in SEAMS if r.seam == "turn_history" and r.wrapper is not None)
+    return live_history_wrapper(runtime, row)
+
+
+def test_a_turn_handed_a_stale_history_starts_on_the_live_transcript(runtime: Any) -> None:
+    """0.20+: the caller read the history before a compaction it did not wait for in
+    Hermes's own admission; the turn gets the live transcript instead."""
+    live = [{"role": "user", "content": "[summary]"}, {"role": "assistant", "content": "a2"}]
+    stale = [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"}]
+    seen: list[Any] = []
+    wrapper = _turn_history(runtime)
+    wrapper(lambda *a, **k: seen.append(k["conversation_history"]), _Agent(live), ("hi",),
+            {"conversation_history": stale})
+    assert [m["content"] for m in seen[0]] == ["[summary]", "a2"]
+    seen.clear()
+    current = [dict(m) for m in live]  # up to date: passed through as it is
+    wrapper(lambda *a, **k: seen.append(k["conversation_history"]), _Agent(live), ("hi",),
+            {"conversation_history": current})
+    assert seen[0] is current
+
+
+def test_the_turn_runs_on_its_callers_history_when_the_live_read_fails(runtime: Any,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(_Agent):
+        def get_messages_as_conversation(self, sid: str) -> list[dict[str, str]]:
+            raise RuntimeError("state.db is gone")
+
+    history = [{"role": "user", "content": "u1"}]
+    seen: list[Any] = []
+    _turn_history(runtime)(lambda *a, **k: seen.append(k["conversation_history"]), Broken([]), ("hi",),
+                           {"conversation_history": history})
+    assert seen == [history]
+    assert any("AIAgent.run_conversation" in r.getMessage() and "failing open" in r.getMessage()
+               for r in caplog.records if r.levelname == "ERROR")
