@@ -221,3 +221,33 @@ def test_an_open_that_keeps_failing_raises_the_hosts_error(monkeypatch: pytest.M
     with pytest.raises(sqlite3.OperationalError, match="vtable constructor failed"):
         host.open_session_db(tmp_path / "state.db")
     assert len(opened) == host.statedb._OPEN_ATTEMPTS
+
+
+class _Compressor:
+    def __init__(self, until: float, error: str | None) -> None:
+        self._summary_failure_cooldown_until, self._last_summary_error = until, error
+
+
+class _CompressingAgent:
+    def __init__(self, until: float, error: str | None) -> None:
+        self.context_compressor = _Compressor(until, error)
+
+
+def test_a_split_failure_cooldown_armed_during_the_compaction_is_a_failed_commit() -> None:
+    """0.22 hands the list back and arms its cooldown when its commit fails: armed after the
+    mark was read, with that failure class, it is a failed commit; armed before, or by
+    another failure, it is not."""
+    armed = _CompressingAgent(100.0, "session_split_failed: database is locked")
+    assert host.commit_failed_since(armed, 0.0)
+    assert not host.commit_failed_since(armed, 100.0)  # it was running before the compaction
+    assert not host.commit_failed_since(_CompressingAgent(100.0, "summary_timeout: 600s"), 0.0)
+    assert not host.commit_failed_since(object(), 0.0)  # a release without the cooldown
+    assert host.failure_cooldown_mark(object()) == 0.0
+
+
+def test_the_cooldown_is_named_by_its_failure_class_never_by_the_errors_text() -> None:
+    assert host.failure_cooldown_class(_CompressingAgent(1.0, "session_split_failed: disk is full")) \
+        == "session_split_failed"
+    assert host.failure_cooldown_class(_CompressingAgent(1.0, "Summary failed: the user said 'secret'")) \
+        == "an earlier failure"
+    assert host.failure_cooldown_class(_CompressingAgent(1.0, None)) is None
