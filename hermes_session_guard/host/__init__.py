@@ -145,6 +145,7 @@ from .reads import (
     referenced_messages,
     rows_by_runs,
     stored_message,
+    stored_messages,
     stored_turns,
 )
 from .routing import (
@@ -245,6 +246,7 @@ __all__ = [
     "referenced_messages",
     "rows_by_runs",
     "stored_message",
+    "stored_messages",
     "delivered_nothing",
     "shim_adapter",
     "unshim_adapters",

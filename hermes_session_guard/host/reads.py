@@ -135,15 +135,24 @@ def last_row_id(db_path: Path, sid: str) -> int:
 
 
 def stored_message(db_path: Path, row_id: int) -> str | None:
+    return stored_messages(db_path, [row_id]).get(row_id)
+
+
+def stored_messages(db_path: Path, row_ids: list[int]) -> dict[int, str]:
+    """The stored ``content`` of these rows by id, in one read (rows that are gone, or a
+    state.db that cannot be read, are missing from it)."""
+    if not row_ids:
+        return {}
     try:
         conn = _read_only(db_path)
     except sqlite3.Error:
-        return None
+        return {}
     try:
-        row = conn.execute("SELECT content FROM messages WHERE id = ?", (row_id,)).fetchone()
-        return row[0] if row else None
+        marks = ",".join("?" for _ in row_ids)
+        rows = conn.execute(f"SELECT id, content FROM messages WHERE id IN ({marks})", tuple(row_ids)).fetchall()
+        return {int(row_id): content for row_id, content in rows}
     except sqlite3.Error:
-        return None
+        return {}
     finally:
         conn.close()
 
@@ -183,7 +192,11 @@ def referenced_messages(db_path: Path, sid: str, runs: list[tuple[int, int]]) ->
     Raises ``sqlite3.Error`` when state.db cannot be read."""
     if not runs:
         return []
-    return rows_by_runs(_read_only(db_path), sid, runs)
+    conn = _read_only(db_path)
+    try:
+        return rows_by_runs(conn, sid, runs)
+    finally:
+        conn.close()
 
 
 def rows_by_runs(conn: Any, sid: str, runs: list[tuple[int, int]]) -> list[dict[str, Any]]:

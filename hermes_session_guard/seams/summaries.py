@@ -303,8 +303,9 @@ def _tag_rows_the_host_hid(runtime: Runtime, adapter: Any, args: tuple[Any, ...]
     if not hidden or not sid or not path:
         return
     recorded, _ = runtime.store_for(path).summary_marks([sid])
+    stored = host.stored_messages(Path(path), [m["id"] for m in hidden])
     for m in hidden:
-        text = host.stored_message(Path(path), m["id"])
+        text = stored.get(m["id"])
         if text is not None and text_hash(text) in recorded:
             m["is_compressed_summary"] = True
 

@@ -153,6 +153,11 @@ def root_log_records() -> Iterator[list[logging.LogRecord]]:
         root.setLevel(old_level)
 
 
+def session_tag(record: logging.LogRecord) -> str:
+    """The ``[session]`` tag Hermes's log record factory put on ``record`` ("" without one)."""
+    return str(getattr(record, "session_tag", "") or "").strip()
+
+
 @contextmanager
 def capture_host_compression_logs() -> Iterator[list[str]]:
     """Capture Hermes's own ``context compression started/done`` lines, rendered with
@@ -165,7 +170,7 @@ def capture_host_compression_logs() -> Iterator[list[str]]:
             for rec in records:
                 msg = rec.getMessage()
                 if "context compression" in msg:
-                    tag = str(getattr(rec, "session_tag", "") or "").strip()
+                    tag = session_tag(rec)
                     lines.append(f"{tag} {msg}" if tag else msg)
 
 

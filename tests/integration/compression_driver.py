@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hermes_session_guard.selftest.probe import root_log_records
+from hermes_session_guard.selftest.probe import root_log_records, session_tag
 
 
 @contextmanager
@@ -39,7 +39,7 @@ def capture_compression_records() -> Iterator[list[dict[str, Any]]]:
             for rec in records:
                 msg = rec.getMessage()
                 if "context compression" in msg or rec.name == "hermes_session_guard":
-                    tag = str(getattr(rec, "session_tag", "") or "").strip().strip("[]") or None
+                    tag = session_tag(rec).strip("[]") or None
                     out.append({"message": msg, "tag": tag, "thread": rec.threadName, "logger": rec.name})
 
 
