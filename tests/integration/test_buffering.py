@@ -28,7 +28,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
-from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODES
+from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODE_PARAMS
 
 # The reproductions without the guard need a host that rotates on every compression and
 # interrupts the agent for a message that arrives meanwhile (0.13-0.16 keep one pending
@@ -172,7 +172,7 @@ def assert_delivered_in_order(obs: Observed) -> None:
         assert f"{obs.tag}-100:" not in seen
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize(
     "trigger,n,users",
     [
@@ -260,7 +260,7 @@ def _assert_replayed_once(gw_b: GatewayHarness, home: Path, sid: str, sent: list
     assert gw_b.bound_session_id() == sid
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_restart_replays_buffered_messages_once_in_order(
     guard: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -331,7 +331,7 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_crash_mid_compression_replays_buffered_messages_once(
     guard: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -427,7 +427,7 @@ def _assert_a_saw_b(gw: GatewayHarness, llm: FakeLLMServer, sid: str, sent: list
                                          thread_id="coord")) == sid
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_two_agent_loop_a_sees_b_messages_after_forced_compression(
     guard: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -515,12 +515,30 @@ def _assert_routing_on_live_id(gw: GatewayHarness, llm: FakeLLMServer, home: Pat
     assert any("CONTEXT COMPACTION" in str(m.get("content")) for m in last["messages"])
 
 
-@pytest.mark.parametrize("mode", MODES)
+def _no_empty_reply_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hermes 0.20+ retries an empty reply three times after a 5-20 s backoff (35 s or more
+    of sleeping per turn); the path under test is the turn that still ends empty, so the
+    backoff is cut to nothing in the module that computes it on this release."""
+    import importlib
+
+    # 0.20 binds the name in its turn loop; 0.21+ imports it from retry_utils at each retry
+    for name in ("agent.conversation_loop", "agent.retry_utils"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "jittered_backoff"):
+            monkeypatch.setattr(module, "jittered_backoff", lambda *_a, **_k: 0.0)
+
+
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("path", BINDING_PATHS)
 def test_gateway_binding_stays_on_the_live_id(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str, path: str
+    guard: Any, llm: FakeLLMServer, home: Path, mode: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _set_mode(home, llm, mode)
+    if path == "empty_reply":
+        _no_empty_reply_backoff(monkeypatch)
     gw, sid = run(_binding_path(llm, home, path))
     _assert_routing_on_live_id(gw, llm, home, sid)
 

@@ -37,7 +37,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_t
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 from hermes_session_guard.store import GuardStore
 
-from .conftest import HOST_HAS_IN_PLACE, MODES
+from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS
 
 pytestmark = pytest.mark.slow
 
@@ -187,7 +187,7 @@ def _assert_home(home: Path, sid: str, markers: list[str]) -> None:
 
 # -- an agent process killed at each phase ----------------------------------------------
 @pytest.mark.parametrize("phase", AGENT_PHASES)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_agent_killed_mid_compression_recovers_on_restart(
     llm: FakeLLMServer, home: Path, tmp_path: Path, mode: str, phase: str
 ) -> None:
@@ -307,7 +307,7 @@ GATEWAY_STAGES = ["compressing", "draining"]
 
 
 @pytest.mark.parametrize("stage", GATEWAY_STAGES)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_gateway_killed_with_messages_buffered_replays_them_once_on_restart(
     guard: Any, llm: FakeLLMServer, home: Path, mode: str, stage: str
 ) -> None:

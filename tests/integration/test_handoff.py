@@ -24,7 +24,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
-from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODES, new_agent
+from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODE_PARAMS, MODES, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
@@ -137,7 +137,7 @@ def _git_repo(path: Path) -> str | None:
 
 
 # -- the packet --------------------------------------------------------------------------
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_packet_holds_the_session_brief_and_no_secret(
     handoff: Any, db: Any, llm: FakeLLMServer, home: Path, tmp_path: Path, mode: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -240,7 +240,7 @@ def test_cli_writes_a_packet_on_request(guard: Any, db: Any, home: Path, capsys:
 
 
 # -- fresh_session on the agent ---------------------------------------------------------
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_fresh_session_forks_explicitly_and_switches_every_id(
     handoff: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -285,7 +285,7 @@ def test_fresh_session_forks_explicitly_and_switches_every_id(
     assert not any("r1-20:" in str(m.get("content")) for m in sent)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_failed_child_creation_keeps_the_original_id_and_the_count(
     handoff: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -388,7 +388,7 @@ def _routing_on_disk(home: Path) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_gateway_fresh_session_moves_routing_and_the_next_message_lands_in_the_child(
     handoff: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:

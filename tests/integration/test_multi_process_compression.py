@@ -16,7 +16,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import GuardStore
 
-from .conftest import HOST_HAS_IN_PLACE, MODES
+from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS
 from .process_fleet import marker_answer, plan_for, run_fleet, seed_homes, seed_tags
 from .test_one_compression_per_session import _leftover_locks
 
@@ -36,7 +36,7 @@ def _summary_tags(llm: FakeLLMServer, tags: list[str]) -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_thirteen_processes_compress_within_one_window(
     discovered: Any, llm: FakeLLMServer, tmp_path: Path, mode: str
 ) -> None:

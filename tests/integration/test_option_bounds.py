@@ -35,7 +35,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from . import test_one_compression_per_session as one
-from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODES
+from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODE_PARAMS
 from .process_fleet import marker_answer, plan_for, run_fleet, seed_homes
 from .test_one_compression_per_session import (
     SID,
@@ -88,7 +88,7 @@ def test_absurd_numbers_in_config_yaml_fall_back_to_the_default_naming_key_and_v
 
 @pytest.mark.slow
 @pytest.mark.parametrize("value", [math.inf, 1e10], ids=["inf", "1e10"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_absurd_wait_in_config_yaml_two_processes_one_session_never_fork(
     discovered: Any, llm: FakeLLMServer, tmp_path: Path, mode: str, value: float
 ) -> None:
@@ -116,7 +116,7 @@ def test_absurd_wait_in_config_yaml_two_processes_one_session_never_fork(
                     reason="native mode (compression row lock: host): the guard takes no lock and never reads "
                            "lock.wait_seconds; Hermes's own lease decides the contender")
 @pytest.mark.parametrize("value", [math.inf, 1e10, math.nan], ids=["inf", "1e10", "nan"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_absurd_wait_under_contention_never_rotates(
     guard: Any, lock_config: Any, db: Any, dbs: Any, llm: FakeLLMServer, home: Path, mode: str, value: float
 ) -> None:

@@ -17,7 +17,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply,
 from hermes_session_guard.summaries.recall import OUTPUT_MARKER
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler, lineage
 
-from .conftest import MODES, new_agent
+from .conftest import MODE_PARAMS, new_agent
 from .test_recall_tool import _reachable, recall_call, turn_requests
 
 SYSTEM = "You are a test agent."
@@ -74,7 +74,7 @@ def _tool_names(body: dict) -> set[str]:
     return {t.get("function", {}).get("name") or t.get("name") for t in body.get("tools") or []}
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_fresh_session_child_recalls_its_parents_snapshots_and_nothing_else(
     fresh_session: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:

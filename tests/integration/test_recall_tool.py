@@ -16,7 +16,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply,
 from hermes_session_guard.summaries.recall import OUTPUT_MARKER
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler
 
-from .conftest import HOST_HAS_IN_PLACE, MODES, new_agent
+from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS, new_agent
 
 SYSTEM = "You are a test agent."
 SID_A = "20260601_090000_aaaaaa"
@@ -112,7 +112,7 @@ def _model_calls(*calls: tuple[str, dict]) -> Any:
     return reply
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -132,7 +132,7 @@ def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
     assert SYSTEM_RULE in _system_text(after)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_the_model_recalls_the_exact_text_through_hermes_tool_dispatch(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, api: str, mode: str
@@ -155,7 +155,7 @@ def test_the_model_recalls_the_exact_text_through_hermes_tool_dispatch(
     assert llm.violations == []
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_recall_never_reads_another_conversation(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
                                                  mode: str) -> None:
     _compacted_session(db, llm, SID_B, "b", SECRET_B, mode)

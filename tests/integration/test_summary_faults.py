@@ -14,7 +14,7 @@ from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from .conftest import HOST_HAS_IN_PLACE, MODES
+from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS
 
 SID = "20260528_155201_68dc5996"
 
@@ -37,7 +37,7 @@ FAULTS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_summary_failure_leaves_everything_unchanged(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str, fault: str

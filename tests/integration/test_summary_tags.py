@@ -14,7 +14,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries.tags import is_summary_text, original_part
 
-from .conftest import HOST, HOST_HAS_IN_PLACE, HOST_ROW, MODES, new_agent
+from .conftest import HOST, HOST_HAS_IN_PLACE, HOST_ROW, MODE_PARAMS, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
@@ -47,7 +47,7 @@ def _turn_of(text: str) -> int:
     return int(text.split(":", 1)[0].split("-")[1]) + 1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("shape", [(probe.SEED_MESSAGES, probe.MESSAGE_CHARS), (30, 3000)], ids=["big", "merged"])
 def test_summary_is_tagged_recorded_and_names_the_compacted_turns(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str, shape: tuple[int, int]
@@ -80,7 +80,7 @@ def test_summary_is_tagged_recorded_and_names_the_compacted_turns(
     assert rows == [(SID, snap.snapshot_id)]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_tag_survives_a_reload(guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str) -> None:
     agent, messages = _seeded(db, llm, mode)
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
@@ -106,7 +106,7 @@ def test_state_db_drops_the_tag_without_the_guard(no_guard: None, db: Any, home:
     assert _summaries(reloaded) and not any(m.get("is_compressed_summary") for m in reloaded)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_later_compression_resummarises_without_the_recall_line(
     guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
 ) -> None:
@@ -153,7 +153,7 @@ def _strict_turns(agent: Any, llm: FakeLLMServer, messages: list, question: str 
     return history
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_strict_openai_provider_accepts_every_request(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
                                                       mode: str) -> None:
     agent, messages = _seeded(db, llm, mode)
@@ -165,7 +165,7 @@ def test_strict_openai_provider_accepts_every_request(guard: Any, db: Any, llm: 
     assert any(is_summary_text(str(m.get("content"))) for m in chats[-1].body["messages"])
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.skipif(HOST >= (0, 21, 0), reason="Hermes 0.21+'s auxiliary client refuses an Anthropic base_url that is "
                     "not an Anthropic host ('not an Anthropic-compatible host'): no compaction runs through that "
                     "transport against the local fake provider")

@@ -151,7 +151,7 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
     for release in ("0.20.1", "0.22.2"):
         args = matrix.host_tests_for(release)
         paths = [a for a in args if a.startswith("tests/")]
-        assert args[:2] == ["-m", "not slow"]  # their slow tests are not yet verified there
+        assert args[:2] == ["-m", "not slow and not mode_repeat"]  # slow tests not yet verified there
         assert paths and all((root / path).is_file() for path in paths), release
         assert len(paths) == len(set(paths)), release  # each file once
         assert "tests/integration/test_newest_hermes.py" in paths  # the newest-Hermes contract runs there
@@ -163,11 +163,12 @@ def test_the_default_run_leaves_the_operator_files_to_the_releases_bracketing_th
         assert (root / "tests" / "integration" / name).is_file(), name
     for release in matrix.OPERATOR_FILES_SKIPPED_BY_DEFAULT:
         args = matrix.host_tests_for(release, default_run=True)
-        assert args[0] == "tests/integration"
-        assert sorted(a.removeprefix("--ignore=tests/integration/") for a in args[1:]) == sorted(matrix.OPERATOR_FILES)
+        assert args[:3] == ["-m", "not mode_repeat", "tests/integration"]
+        assert sorted(a.removeprefix("--ignore=tests/integration/") for a in args[3:]) == sorted(matrix.OPERATOR_FILES)
         assert matrix.host_tests_for(release) == ["tests/integration"]  # full matrix, named release
     for release in ("0.14.0", "0.19.0"):
-        assert matrix.host_tests_for(release, default_run=True) == ["tests/integration"]
+        assert matrix.host_tests_for(release, default_run=True) == ["-m", "not mode_repeat", "tests/integration"]
+        assert matrix.host_tests_for(release) == ["tests/integration"]  # the full matrix runs the repeats too
 
 
 def test_the_installed_wheel_check_runs_against_0_20_1_when_it_is_in_the_run() -> None:
