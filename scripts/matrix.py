@@ -154,6 +154,9 @@ def sdist_for(version: str) -> str | None:
 SUITES = ("unit", "pythons", "lint", "dist", "host", "hermes")
 # The other Pythons the unit suite runs on (the classifiers list 3.11 and these); 3.11 runs ``unit``.
 OTHER_PYTHONS = ("3.12", "3.13")
+# On the newest of them a deprecation is an error: what the next Python removes (3.14's
+# removals: ast.Num, asyncio's loop policies, pkgutil.find_loader, ...) warns here first.
+NEWEST_PYTHON_ARGS = ["-W", "error::DeprecationWarning", "-W", "error::PendingDeprecationWarning"]
 HERMES_MARKER = "HERMES_SUITE "
 
 
@@ -254,7 +257,8 @@ def run_other_pythons(extra: list[str]) -> list[Cell]:
         if py is None:
             print(f"===== unit tests, Python {minor}: not on this machine, not run =====")
             continue
-        cell = run_pytest(py, f"py{minor}", "unit", ["tests/unit"], extra)
+        strict = NEWEST_PYTHON_ARGS if minor == OTHER_PYTHONS[-1] else []
+        cell = run_pytest(py, f"py{minor}", "unit", [*strict, "tests/unit"], extra)
         cell.release, cell.suite = "-", f"unit {minor}"  # listed with the once-only suites
         cells.append(cell)
     return cells
