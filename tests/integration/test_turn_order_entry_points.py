@@ -29,8 +29,9 @@ from .api_turns import (
     send_staggered,
     session_chat,
 )
-from .test_summary_visibility import tui_server
+from .conftest import DEFERS_TO_USAGE
 from .test_turn_order_api import HAS_SESSION_CHAT, HERMES_ORDERS_TURNS
+from .tui_import import tui_server
 
 SID = "20260701_130000_entry"
 HEAD = "turn-0:"
@@ -68,6 +69,10 @@ class _Frames:
 
 @pytest.fixture
 def tui(home: Path) -> Iterator[Any]:
+    if DEFERS_TO_USAGE:
+        pytest.skip("not verified on 0.21+: its TUI gateway needs Python 3.14; imported here with deferred "
+                    "annotations, a TUI prompt sent while an API turn compacts is stored before that turn's "
+                    "answer, with or without the guard (docs/compatibility.md)")
     server = tui_server()
     from tui_gateway.transport import bind_transport, reset_transport
 
