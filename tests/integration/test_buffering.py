@@ -148,7 +148,8 @@ async def _followups_during_compression(llm: FakeLLMServer, home: Path, trigger:
         sent.append(text)
         await gw.send_text(text, source=sources[k % len(sources)])
     gate.set()
-    await gw.drain()
+    # every follow-up is a turn of its own (a few seconds each on 0.20+ under load): a bound, not a measure
+    await gw.drain(timeout=max(60.0, 4.0 * n))
     return Observed(gw, sid, sent, home, llm, sources, tag)
 
 
