@@ -30,14 +30,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import host
 from ..audit import AuditLog
 from ..runtime import Runtime
-from ..seam_behaviour import NO_BEHAVIOUR, Strategy
+from ..seam_behaviour import NO_BEHAVIOUR
 from ..store import GuardStore
 from ..summaries.tags import tag_recorded
 from .packet import (
@@ -207,29 +207,10 @@ def after_compression(
         return HandoffOutcome("failed", session_id, reason=str(exc))
 
 
-_native_mode_said = False
-
-
-def effective_mode(runtime: Runtime) -> str:
-    """``handoff.mode``, except that ``fresh_session`` is not offered in native mode (Hermes
-    0.20+, ADR 0002): moving a gateway turn to a child session there loses the turn's own
-    answer, so the packet is written and the user told (``prompt_user``), said once."""
-    global _native_mode_said
-    mode = runtime.config.handoff.mode
-    compression = runtime.behaviour.get("compression")
-    if mode == FRESH_SESSION and compression is not None and compression.strategy == Strategy.HOST_NATIVE:
-        if not _native_mode_said:
-            _native_mode_said = True
-            log.warning("session guard: handoff.mode fresh_session is not offered on Hermes %s (native mode); "
-                        "hand-offs write the packet and tell the user (prompt_user) instead.", runtime.host_version)
-        return PROMPT_USER
-    return mode
-
-
 def _after_compression(
     runtime: Runtime, agent: Any, db: Any, sid: str, op_id: str, compressed: list[Any]
 ) -> HandoffOutcome:
-    cfg = replace(runtime.config.handoff, mode=effective_mode(runtime))
+    cfg = runtime.config.handoff
     store = runtime.store_for(host.db_path(agent))
     count = store.compression_count(sid, store.last_auto_handoff_at(sid))
     if count < cfg.after_compressions:
@@ -299,6 +280,10 @@ def _fork(
                                       transcript_order=order)
         finally:
             undo.append(lambda: host.discard_session(db, child))
+        stage = "turn_lease"
+        release = host.carry_turn_lease(db, agent, child)
+        if release is not None:
+            undo.append(release)
         stage = "routing"
         routing = host.move_gateway_routing(sid, child)
         if routing is not None:

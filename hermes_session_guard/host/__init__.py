@@ -99,12 +99,14 @@ from .gateway import (
     user_authorized,
 )
 from .handoff import (
+    carry_turn_lease,
     create_child_session,
     discard_session,
     git_state,
     host_redactor,
     new_session_id,
     notify_handoff,
+    release_carried_turn_leases,
     session_messages,
     session_row,
     switch_agent_session,
@@ -291,6 +293,8 @@ __all__ = [
     "git_state",
     "new_session_id",
     "create_child_session",
+    "carry_turn_lease",
+    "release_carried_turn_leases",
     "discard_session",
     "switch_agent_session",
     "notify_handoff",

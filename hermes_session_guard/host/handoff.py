@@ -147,6 +147,44 @@ def discard_session(db: Any, sid: str) -> None:
     db.delete_session(sid)
 
 
+# Turn leases a hand-off took for its child, per agent (id): released when that agent's turn ends.
+_carried_leases: dict[int, list[tuple[Any, str, str]]] = {}
+
+
+def carry_turn_lease(db: Any, agent: Any, child: str) -> Callable[[], None] | None:
+    """Hermes 0.20+ fences every transcript write of a turn with the turn's lease on its
+    conversation, keyed by the lineage root through *compression* parents only: a hand-off
+    child (its parent ended ``handoff``) is a conversation of its own. The turn that hands
+    off takes the child's lease under its own holder, so its answer is written there;
+    :func:`release_carried_turn_leases` gives it back when the turn ends (Hermes releases
+    the lease it took, the parent's). ``None`` where no turn holds a lease (an earlier
+    release, or a compression outside a turn). Raises when another holder has the child's."""
+    holder = getattr(agent, "_active_session_turn_lease_holder", None)
+    acquire = getattr(db, "try_acquire_session_turn_lease", None)
+    if not holder or acquire is None:
+        return None
+    ttl = float(getattr(agent, "_active_session_turn_lease_ttl_seconds", None) or 300.0)
+    if not acquire(child, holder, ttl_seconds=ttl):
+        raise RuntimeError(f"another holder has the turn lease of the new session {child}")
+    carried = _carried_leases.setdefault(id(agent), [])
+    entry = (db, child, str(holder))
+    carried.append(entry)
+
+    def undo() -> None:
+        if entry in carried:
+            carried.remove(entry)
+        db.release_session_turn_lease(child, holder)
+
+    return undo
+
+
+def release_carried_turn_leases(agent: Any) -> None:
+    """Give back the child leases a hand-off took during ``agent``'s turn (see
+    :func:`carry_turn_lease`); nothing when it took none."""
+    for db, child, holder in _carried_leases.pop(id(agent), []):
+        db.release_session_turn_lease(child, holder)
+
+
 def switch_agent_session(agent: Any, child: str, seeded: list[Any]) -> Callable[[], None]:
     """Move the agent to ``child`` everywhere the host keeps the live id (agent,
     ``HERMES_SESSION_ID``, the gateway/tools ContextVar, the log tag, the session

@@ -139,8 +139,10 @@ def live_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     waiting elsewhere (0.22's API server loads it before its own run admission) hands the
     turn a stale one, and an admission that then finds the lease free reloads nothing. The
     turn starts on the live transcript when state.db holds messages that history lacks (a
-    compaction or another process's turn). No queue, no lease. Policy ``open``: an error
-    runs the turn on the history its caller passed (ERROR log)."""
+    compaction or another process's turn). No queue, no lease of its own; when the turn
+    ends it gives back the turn lease a hand-off took for its child during the turn
+    (:func:`host.carry_turn_lease`). Policy ``open``: an error runs the turn on the history
+    its caller passed (ERROR log); one giving the child's lease back leaves it to expire."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
@@ -150,7 +152,13 @@ def live_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                     args, kwargs = _with_live_history(runtime, instance, sid, None, args, kwargs)
         except Exception as exc:
             fail_open(row, exc, "the turn runs on the history its caller passed", when="before the turn")
-        return wrapped(*args, **kwargs)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            try:
+                host.release_carried_turn_leases(instance)
+            except Exception as exc:  # the child's lease then expires on its own (its ttl)
+                fail_open(row, exc, "a hand-off child's turn lease is left to expire", when="after the turn")
 
     return wrapper
 

@@ -68,9 +68,6 @@ def handoff(guard: Any) -> Iterator[Callable[..., Any]]:
     import hermes_session_guard
 
     def apply(**options: Any) -> Any:
-        if options.get("mode") == "fresh_session" and HOST_NATIVE_MODE:
-            pytest.skip("fresh_session is not offered in native mode (Hermes 0.20+, ADR 0002): the hand-off "
-                        "writes the packet and tells the user instead (test_fresh_session_falls_back_in_native_mode)")
         return hermes_session_guard.install(parse_config({"handoff": {"enabled": True, **options}}))
 
     yield apply
@@ -100,6 +97,17 @@ def _events(runtime: Any, name: str | None = None) -> list[dict]:
 
 def _rows(home: Path) -> dict[str, dict]:
     return {r["id"]: r for r in probe.sessions_table(home / "state.db")}
+
+
+def _turn_leases(home: Path) -> list[tuple[str, str]]:
+    """Hermes 0.20+'s durable turn leases left in state.db (none before 0.20)."""
+    conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
+    try:
+        return [(r[0], r[1]) for r in conn.execute("SELECT conversation_id, holder FROM session_turn_leases")]
+    except sqlite3.OperationalError:  # no such table
+        return []
+    finally:
+        conn.close()
 
 
 def _contents(home: Path, sid: str) -> list[str]:
@@ -278,9 +286,9 @@ def test_fresh_session_forks_explicitly_and_switches_every_id(
     llm.configure(reply_text="answer in the child")
     agent.run_conversation("what next?", conversation_history=seeded)
     assert _contents(home, child)[len(seeded):] == ["what next?", "answer in the child"]
-    # the turn's own request (an auxiliary call, e.g. the title, may come after it)
-    sent = [r.body["messages"] for r in llm.chat_requests()
-            if any(m.get("content") == "what next?" for m in r.body["messages"])][-1]
+    # the turn's own request: the longest naming it (an auxiliary call, e.g. the title, may come after it)
+    sent = max((r.body["messages"] for r in llm.chat_requests()
+                if any(m.get("content") == "what next?" for m in r.body["messages"])), key=len)
     assert any(SEED_MARKER in str(m.get("content")) and SID in str(m.get("content")) for m in sent)
     assert not any("r1-20:" in str(m.get("content")) for m in sent)
 
@@ -438,6 +446,8 @@ def test_gateway_fresh_session_moves_routing_and_the_next_message_lands_in_the_c
     replies = gw.replies()
     assert replies[-2:] == ["first answer", "second answer"]
     assert any(child in r and "hand-off packet" in r for r in replies)
+    # 0.20+: the forking turn wrote its answer under the child's turn lease and gave it back
+    assert _turn_leases(home) == []
 
 
 @pytest.mark.parametrize("agent_cached", [True, False], ids=["cached-agent", "agent-rebuilt"])
@@ -637,21 +647,31 @@ def test_handoff_packet_slash_command_in_a_gateway_chat(handoff: Any, llm: FakeL
     assert record.mode == "manual" and record.seq is None  # not counted against max_auto_handoffs
 
 
-@pytest.mark.skipif(not HOST_NATIVE_MODE, reason="fresh_session forks on every release before native mode")
-def test_fresh_session_falls_back_in_native_mode(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
-    """On Hermes 0.20+ a configured fresh_session hand-off writes the packet and tells the
-    user (prompt_user): the conversation stays on its id and nothing moves to a child."""
-    import hermes_session_guard
+@pytest.mark.skipif(not HOST_NATIVE_MODE, reason="turn leases are Hermes 0.20+'s")
+def test_a_turn_that_forks_holds_the_childs_turn_lease_until_it_ends(
+    handoff: Any, db: Any, llm: FakeLLMServer, home: Path
+) -> None:
+    """Hermes 0.20+ refuses a turn's transcript write to a conversation whose turn lease
+    that turn does not hold, and a hand-off child is a conversation of its own: the turn
+    that forks takes the child's lease under its own holder (its answer is written in the
+    child) and gives it back when it ends, so the child's next turn starts at once."""
+    handoff(mode="fresh_session", after_compressions=1)
+    agent, history = _seeded_agent(db, llm, "in_place")
+    during: list[list[tuple[str, str]]] = []
 
-    runtime = hermes_session_guard.install(parse_config({"handoff": {"enabled": True, "mode": "fresh_session",
-                                                                     "after_compressions": 1}}))
-    try:
-        agent, messages = _seeded_agent(db, llm, "in_place")
-        out, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
-        assert len(out) < len(messages) and agent.session_id == SID
-        assert [r["id"] for r in probe.sessions_table(home / "state.db")] == [SID]  # no child session
-        events = [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("session_id") == SID]
-        assert "handoff.packet_written" in events and "handoff.prompted" in events
-        assert "handoff.forked" not in events
-    finally:
-        hermes_session_guard.install(GuardConfig())
+    def answer(body: dict) -> str:
+        during.append(_turn_leases(home))
+        return "first answer"
+
+    llm.configure(reply_fn=answer, prompt_tokens=150_000)
+    result = agent.run_conversation("question one", conversation_history=history)
+    child = agent.session_id
+    assert child != SID and result.get("final_response") == "first answer"
+    # the turn's model call (a title call may follow the turn) saw the parent's lease (Hermes's) and the child's
+    assert max(map(len, during)) == 2
+    assert _turn_leases(home) == []  # both given back
+    assert _contents(home, child)[-2:] == ["question one", "first answer"]
+    llm.configure(reply_fn=None, reply_text="second answer", prompt_tokens=100)
+    second = agent.run_conversation("question two", conversation_history=result["messages"])
+    assert second.get("final_response") == "second answer" and agent.session_id == child
+    assert _contents(home, child)[-2:] == ["question two", "second answer"]

@@ -46,7 +46,8 @@ class _DeferredAnnotationsFinder(importlib.abc.MetaPathFinder):
 
 
 def _defer_annotations() -> None:
-    if WRITTEN_FOR_PY314 and sys.version_info < (3, 14) and not any(isinstance(f, _DeferredAnnotationsFinder) for f in sys.meta_path):
+    installed = any(isinstance(f, _DeferredAnnotationsFinder) for f in sys.meta_path)
+    if WRITTEN_FOR_PY314 and sys.version_info < (3, 14) and not installed:
         sys.meta_path.insert(0, _DeferredAnnotationsFinder())
 
 
