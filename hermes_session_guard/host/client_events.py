@@ -13,9 +13,16 @@ gave the compacting agent (docs/events.md).
   typed clients that reject unknown records accept. The outcome is in the run events
   and the audit log, not in that record (Hermes builds it from the tool name and id only).
 
-Only agents of the API server (``agent.platform == "api_server"``) are told: on the other
-entry points these callbacks draw tool rows in a terminal or chat, and the Responses
-stream would show a function call. Ids, counts, durations and reasons only.
+Only agents of the API server (``agent.platform == "api_server"``) are told that way: on the
+other entry points these callbacks draw tool rows in a terminal or chat, and the Responses
+stream would show a function call.
+
+- TUI gateway: the agent's ``status_callback`` that the TUI gateway gave it (defined in a
+  ``tui_gateway`` module) emits ``status.update`` with ``kind`` ``session_guard.compaction``
+  and a one-line ``text`` (:func:`status_text`), once when the compaction starts and once
+  when it ends; Hermes's own status kinds are untouched.
+
+Ids, counts, durations and reasons only.
 """
 
 from __future__ import annotations
@@ -34,9 +41,30 @@ def tool_call_id(op_id: str) -> str:
     return f"{TOOL_NAME}.{op_id}"
 
 
+def status_text(event: CompactionEvent) -> str:
+    """The TUI's status line for ``event``: what happened, counts and ids, no message text."""
+    op = f"op {event.op_id}"
+    if not event.ended:
+        return f"Compacting the context: {event.messages_before} messages ({op})"
+    if event.outcome == "done":
+        kept = f", snapshot {event.snapshot_id}" if event.snapshot_id else ""
+        return f"Context compacted: {event.messages_before} -> {event.messages_after} messages ({op}{kept})"
+    if event.outcome == "adopted":
+        return f"Context compaction: this session was already compacted, continuing on it ({op})"
+    reason = f": {event.reason}" if event.reason else ""
+    return f"Context compaction {event.outcome or 'ended'}, nothing changed{reason} ({op})"
+
+
+def _tui_status(agent: Any, event: CompactionEvent) -> None:
+    callback = getattr(agent, "status_callback", None)
+    if callable(callback) and str(getattr(callback, "__module__", "")).startswith("tui_gateway"):
+        callback(TOOL_NAME, status_text(event))
+
+
 def deliver(agent: Any, event: CompactionEvent) -> None:
-    """Tell the client streams of the API server request that runs ``agent``."""
+    """Tell the client streams of the API server request, or the TUI session, that runs ``agent``."""
     if getattr(agent, "platform", None) != API_PLATFORM:
+        _tui_status(agent, event)
         return
     fields = event.fields()
     progress = getattr(agent, "tool_progress_callback", None)

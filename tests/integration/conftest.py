@@ -118,6 +118,19 @@ def no_guard(discovered: Any, home: Path) -> Iterator[None]:
 
 
 @pytest.fixture
+def tui(home: Path) -> Iterator[Any]:
+    """Hermes's TUI gateway bound to a transport that keeps its frames (``tui_import``),
+    its SessionDB on this home: ``(server module, frames)``."""
+    from .tui_import import tui_gateway
+
+    db = probe.open_db(home / "state.db")
+    try:
+        yield from tui_gateway(db)
+    finally:
+        db.close()
+
+
+@pytest.fixture
 def db(home: Path) -> Iterator[Any]:
     database = probe.open_db(home / "state.db")
     yield database

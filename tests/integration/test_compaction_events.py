@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import urllib.request
@@ -26,11 +27,13 @@ from typing import Any
 
 import pytest
 
+from hermes_session_guard.host.client_events import TOOL_NAME
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import API_KEY, ApiServer, chat_completion, post, running_api_server
-from .conftest import DEFERS_TO_USAGE, HOST
+from .conftest import DEFERS_TO_USAGE, HOST, anchor_on_real_usage
+from .tui_import import tui_resume
 
 SID = "20260601_130000_e7e7e7e7"
 TOOL = "session_guard.compaction"
@@ -193,3 +196,37 @@ def test_the_typed_api_client_reads_a_stream_with_a_compaction(
     assert [e["status"] for e in progress] == ["running", "completed"], kinds
     assert "AssistantDeltaEvent" in kinds and kinds[-1] == "TerminalEvent"
     assert len(llm.summary_requests()) == 1
+
+
+# -- the TUI gateway: status.update ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["completed", "failed"])
+def test_a_tui_client_sees_the_compaction_start_and_end_as_status_updates(
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, tui: Any, fails: bool
+) -> None:
+    """A TUI turn that compacts: its session gets one ``status.update`` (kind
+    ``session_guard.compaction``) when the compaction starts and one when it ends, saying
+    what happened in counts and ids; Hermes's own status kinds are left as they are."""
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages, source="tui")
+    server_module, frames = tui
+    send = tui_resume(server_module, frames, SID)
+    if DEFERS_TO_USAGE:  # a long-lived TUI agent has its provider's reading of the session
+        anchor_on_real_usage(server_module._sessions[send.live]["agent"], messages)
+    if fails:
+        llm.configure(fail_all_summaries=("status", 500))
+    send("and now?")
+    updates = [u for u in frames.events(send.live, "status.update") if u.get("kind") == TOOL_NAME]
+    assert len(updates) == 2, updates
+    started, ended = (u["text"] for u in updates)
+    begun = re.fullmatch(r"Compacting the context: (\d+) messages \(op (\w+)\)", started)
+    assert begun and int(begun[1]) > len(messages), started  # the stored turns and the new prompt
+    before, op = begun[1], begun[2]
+    if fails:
+        assert ended.startswith("Context compaction failed, nothing changed: ") and ended.endswith(f"(op {op})")
+    else:
+        done = re.fullmatch(rf"Context compacted: {before} -> (\d+) messages "
+                            rf"\(op {op}, snapshot {SID}\.snapshot\.\S+\)", ended)
+        assert done and int(done[1]) < int(before), ended
+    assert "deployment plan" not in json.dumps(updates) and "and now?" not in json.dumps(updates)

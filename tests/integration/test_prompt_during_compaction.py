@@ -18,13 +18,11 @@ from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from . import test_turn_order_entry_points as entry_points
 from .api_turns import answer_for, echo_last_user
 from .conftest import HOST
-from .test_turn_order_entry_points import _Frames
+from .tui_import import TuiFrames
 
 SID = "20260701_140000_tuiq01"
-tui = entry_points.tui  # the TUI gateway server on this home, with a frame-keeping transport
 WAIT = 180
 _ROW = select_row("tui_busy_interrupt", HOST)
 pytestmark = pytest.mark.skipif(
@@ -32,7 +30,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"Hermes {'.'.join(map(str, HOST))}: {_ROW.note if _ROW else 'no TUI busy-input row'}")
 
 
-def _submit(server: Any, frames: _Frames, live: str, text: str) -> dict[str, Any]:
+def _submit(server: Any, frames: TuiFrames, live: str, text: str) -> dict[str, Any]:
     from tui_gateway.transport import bind_transport
 
     bind_transport(frames)
@@ -42,16 +40,16 @@ def _submit(server: Any, frames: _Frames, live: str, text: str) -> dict[str, Any
     return dict(ack["result"])
 
 
-def _wait_completed(frames: _Frames, live: str, n: int) -> list[dict[str, Any]]:
+def _wait_completed(frames: TuiFrames, live: str, n: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + WAIT  # a bound on the loop, not on the turns' duration
-    while len(frames.payloads(live)) < n:
-        assert time.monotonic() < deadline, f"{len(frames.payloads(live))} of {n} TUI turns completed"
+    while len(frames.completed(live)) < n:
+        assert time.monotonic() < deadline, f"{len(frames.completed(live))} of {n} TUI turns completed"
         time.sleep(0.05)
     time.sleep(0.3)  # a further (wrong) completion would land now
-    return frames.payloads(live)
+    return frames.events(live, "message.complete")
 
 
-def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, _Frames],
+def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFrames],
                               texts: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``texts[0]`` compacts (summary held); the others arrive meanwhile. Returns the acks
     of the later ones and every completion."""
@@ -84,7 +82,7 @@ def _asked(llm: FakeLLMServer) -> list[str]:
 
 @pytest.mark.parametrize("during", [1, 3])
 def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
-        guard: Any, db: Any, llm: FakeLLMServer, tui: tuple[Any, _Frames], during: int) -> None:
+        guard: Any, db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFrames], during: int) -> None:
     texts = [f"msg-{i}-tui" for i in range(during + 1)]
     acks, done = _prompt_during_compaction(db, llm, tui, texts)
     assert [a.get("status") for a in acks] == ["queued"] * during
@@ -98,7 +96,7 @@ def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
 
 
 def test_without_the_guard_the_prompt_interrupts_and_is_merged(no_guard: None, db: Any, llm: FakeLLMServer,
-                                                                tui: tuple[Any, _Frames]) -> None:
+                                                                tui: tuple[Any, TuiFrames]) -> None:
     """The reproduction: Hermes as shipped interrupts the compacting turn."""
     texts = ["msg-0-bare", "msg-1-bare"]
     _, done = _prompt_during_compaction(db, llm, tui, texts)
@@ -107,7 +105,7 @@ def test_without_the_guard_the_prompt_interrupts_and_is_merged(no_guard: None, d
 
 
 def test_outside_compaction_the_interrupt_setting_is_untouched(guard: Any, db: Any, llm: FakeLLMServer,
-                                                               tui: tuple[Any, _Frames]) -> None:
+                                                               tui: tuple[Any, TuiFrames]) -> None:
     """A prompt for a turn that is not compacting interrupts it (Hermes's default mode)."""
     server, frames = tui
     probe.seed_session(db, SID, probe.seed_messages(4, chars=40), source="tui")

@@ -31,90 +31,18 @@ from .api_turns import (
 )
 from .conftest import DEFERS_TO_USAGE
 from .test_turn_order_api import HAS_SESSION_CHAT, HERMES_ORDERS_TURNS
-from .tui_import import tui_server
+from .tui_import import tui_resume
 
 SID = "20260701_130000_entry"
+TUI_TURN_ORDER = pytest.mark.skipif(
+    DEFERS_TO_USAGE, reason="not verified on 0.21+: its TUI gateway needs Python 3.14; imported here with deferred "
+    "annotations, a TUI prompt sent while an API turn compacts is stored before that turn's answer, with or "
+    "without the guard (docs/compatibility.md)")
 HEAD = "turn-0:"
 WAIT = 180
 
 
 # -- TUI gateway: tui_gateway.server's JSON-RPC handlers, as its stdio/WebSocket transport calls them
-
-
-class _Frames:
-    """A tui_gateway transport that keeps the frames it is given."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def write(self, obj: dict[str, Any]) -> bool:
-        with self.lock:
-            self.frames.append(obj)
-        return True
-
-    def close(self) -> None:
-        return None
-
-    def payloads(self, sid: str) -> list[dict[str, Any]]:
-        """The payloads of the session's ``message.complete`` events, in order."""
-        with self.lock:
-            return [dict(f["params"].get("payload") or {}) for f in self.frames
-                    if f.get("method") == "event" and f["params"].get("type") == "message.complete"
-                    and f["params"].get("session_id") == sid]
-
-    def completed(self, sid: str) -> list[str]:
-        return [str(p.get("text", "")) for p in self.payloads(sid)]
-
-
-@pytest.fixture
-def tui(home: Path) -> Iterator[Any]:
-    if DEFERS_TO_USAGE:
-        pytest.skip("not verified on 0.21+: its TUI gateway needs Python 3.14; imported here with deferred "
-                    "annotations, a TUI prompt sent while an API turn compacts is stored before that turn's "
-                    "answer, with or without the guard (docs/compatibility.md)")
-    server = tui_server()
-    from tui_gateway.transport import bind_transport, reset_transport
-
-    frames = _Frames()
-    token = bind_transport(frames)
-    before_db = getattr(server, "_db", None)
-    server._db = probe.open_db(home / "state.db")  # the server's SessionDB, on this home
-    try:
-        yield server, frames
-    finally:
-        reset_transport(token)
-        for live in list(getattr(server, "_sessions", {})):
-            try:
-                server.handle_request({"jsonrpc": "2.0", "id": "close", "method": "session.close",
-                                       "params": {"session_id": live}})
-            except Exception:
-                pass
-        server._db = before_db
-
-
-def _tui_resume(server: Any, frames: _Frames) -> Callable[[str], Reply]:
-    """``session.resume`` now (it reads the stored history); the returned callable runs
-    one ``prompt.submit`` on it and waits for its ``message.complete`` event."""
-    resumed = server.handle_request({"jsonrpc": "2.0", "id": 1, "method": "session.resume",
-                                     "params": {"session_id": SID, "eager_build": True}})
-    assert "result" in resumed, resumed
-    live = resumed["result"]["session_id"]
-
-    def send(text: str) -> Reply:
-        from tui_gateway.transport import bind_transport
-
-        bind_transport(frames)
-        ack = server.handle_request({"jsonrpc": "2.0", "id": 2, "method": "prompt.submit",
-                                     "params": {"session_id": live, "text": text}})
-        assert "result" in ack, ack
-        deadline = time.monotonic() + WAIT
-        while not frames.completed(live):
-            assert time.monotonic() < deadline, "the TUI turn never completed"
-            time.sleep(0.05)
-        return Reply(frames.completed(live)[0].strip(), 200, SID, None)
-
-    return send
 
 
 # -- ACP: acp_adapter.server.HermesACPAgent.prompt, as the ACP JSON-RPC connection calls it
@@ -188,11 +116,12 @@ def _during_compression(llm: FakeLLMServer, srv: ApiServer, entry: Callable[[str
     return sent, replies
 
 
+@TUI_TURN_ORDER
 def test_a_tui_turn_waits_for_an_api_turns_compression(guard: Any, db: Any, llm: FakeLLMServer,
                                                         server: ApiServer, tui: Any) -> None:
     probe.seed_session(db, SID, probe.seed_messages(), source="tui")
     tui_server, frames = tui
-    sent, replies = _during_compression(llm, server, _tui_resume(tui_server, frames), "tui")
+    sent, replies = _during_compression(llm, server, tui_resume(tui_server, frames, SID), "tui")
     assert contract_violations(db, SID, sent, replies, llm, compressed=True, head_text=HEAD) == []
     assert len(llm.summary_requests()) == 1
 
@@ -205,6 +134,7 @@ def test_an_acp_turn_waits_for_an_api_turns_compression(guard: Any, home: Path, 
     assert len(llm.summary_requests()) == 1
 
 
+@TUI_TURN_ORDER
 def test_without_the_guard_a_tui_turn_answers_from_stale_history(no_guard: None, home: Path, db: Any,
                                                                        llm: FakeLLMServer, server: ApiServer,
                                                                        tui: Any) -> None:
@@ -213,7 +143,7 @@ def test_without_the_guard_a_tui_turn_answers_from_stale_history(no_guard: None,
     Hermes 0.20+ keeps the promise itself (the seam table's turn rows are not-needed there):
     its turn lease makes the TUI turn wait and reload the live transcript."""
     probe.seed_session(db, SID, probe.seed_messages(), source="tui")
-    sent, replies = _during_compression(llm, server, _tui_resume(*tui), "tui", waits=HERMES_ORDERS_TURNS)
+    sent, replies = _during_compression(llm, server, tui_resume(*tui, SID), "tui", waits=HERMES_ORDERS_TURNS)
     violations = contract_violations(db, SID, sent, replies, llm, compressed=True, head_text=HEAD)
     assert violations == [] if HERMES_ORDERS_TURNS else violations != []
 

@@ -168,6 +168,50 @@ def test_other_entry_points_and_other_handlers_are_not_told(runtime: Runtime, db
     assert [c[0] for c in responses.calls] == ["progress", "progress"]  # run events only
 
 
+def _tui_status_callback(calls: list[tuple[str, str]]) -> Any:
+    """A status callback as the TUI gateway builds one (a function of a tui_gateway module)."""
+    namespace: dict[str, Any] = {"__name__": "tui_gateway.agent_callbacks", "calls": calls}
+    exec("def status(kind, text=None):\n    calls.append((kind, text))\n", namespace)
+    return namespace["status"]
+
+
+def test_a_tui_agent_gets_a_status_line_when_its_compaction_starts_and_ends(runtime: Runtime, db: Any) -> None:
+    calls: list[tuple[str, str]] = []
+    tui = ApiAgent(db, Engine())
+    tui.platform = "tui"
+    tui.status_callback = _tui_status_callback(calls)
+    _compact(runtime, db, agent=tui)
+    assert tui.calls == []  # no tool rows, no run events
+    assert [kind for kind, _ in calls] == [client_events.TOOL_NAME] * 2
+    started, ended = (text for _, text in calls)
+    op = started.rsplit("op ", 1)[1].rstrip(")")
+    assert started == f"Compacting the context: 10 messages (op {op})"
+    assert ended.startswith(f"Context compacted: 10 -> 3 messages (op {op}, snapshot S1.snapshot.")
+    _no_text([list(c) for c in calls])
+
+
+def test_a_status_callback_of_another_entry_point_is_not_called(runtime: Runtime, db: Any) -> None:
+    calls: list[tuple[str, str]] = []
+    gateway = ApiAgent(db, Engine())
+    gateway.platform = "telegram"  # the platform gateway's callback posts into the chat
+    gateway.status_callback = lambda kind, text=None: calls.append((kind, text))
+    _compact(runtime, db, agent=gateway)
+    assert calls == []
+
+
+@pytest.mark.parametrize("outcome,reason,expected", [
+    ("adopted", None, "Context compaction: this session was already compacted, continuing on it (op ab12)"),
+    ("skipped", "lock held by another process", "Context compaction skipped, nothing changed: lock held by "
+     "another process (op ab12)"),
+    ("failed", "APIError", "Context compaction failed, nothing changed: APIError (op ab12)"),
+])
+def test_the_status_line_of_each_outcome(outcome: str, reason: str | None, expected: str) -> None:
+    event = CompactionEvent(name=f"compaction.{'failed' if outcome == 'failed' else 'skipped'}", session_id="S",
+                            op_id="ab12", strategy="host_in_place", release="0.19.0", messages_before=5,
+                            messages_after=5, outcome=outcome, reason=reason)
+    assert client_events.status_text(event) == expected
+
+
 def test_run_event_shape() -> None:
     event = client_events.run_event("run_1", "compaction.failed", {"op_id": "abc", "reason": "x"})
     assert event is not None and event["event"] == "compaction.failed" and event["run_id"] == "run_1"
