@@ -44,6 +44,13 @@ class TranscriptOrder(StrEnum):
     TIMESTAMP = "timestamp"
 
 
+class SnapshotStorage(StrEnum):
+    """How an in-place host's (0.18-0.19) snapshot keeps the replaced transcript."""
+
+    COPY = "copy"  # the guard's own copy (session_guard_snapshot_messages)
+    REFERENCE = "reference"  # Hermes's archived rows, named by id, when they hold the transcript exactly
+
+
 class LockMode(StrEnum):
     """Which cross-process lease serialises compressions of one session."""
 
@@ -114,6 +121,7 @@ class Behaviour(Mapping[str, str]):
     transcript: GatewayTranscript | None = None
     lease_table: str | None = None
     session_from: SessionFrom | None = None
+    snapshot: SnapshotStorage | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -158,6 +166,7 @@ _TYPES: dict[str, type] = {
     "transcript": GatewayTranscript,
     "lease_table": str,
     "session_from": SessionFrom,
+    "snapshot": SnapshotStorage,
 }
 
 NO_BEHAVIOUR = Behaviour()

@@ -74,6 +74,7 @@ _.INDEX  # FlushCursor
 _.IDENTITY
 _.ID  # TranscriptOrder
 _.TIMESTAMP
+_.COPY  # SnapshotStorage
 _.GUARD  # LockMode
 _.NATIVE
 _.OPEN  # FailurePolicy

@@ -122,7 +122,7 @@ from ..locks.session_lock import (
     holder_id,
 )
 from ..runtime import Runtime
-from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, Strategy
+from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
 from ..store import SnapshotGone, SnapshotInfo, message_text, text_hash
 from ..summaries.tags import (
     compacted_range,
@@ -274,6 +274,7 @@ class _Operation:
         self.native_summary_key = native_summary_key
         self.flush_cursor = behaviour.flush_cursor
         self.transcript_order = behaviour.transcript_order
+        self.snapshot_storage = behaviour.snapshot
         self.op_id = new_op_id()
         self.audit = runtime.audit.operation(sid, self.op_id)
         self.pm = get_plugin_manager()
@@ -846,9 +847,10 @@ class _Operation:
         snapshot names those rows when they hold exactly the transcript being replaced
         (ADR 0003). A copy otherwise: turns the agent never flushed (Hermes's in-place path
         does not flush them before archiving), rows other writers stored meanwhile, or
-        content Hermes stores differently from the agent's list. ``runs``: the live row ids
-        read when the engine returned."""
-        if host.session_db(self.agent) is not None:
+        content Hermes stores differently from the agent's list, and always on a release whose
+        own flows delete archived rows right after an in-place compaction (0.18: ``snapshot:
+        copy``). ``runs``: the live row ids read when the engine returned."""
+        if self.snapshot_storage == SnapshotStorage.REFERENCE and host.session_db(self.agent) is not None:
             if runs and self.store_reference(snapshot_id, created_at, runs, matching=self.before) is not None:
                 return
         self.write_snapshot(snapshot_id, created_at)

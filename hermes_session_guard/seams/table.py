@@ -231,6 +231,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "lock": LOCK_NATIVE,
             "lock_failure": "closed",
             "native_summary_key": "",
+            "snapshot": "copy",  # 0.13-0.17 rotate: Hermes keeps no rows under the session's id
         },
         requires=(_NATIVE_LOCK,),
         ranges={
@@ -252,11 +253,20 @@ SEAMS: tuple[SeamRow, ...] = (
                               "native_summary_key": "_compressed_summary"},
                 "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
             },
-            "0.18.0-0.20.0": {
+            "0.18.0-0.19.0": {
                 "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
                               "native_summary_key": "_compressed_summary"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE),
-                "note": "host has in-place compaction and a native lock; force in-place on",
+                "note": "host has in-place compaction and a native lock; force in-place on; the snapshot is a copy "
+                        "(0.18's gateway hygiene and /compress rewrite the whole transcript after an in-place "
+                        "compaction, archived rows too)",
+            },
+            "0.19.0-0.20.0": {
+                "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
+                              "native_summary_key": "_compressed_summary", "snapshot": "reference"},
+                "requires": (_NATIVE_LOCK, _IN_PLACE),
+                "note": "host has in-place compaction and a native lock; force in-place on; the snapshot names "
+                        "Hermes's archived rows",
             },
             "0.20.0+": {
                 "behaviour": {"strategy": HOST_NATIVE, "lock": "host", "flush_cursor": "marker",

@@ -24,6 +24,7 @@ ALLOWED = {
     "lock": {"guard", "native", "host"},
     "lock_failure": {"closed", "open"},
     "native_summary_key": {"", "_compressed_summary"},
+    "snapshot": {"copy", "reference"},
 }
 
 # What the wheels say, release by release (docs/compatibility.md has the sources).
