@@ -45,7 +45,9 @@ class TranscriptOrder(StrEnum):
 
 
 class SnapshotStorage(StrEnum):
-    """How an in-place host's (0.18-0.19) snapshot keeps the replaced transcript."""
+    """How a compression's snapshot keeps the replaced transcript: a copy where Hermes keeps
+    no rows (0.13-0.17) or deletes them right after compacting (0.18.x), a reference to
+    Hermes's archived rows from 0.19 (native mode, 0.20+, always references)."""
 
     COPY = "copy"  # the guard's own copy (session_guard_snapshot_messages)
     REFERENCE = "reference"  # Hermes's archived rows, named by id, when they hold the transcript exactly

@@ -270,7 +270,7 @@ SEAMS: tuple[SeamRow, ...] = (
             },
             "0.20.0+": {
                 "behaviour": {"strategy": HOST_NATIVE, "lock": "host", "flush_cursor": "marker",
-                              "native_summary_key": "_compressed_summary"},
+                              "native_summary_key": "_compressed_summary", "snapshot": "reference"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE, _TURN_LEASE),
                 "note": "native mode: Hermes compacts in place under its own holder-checked lock; the guard tags, "
                         "references the archived rows and records (seams/native_compaction.py)",
