@@ -68,6 +68,8 @@ def sendable_messages(messages: list[Any]) -> list[Any]:
     def clean(m: Any) -> bool:
         return not isinstance(m, dict) or encodable(json.dumps(m, ensure_ascii=False, default=str))
 
+    if encodable(json.dumps([m for m in messages if isinstance(m, dict)], ensure_ascii=False, default=str)):
+        return messages  # one encode for the usual case
     flags = [clean(m) for m in messages]
     if all(flags):
         return messages

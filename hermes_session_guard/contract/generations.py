@@ -39,7 +39,8 @@ def message_key(message: Any) -> Key:
         role, text, call = message.get("role"), message_text(message), message.get("tool_call_id")
     else:
         role, text, call = getattr(message, "role", ""), getattr(message, "content", ""), ""
-    return (str(role or ""), _LONE_SURROGATE.sub("\ufffd", str(text or "").strip()), str(call or ""))
+    text = str(text or "").strip()
+    return (str(role or ""), text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text), str(call or ""))
 
 
 def keys_of(messages: Iterable[Any]) -> list[Key]:

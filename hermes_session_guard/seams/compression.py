@@ -912,7 +912,7 @@ class _Operation:
         if host.session_db(self.agent) is None:
             return [], None
         try:
-            ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy == HOST_IN_PLACE else None
+            ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy in IN_PLACE_STRATEGIES else None
             mine, live = self.mine(), Keyed(host.live_transcript(self.agent, self.sid))
             standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
@@ -928,10 +928,14 @@ class _Operation:
     def stale_under_host_lock(self) -> bool:
         """Native mode, asked by the engine shim once Hermes holds its lease: does the list
         predate a compaction committed since :meth:`check_generation` (which ran before
-        Hermes's lease)? A failed read says no: Hermes compacts as it would alone."""
+        Hermes's lease)? The same live row ids as that check read say no without reading the
+        transcript again (any commit archives rows and writes new ones). A failed read says
+        no: Hermes compacts as it would alone."""
         try:
+            if self.live_ids and host.live_row_ranges(self.db_path, self.sid) == self.live_ids:
+                return False
             live = Keyed(host.live_transcript(self.agent, self.sid))
-            return assess(Keyed(self.before), live, self.store.generation(self.sid), has_summary_block).stale
+            return assess(self.mine(), live, self.store.generation(self.sid), has_summary_block).stale
         except Exception as exc:
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
                                stage="under Hermes's compression lease")
