@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,9 +194,27 @@ def _text(m: dict[str, Any]) -> str:
     return str(c or "")
 
 
+def answer_order(texts: list[tuple[Any, str]], stored_at_send: Collection[str]) -> list[tuple[Any, str]]:
+    """``texts`` (role, text) with each prompt of ``stored_at_send`` moved to right before its
+    own answer. Hermes 0.21+'s TUI writes a prompt the moment it is sent (upstream #111868),
+    before the turn it then waits for has stored its answer: that row sits where the prompt
+    arrived, compaction or not. Its turn still waits and answers it after the other."""
+    if not stored_at_send:
+        return texts
+    out = [t for t in texts if not (t[0] == "user" and t[1] in stored_at_send)]
+    for prompt in stored_at_send:
+        if ("user", prompt) not in texts:
+            continue  # reported below as not live
+        answer = ("assistant", answer_for(prompt))
+        out.insert(out.index(answer) if answer in out else len(out), ("user", prompt))
+    return out
+
+
 def contract_violations(db: Any, sid: str, sent: list[str], replies: dict[str, Reply], llm: FakeLLMServer,
-                        *, compressed: bool, head_text: str | None = None) -> list[str]:
-    """Everything wrong with ``sid`` after ``sent`` (in arrival order) got ``replies``."""
+                        *, compressed: bool, head_text: str | None = None,
+                        stored_at_send: Collection[str] = ()) -> list[str]:
+    """Everything wrong with ``sid`` after ``sent`` (in arrival order) got ``replies``.
+    ``stored_at_send``: prompts the entry point stores when they are sent (:func:`answer_order`)."""
     problems: list[str] = []
     for text in sent:
         r = replies.get(text)
@@ -231,7 +249,12 @@ def contract_violations(db: Any, sid: str, sent: list[str], replies: dict[str, R
             problems.append(f"{text}: answered from the pre-compression transcript")
     # the live transcript: each message once, in arrival order, followed by its own answer
     live = db.get_messages_as_conversation(sid)
-    texts = [(m.get("role"), _text(m).strip()) for m in live]
+    stored = [(m.get("role"), _text(m).strip()) for m in live]
+    texts = answer_order(stored, stored_at_send)
+    for prompt in stored_at_send:
+        if ("user", prompt) in stored and ("assistant", answer_for(prompt)) in stored \
+                and stored.index(("user", prompt)) > stored.index(("assistant", answer_for(prompt))):
+            problems.append(f"{prompt}: stored after its own answer")
     summaries = [t for _, t in texts if is_summary_text(t)]
     if compressed and len(summaries) != 1:
         problems.append(f"{len(summaries)} live summaries")
