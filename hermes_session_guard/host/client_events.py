@@ -21,6 +21,13 @@ stream would show a function call.
   ``tui_gateway`` module) emits ``status.update`` with ``kind`` ``session_guard.compaction``
   and a one-line ``text`` (:func:`status_text`), once when the compaction starts and once
   when it ends; Hermes's own status kinds are untouched.
+- ACP: the session's client gets a ``session/update`` tool call (``tool_call``, title
+  :func:`status_text`, kind ``other``, ``rawInput`` op id and messages, status
+  ``in_progress``) when the compaction starts and a ``tool_call_update`` of the same id
+  when it ends (status ``completed``, or ``failed`` for a failed compaction; ``rawOutput``
+  the event's fields). Every ACP client knows tool calls. The connection, session and
+  loop are those of the ACP adapter's own ``tool_progress_callback`` on the agent (a
+  closure of ``acp_adapter.events``), sent with its own ``_send_update``.
 
 Ids, counts, durations and reasons only.
 """
@@ -61,10 +68,36 @@ def _tui_status(agent: Any, event: CompactionEvent) -> None:
         callback(TOOL_NAME, status_text(event))
 
 
+def _acp_update(agent: Any, event: CompactionEvent) -> None:
+    callback = getattr(agent, "tool_progress_callback", None)
+    code, cells = getattr(callback, "__code__", None), getattr(callback, "__closure__", None)
+    if code is None or not cells or not str(getattr(callback, "__module__", "")).startswith("acp_adapter"):
+        return
+    bound = dict(zip(code.co_freevars, (c.cell_contents for c in cells), strict=False))
+    conn, session_id, loop = bound.get("conn"), bound.get("session_id"), bound.get("loop")
+    if conn is None or not session_id or loop is None:
+        return
+    import acp
+    from acp_adapter.events import _send_update
+
+    call_id = tool_call_id(event.op_id)
+    update: Any
+    if event.name == COMPACTION_STARTED:
+        update = acp.start_tool_call(call_id, status_text(event), kind="other", status="in_progress",
+                                     raw_input={"op_id": event.op_id, "messages": event.messages_before})
+    else:
+        update = acp.update_tool_call(call_id, title=status_text(event),
+                                      status="failed" if event.outcome == "failed" else "completed",
+                                      raw_output=event.fields())
+    _send_update(conn, session_id, loop, update)
+
+
 def deliver(agent: Any, event: CompactionEvent) -> None:
-    """Tell the client streams of the API server request, or the TUI session, that runs ``agent``."""
+    """Tell the client streams of the API server request, the TUI session or the ACP
+    session that runs ``agent``."""
     if getattr(agent, "platform", None) != API_PLATFORM:
         _tui_status(agent, event)
+        _acp_update(agent, event)
         return
     fields = event.fields()
     progress = getattr(agent, "tool_progress_callback", None)

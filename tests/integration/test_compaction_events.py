@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -230,3 +231,66 @@ def test_a_tui_client_sees_the_compaction_start_and_end_as_status_updates(
                             rf"\(op {op}, snapshot {SID}\.snapshot\.\S+\)", ended)
         assert done and int(done[1]) < int(before), ended
     assert "deployment plan" not in json.dumps(updates) and "and now?" not in json.dumps(updates)
+
+
+# -- ACP: session/update tool calls ---------------------------------------------------------
+
+
+class _AcpUpdates:
+    """The client side of an ACP connection: keeps every session update it is sent."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+
+    def __getattr__(self, name: str) -> Any:  # any other client callback: accepted, nothing to do
+        async def ignore(*args: Any, **kwargs: Any) -> None:
+            return None
+        return ignore
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["completed", "failed"])
+def test_an_acp_client_sees_the_compaction_as_a_tool_call(
+    guard: Any, db: Any, llm: FakeLLMServer, home: Path, fails: bool
+) -> None:
+    """An ACP prompt that compacts: its client gets a ``tool_call`` (in progress) when the
+    compaction starts and a ``tool_call_update`` of the same id when it ends, completed
+    or failed, in counts and ids; the turn's own answer still streams."""
+    try:
+        from acp.schema import TextContentBlock
+        from acp_adapter.server import HermesACPAgent
+        from acp_adapter.session import SessionManager
+    except ImportError as exc:
+        pytest.skip(f"ACP is not importable on this release ({exc})")
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages, source="acp")  # ACP restores only its own sessions
+    acp_agent = HermesACPAgent(SessionManager(db=probe.open_db(home / "state.db")))
+    client = _AcpUpdates()
+    acp_agent.on_connect(client)
+    state = acp_agent.session_manager.get_session(SID)
+    assert state is not None
+    if DEFERS_TO_USAGE:  # a long-lived ACP agent has its provider's reading of the session
+        anchor_on_real_usage(state.agent, messages)
+    if fails:
+        llm.configure(fail_all_summaries=("status", 500))
+    response = asyncio.run(acp_agent.prompt(prompt=[TextContentBlock(type="text", text="and now?")],
+                                            session_id=SID))
+    assert response.stop_reason == "end_turn", response
+    ours = [u for u in client.updates if str(getattr(u, "tool_call_id", "")).startswith(TOOL_NAME)]
+    assert [u.session_update for u in ours] == ["tool_call", "tool_call_update"], client.updates
+    started, ended = ours
+    assert started.tool_call_id == ended.tool_call_id and started.status == "in_progress"
+    assert started.kind == "other" and started.raw_input["messages"] > len(messages)
+    assert re.fullmatch(r"Compacting the context: \d+ messages \(op \w+\)", started.title)
+    if fails:
+        assert ended.status == "failed" and ended.raw_output["outcome"] == "failed"
+    else:
+        assert ended.status == "completed" and ended.raw_output["outcome"] == "done"
+        assert ended.raw_output["snapshot_id"].startswith(f"{SID}.snapshot.")
+        assert ended.raw_output["messages_after"] < ended.raw_output["messages_before"]
+    dumped = json.dumps([u.model_dump(mode="json") for u in ours])
+    assert "deployment plan" not in dumped and "and now?" not in dumped
+    chunks = [u for u in client.updates if getattr(u, "session_update", "") == "agent_message_chunk"]
+    assert chunks, "the turn's answer did not stream"
