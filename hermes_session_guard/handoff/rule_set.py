@@ -156,7 +156,8 @@ def _load_data() -> list[dict[str, Any]]:
     import yaml
 
     ref = resources.files(__package__).joinpath(*RULES_RESOURCE)
-    data = yaml.safe_load(ref.read_text(encoding="utf-8"))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ~10x faster
+    data = yaml.load(ref.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
     if not isinstance(data, list):
         raise ValueError("the rule file is not a list of rules")
     return data

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.in_place is not None and hasattr(agent, "compression_in_place"):
         agent.compression_in_place = args.in_place
     probe.mark_flushed(agent, history)
+    from tests.integration.conftest import anchor_on_real_usage
+
+    anchor_on_real_usage(agent, history)  # a resumed process's last response priced its history (0.21+)
 
     Path(args.ready).touch()
     deadline = time.monotonic() + args.timeout
