@@ -556,6 +556,15 @@ class _Operation:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
                 self.referenced = host.live_row_ranges(self.db_path, sid)
+                if self.referenced and self.written_ahead is None and host.session_db(agent) is not None:
+                    # Write-ahead, as on 0.19: Hermes archives those rows right after this and keeps
+                    # them, so the reference goes first. A process killed between the two writes
+                    # leaves the transcript live and referenced, never compacted with no snapshot.
+                    try:
+                        self.store_reference(snapshot_id, created_at, self.referenced)
+                        self.written_ahead = snapshot_id
+                    except Exception as exc:  # written once Hermes returned (write_reference)
+                        self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
             live_now: list[tuple[int, int]] = []
             if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
@@ -714,7 +723,7 @@ class _Operation:
             foreign = self.arrived_meanwhile(foreign)
         try:
             if strategy == HOST_NATIVE and host.session_db(agent) is not None:
-                snapshot_id = self.write_reference(planned_id, created_at)
+                snapshot_id = self.written_ahead or self.write_reference(planned_id, created_at)
             elif self.written_ahead is None:
                 # 0.14, a deferred write-ahead, an engine the shim did not reach, or native
                 # mode without a SessionDB (Hermes keeps no rows to reference): a copy

@@ -22,10 +22,12 @@ phase is reached, after writing the phase name to ``--reached``. Phases:
 ``between_writes``
     the pre-compression snapshot and the live transcript: whichever of the two
     writes comes second is entered and not run (0.14 writes the snapshot, then
-    ``SessionDB.replace_messages``; 0.18+ lets the host ``archive_and_compact``
-    first, then writes the snapshot);
+    ``SessionDB.replace_messages``; 0.18.2+ writes the snapshot, or its reference to
+    Hermes's rows, when the context engine returns, before the host's
+    ``archive_and_compact``);
 ``before_release``
-    both writes done, the compression lock about to be released;
+    both writes done, the compression lock about to be released (the guard's grant, or
+    in native mode, 0.20+, Hermes's own ``release_compression_lock``);
 ``none``
     no kill (a restart). ``during_summary`` also installs nothing: the parent
     kills the process while the fake LLM holds the summary call.
@@ -84,6 +86,9 @@ def install_kill(phase: str, reached: str | None) -> None:
         return wrapper
 
     wrapt.wrap_function_wrapper("hermes_session_guard.store", "GuardStore.write_snapshot", write("snapshot", "live"))
+    # 0.19 and native mode (0.20+) may reference Hermes's rows instead of copying them
+    wrapt.wrap_function_wrapper("hermes_session_guard.store", "GuardStore.write_snapshot_reference",
+                                write("snapshot", "live"))
     import hermes_state
 
     for live_write in ("replace_messages", "archive_and_compact"):  # 0.14 / 0.18+
@@ -97,6 +102,10 @@ def install_kill(phase: str, reached: str | None) -> None:
             return wrapped(*args, **kwargs)
 
         wrapt.wrap_function_wrapper("hermes_session_guard.locks.session_lock", "LockGrant.release", release)
+        from tests.integration.conftest import HOST_NATIVE_MODE
+
+        if HOST_NATIVE_MODE:  # Hermes's own lease, released by Hermes (0.16-0.19: the guard's grant holds it)
+            wrapt.wrap_function_wrapper(hermes_state, "SessionDB.release_compression_lock", release)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

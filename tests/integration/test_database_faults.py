@@ -337,10 +337,10 @@ def _run_scenario(guard: Any, db: Any, db_path: Path, llm: FakeLLMServer, home: 
                 outcome = _outcomes(guard, SID)[-1]
                 assert outcome["event"] in ("compression.failed", "compression.skipped")
                 assert any(w in outcome["reason"] for w in words), outcome
-                if "Hermes could not write" in outcome["reason"] and not HOST_NATIVE_MODE:
+                if "Hermes could not write" in outcome["reason"]:
                     # Hermes's own write failed after its engine returned: the guard's write
                     # ahead of it (same state.db) was refused by the same fault (a copy), or fit
-                    # (a reference to the rows, 0.18.2+) and stays, named by the outcome.
+                    # (a reference to the rows, 0.18.2+ and native mode) and stays, named by the outcome.
                     op = [e["event"] for e in audit.read_events(guard.audit_path)
                           if e.get("op_id") == outcome["op_id"]]
                     assert ("snapshot.deferred" in op) != bool(outcome.get("snapshot_written_ahead")), (op, outcome)
