@@ -6,6 +6,7 @@ conversation), against one fake LLM whose summaries take a second."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import GuardStore
 
-from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS
+from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODE_PARAMS
 from .process_fleet import marker_answer, plan_for, run_fleet, seed_homes, seed_tags
 from .test_one_compression_per_session import _leftover_locks
 
@@ -29,8 +30,8 @@ def _summary_tags(llm: FakeLLMServer, tags: list[str]) -> dict[str, int]:
     counts = dict.fromkeys(tags, 0)
     for req in llm.summary_requests():
         text = json.dumps(req.body, ensure_ascii=False)
-        for tag in tags:
-            if f"{tag}-20:" in text:  # a turn from the summarised middle
+        for tag in tags:  # a turn of its seed (Hermes 0.20 elides part of the middle from the request)
+            if re.search(rf"(?<![\w-]){re.escape(tag)}-\d+:", text):
                 counts[tag] += 1
     return counts
 
@@ -92,7 +93,10 @@ def test_thirteen_processes_compress_within_one_window(
         # the other processes' turns either adopt the compaction (behind it at their own
         # compression) or, waiting for the session's turn, start on the live transcript
         assert outcomes.count("compression.done") == 1, outcomes
-        assert len(outcomes) == len(tags), outcomes
+        if HOST_NATIVE_MODE:  # a turn that waited on Hermes's turn lease runs on the transcript Hermes reloaded
+            assert len(outcomes) <= len(tags), outcomes
+        else:
+            assert len(outcomes) == len(tags), outcomes
         assert set(outcomes) <= {"compression.done", "compression.adopted", "turn.live_history"}, outcomes
         assert _leftover_locks(home) == []
 
