@@ -109,6 +109,17 @@ RELEASE_HOST_TESTS: dict[str, list[str]] = {
                "test_prompt_during_compaction.py", "test_summary_marker_in_text.py"],
     "0.22.2": list(_NATIVE_BOTH),
 }
+# Files a native release runs in the full matrix and when named, not in CI's default run (operator
+# commands and bounds that no native-mode seam changes; minutes of Hermes 0.20+ agent setup).
+_NATIVE_FULL_BOTH = [
+    "test_operator_commands.py", "test_option_bounds.py", "test_plugin_loading.py", "test_private_files.py",
+    "test_probe_summary_check.py", "test_recall_across_handoff.py", "test_repair_exclusivity.py",
+    "test_routing_plan.py", "test_seam_failures.py", "test_secret_corpus_packets.py", "test_status_figures.py",
+]
+RELEASE_HOST_TESTS_FULL: dict[str, list[str]] = {
+    "0.20.1": [*_NATIVE_FULL_BOTH, "test_recall_eval.py"],
+    "0.22.2": [*_NATIVE_FULL_BOTH, "test_home_check_commands.py", "test_summary_marker_in_text.py"],
+}
 
 
 # Files that drive the guard's operator commands on a home (config.yaml edits beside Hermes's
@@ -126,11 +137,14 @@ def host_tests_for(version: str, default_run: bool = False) -> list[str]:
     its in_place one on 0.18+, the host conftest), on the releases after 0.19.0 also the
     ``slow`` tests (a Hermes 0.20+ turn costs seconds), and on the releases that skip them
     :data:`OPERATOR_FILES`. Native releases never run ``mode_repeat``: there it repeats
-    in_place exactly (the guard keeps the compaction in place for the call)."""
+    in_place exactly (the guard keeps the compaction in place for the call). The full matrix
+    and a named native release also run :data:`RELEASE_HOST_TESTS_FULL`."""
     ported = RELEASE_HOST_TESTS.get(version)
     if ported is not None:
-        marks = "not slow and not mode_repeat" if default_run else "not mode_repeat"
-        return ["-m", marks, *(f"tests/integration/{name}" for name in ported)]
+        if default_run:
+            return ["-m", "not slow and not mode_repeat", *(f"tests/integration/{name}" for name in ported)]
+        full = [*ported, *RELEASE_HOST_TESTS_FULL.get(version, [])]
+        return ["-m", "not mode_repeat", *(f"tests/integration/{name}" for name in full)]
     if not default_run:
         return ["tests/integration"]
     skipped = OPERATOR_FILES if version in OPERATOR_FILES_SKIPPED_BY_DEFAULT else []

@@ -156,6 +156,9 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
         assert paths and all((root / path).is_file() for path in paths), release
         assert len(paths) == len(set(paths)), release  # each file once
         assert "tests/integration/test_newest_hermes.py" in paths  # the newest-Hermes contract runs there
+        default = matrix.host_tests_for(release, default_run=True)[2:]
+        assert set(default) < set(paths)  # the full matrix runs more files there
+        assert "tests/integration/test_operator_commands.py" in set(paths) - set(default)
 
 
 def test_the_default_run_leaves_the_operator_files_to_the_releases_bracketing_the_table() -> None:
