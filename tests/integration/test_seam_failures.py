@@ -315,6 +315,19 @@ def _transcript_load(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
+@case("resume_load", policy="open")
+def _resume_load(ctx: Ctx) -> None:
+    from hermes_state import SessionDB
+
+    ctx.compacted(SID)
+    ctx.inject(summary_seams, "is_summary_text")
+    loaded = ctx.db.get_resume_conversations(SID)
+    assert loaded == SessionDB.get_resume_conversations.__wrapped__(ctx.db, SID)
+    assert not any(m.get("is_compressed_summary") for part in loaded if isinstance(part, list) for m in part)
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
 @case("wire", policy="closed")
 def _wire(ctx: Ctx) -> None:
     ctx.inject(summary_seams, "provider_messages")
@@ -526,6 +539,16 @@ def _turn_order(ctx: Ctx) -> None:
     from hermes_session_guard.seams import turns as turn_seams
 
     ctx.inject(turn_seams, "turn_locks_for")
+    ctx.real_turn()
+    ctx.assert_said("open")
+
+
+@case("turn_history", policy="open")
+def _turn_history(ctx: Ctx) -> None:
+    # The live transcript cannot be read: the turn runs on the history its caller passed.
+    from hermes_session_guard.seams import turns as turn_seams
+
+    ctx.inject(turn_seams, "_with_live_history")
     ctx.real_turn()
     ctx.assert_said("open")
 
