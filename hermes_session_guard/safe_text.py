@@ -71,6 +71,4 @@ def sendable_messages(messages: list[Any]) -> list[Any]:
     if encodable(json.dumps([m for m in messages if isinstance(m, dict)], ensure_ascii=False, default=str)):
         return messages  # one encode for the usual case
     flags = [clean(m) for m in messages]
-    if all(flags):
-        return messages
     return [m if ok else _clean(m) for m, ok in zip(messages, flags, strict=True)]

@@ -302,28 +302,19 @@ def _summary_strip(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
-@case("transcript_load", policy="open")
-def _transcript_load(ctx: Ctx) -> None:
-    from hermes_state import SessionDB
+@case("transcript_load", "resume_load", policy="open")
+def _load_untagged(ctx: Ctx) -> None:
+    """A transcript read (``get_messages_as_conversation``; 0.20+ ``get_resume_conversations``,
+    a tuple of lists) comes back as Hermes loads it, untagged."""
+    import hermes_state
 
     ctx.compacted(SID)
     ctx.inject(summary_seams, "is_summary_text")
-    loaded = ctx.db.get_messages_as_conversation(SID)
-    assert loaded == SessionDB.get_messages_as_conversation.__wrapped__(ctx.db, SID)
-    assert not any(m.get("is_compressed_summary") for m in loaded)  # untagged, as Hermes loads it
-    ctx.assert_said("open")
-    ctx.real_turn()
-
-
-@case("resume_load", policy="open")
-def _resume_load(ctx: Ctx) -> None:
-    from hermes_state import SessionDB
-
-    ctx.compacted(SID)
-    ctx.inject(summary_seams, "is_summary_text")
-    loaded = ctx.db.get_resume_conversations(SID)
-    assert loaded == SessionDB.get_resume_conversations.__wrapped__(ctx.db, SID)
-    assert not any(m.get("is_compressed_summary") for part in loaded if isinstance(part, list) for m in part)
+    cls, method = ctx.row.attribute.split(".")
+    loaded = getattr(ctx.db, method)(SID)
+    assert loaded == getattr(getattr(hermes_state, cls), method).__wrapped__(ctx.db, SID)
+    lists = loaded if isinstance(loaded, tuple) else (loaded,)
+    assert not any(m.get("is_compressed_summary") for part in lists if isinstance(part, list) for m in part)
     ctx.assert_said("open")
     ctx.real_turn()
 
