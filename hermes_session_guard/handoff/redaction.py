@@ -76,6 +76,7 @@ _TOKEN_TRIGGERS = ("sk-", "sk_", "rk_", "pk_", "ghp_", "gho_", "ghu_", "ghs_", "
                    "acca", "hf_", "npm_", "pypi-", "gsk", "xai", "tvly", "pplx", "fw_", "fw-", "sg.", "eyj",
                    "https://")
 _TELEGRAM = re.compile(r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b")  # Telegram bot token
+_TELEGRAM_SECRET = re.compile(r":[A-Za-z0-9_\-]{35}")  # its secret half, found from the literal ":"
 _TWILIO_SID = re.compile(r"\b(?:SK|AC)[0-9a-fA-F]{32}\b")  # Twilio API key / account SIDs
 # Authorization headers and bare bearer credentials.
 _AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)(?:(bearer|basic|token|digest)\s+)?[^\s,;]+")
@@ -114,8 +115,16 @@ _PROSE_PASSWORD = re.compile(
 _AWS_SECRET = re.compile(r"(?i)(aws[A-Za-z0-9_\-]{0,64}[ \t]{0,8}[:=]\s*[\"']?)[A-Za-z0-9/+=]{40}")
 # A free-standing 40-character AWS-secret-shaped token (mixed case and a digit or a
 # slash/plus): a secret key pasted into prose. A 40-hex git hash is one case only.
-_AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
-                               r"(?=[A-Za-z0-9/+]*[0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_SMALL, _CAPITAL, _DIGIT_OR_SIGN = re.compile("[a-z]"), re.compile("[A-Z]"), re.compile("[0-9/+]")
+
+
+def _mask_aws_shape(m: re.Match[str]) -> str:
+    """The 40 characters when they mix small letters, capitals and a digit or sign."""
+    run = m.group(0)
+    if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT_OR_SIGN.search(run):
+        return MASK
+    return run
 # curl -u user:pass / --user user:pass / --user=user:pass
 _CURL_USER = re.compile(r"(?i)((?<=\s)(?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']{1,256}:)([^\s\"']+)")
 # mysql -pSECRET / --password=SECRET (a bare -p prompts: nothing to hide)
@@ -147,15 +156,15 @@ _COOKIE_ATTRS = {"path=", "domain=", "expires=", "max-age=", "samesite=", "prior
 _PGPASS = re.compile(r"(?m)((?:^|(?<=\s))(?:\*|(?=[^:\s#]{0,253}[A-Za-z.])[^:\s#]{1,253}):(?:\d{1,5}|\*)"
                      r":[^:\s]{1,128}:[^:\s]{1,128}:)(\S{1,512})"
                      r"(?=[ \t]*$)")
+_PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):")  # in every .pgpass match, and found by its literal start
 # A Twilio auth token (32 hex) named as such
 _TWILIO = re.compile(r"(?i)(\btwilio\b[^\n]{0,40}?)\b[0-9a-f]{32}\b")
 
 
 # -- forms outside single-line key=value ---------------------------------------------------
 # .netrc: "machine h login u password p" on one line, or "password p" on a line of its own
-_NETRC = re.compile(r"(?im)(\b(?:machine|default|login|account)\b[^\n]{0,256}?[ \t]password[ \t]+"
-                    r"|^[ \t]*password[ \t]+)"
-                    r"(?![\[*])(\S+)")
+_NETRC = re.compile(r"(?i)(\b(?:machine|default|login|account)\b[^\n]{0,256}?[ \t]password[ \t]+)(?![\[*])(\S+)")
+_NETRC_LINE = re.compile(r"(?im)(^[ \t]*password[ \t]+)(?![\[*])(\S+)")
 # JSON/YAML "auth": "<base64>" (Docker's config.json)
 _QUOTED_AUTH = re.compile(r"(?i)([\"']auth[\"'][ \t]{0,8}:[ \t]{0,8}[\"'])([A-Za-z0-9+/=_\-]{8,})")
 # "sig=..." (a SAS or request signature) standing on its own, not only after ? or &
@@ -262,11 +271,13 @@ _SECRET_WORD_TRIGGERS = ("pass", "pw", "secret", "token", "api", "access", "priv
                          "app", "session", "key", "密", "口令", "令牌", "秘", "暗号", "パスワード", "비밀번호", "비번",
                          "토큰", "пароль", "токен")
 # The guard's rules in order: (pattern, replacement, the literal text a match contains or
-# lies next to; the pattern runs only near it; empty: over the whole text). A rule whose
+# lies next to, or a pattern a match contains; the pattern runs only near it; empty: over
+# the whole text). A rule whose
 # matches start with the literal is in _ANCHORED_RULES: it is tried only where that occurs.
-_GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str], tuple[str, ...]]] = [
+_GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
+                         tuple[str, ...] | re.Pattern[str]]] = [
     (_TOKENS, MASK, _TOKEN_TRIGGERS),
-    (_TELEGRAM, MASK, ()),
+    (_TELEGRAM, MASK, _TELEGRAM_SECRET),
     (_TWILIO_SID, MASK, ("SK", "AC")),
     (_URL_USERINFO, _redact_userinfo, ("://",)),
     (_URL_SECRET_PARAM, _keep_head, ("token", "key", "secret", "password", "passwd", "pwd", "sig", "x-amz", "auth",
@@ -279,11 +290,12 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str], 
     (_CURL_USER, _after_command(_CURL_COMMAND), ("curl",)),
     (_MYSQL_P, _after_command(_MYSQL_COMMAND), ("mysql", "mariadb")),
     (_DASH_P, _after_command(_DASH_P_COMMAND), ("sshpass", "login")),
-    (_PGPASS, _keep_head, (":",)),
+    (_PGPASS, _keep_head, _PGPASS_PORT),
     (_TWILIO, _keep_head, ("twilio",)),
     (_AWS_SECRET, _keep_head, ("aws",)),
-    (_AWS_SECRET_SHAPE, MASK, ()),
-    (_NETRC, _keep_head, ("password",)),
+    (_AWS_SECRET_SHAPE, _mask_aws_shape, ()),
+    (_NETRC, _keep_head, ("machine", "default", "login", "account")),
+    (_NETRC_LINE, _keep_head, ("password",)),
     (_QUOTED_AUTH, _keep_head, ("auth",)),
     (_BARE_SIG, _keep_head, ("sig",)),
     (_WEBHOOK_URL, _keep_head, ("hook",)),
@@ -294,7 +306,7 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str], 
                                                "token")),
 ]
 
-_ANCHORED_RULES = {_TOKENS, _ASSIGNMENT, _PROSE_PASSWORD}
+_ANCHORED_RULES = {_TOKENS, _NETRC, _ASSIGNMENT, _PROSE_PASSWORD}
 
 
 def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
@@ -305,19 +317,23 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
         return text
     text = normalise(text)
     text = _PRIVATE_KEY.sub(MASK, text)
+    # where the literals occur, found once and kept while no rule changes the text
+    found = rule_set.Occurrences(text)
     if with_rule_sets:
         try:
-            text = rule_set.redact_with_rules(text, MASK)
+            text = rule_set.redact_with_rules(text, MASK, found)
         except Exception as exc:
             log.warning("session guard: the provider rule pass failed (%s: %s); the guard's own rules still apply",
                         type(exc).__name__, exc)
     for pattern, repl, triggers in _GUARD_RULES:
-        if pattern in _ANCHORED_RULES:
-            text = rule_set.sub_at(pattern, repl, text, triggers)
-        elif triggers:
-            text = rule_set.sub_near(pattern, repl, text, triggers)
-        else:
+        if found.text is not text:
+            found = rule_set.Occurrences(text)
+        if not triggers:
             text = pattern.sub(repl, text)
+        elif pattern in _ANCHORED_RULES and isinstance(triggers, tuple):
+            text = rule_set.sub_at(pattern, repl, text, triggers, found)
+        else:
+            text = rule_set.sub_near(pattern, repl, text, triggers, found=found)
     if _BLOCK_SCALAR_HINT.search(text):
         text = redact_block_scalars(text)
     text = rule_set.sub_near(_MASK_REMAINDER, MASK, text, _MASK_TRIGGERS)

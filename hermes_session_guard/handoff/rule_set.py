@@ -22,8 +22,9 @@ What is used, and what is not (counted in ``RuleSet.stats``):
   (UUIDs, host names, app ids, any 32-hex run, ...) or whose matching costs far more
   than the rest (measured: seconds on 50 KB of one repeated character).
 
-Linear time: one ``str.find`` scan per required substring finds where each occurs
-(capitals as written, the rest in any case). A pair rule that starts with its key word
+Linear time: one ``str.count`` per required substring says whether it occurs, and one
+scan finds where, when a rule needs the places (:class:`Occurrences`; capitals as
+written, the rest in any case). A pair rule that starts with its key word
 (:data:`ANCHORED_START`) is tried only there, its match bounded to :data:`ANCHORED_SPAN`
 characters. Any other rule runs on the regions around the occurrences (:data:`BEFORE`
 characters before, :data:`AFTER` after), cut into windows of at most :data:`WINDOW`
@@ -83,10 +84,11 @@ LEFT_OUT = frozenset({
 # keyword plugin is not a pattern list (the guard's assignment rule does its work).
 DETECT_SECRETS_LEFT_OUT = frozenset({"IPPublicDetector", "Base64HighEntropyString", "HexHighEntropyString",
                                      "KeywordDetector"})
-# The literal text each detect-secrets plugin's patterns contain (lower case), so they run
-# near it only; a plugin not named here runs over the whole text.
+# The literal text each detect-secrets plugin's patterns contain (capitals: as written,
+# for patterns that are case-sensitive; others: any case), so they run near it only; a
+# plugin not named here runs over the whole text.
 DETECT_SECRETS_TRIGGERS: dict[str, tuple[str, ...]] = {
-    "ArtifactoryDetector": ("akc", "ap"),
+    "ArtifactoryDetector": ("AKC", "AP"),
     "AWSKeyDetector": ("a3t", "abia", "acca", "akia", "asia", "aws"),
     "AzureStorageKeyDetector": ("accountkey",),
     "BasicAuthDetector": ("://",),
@@ -110,6 +112,11 @@ DETECT_SECRETS_TRIGGERS: dict[str, tuple[str, ...]] = {
     "TwilioKeyDetector": ("ac", "sk"),
     "DiscordBotTokenDetector": (".",),
 }
+# A part every match of a detect-secrets plugin's patterns holds, where its literal is a
+# punctuation mark found everywhere: a window is searched only when it holds this.
+DETECT_SECRETS_REQUIRED: dict[str, str] = {
+    "TelegramBotTokenDetector": r":[0-9A-Za-z_-]{35}",  # the token's secret half
+}
 _UNUSED_TYPES = frozenset({"keyword", "pem_key"})
 # The left boundary many CredSweeper patterns start with (start of text, a separator, or an
 # escape sequence before the token). Tried at every position it costs more than the rest of
@@ -122,11 +129,37 @@ ANCHORED_START = "(?P<variable>[\\\"'`]?(?i:"
 _QUOTES = frozenset("\"'`")
 _ESCAPE_BEFORE = re.compile(r"(?:\\[0abfnrtv]|(?:%|\\x)[0-9A-Fa-f]{2}|\\[0-7]{3}|\\[Uu][0-9A-Fa-f]{4}"
                             r"|\x1B\[[0-9;]{0,80}m)\Z")
+# CredSweeper's mixed-case value: 8..N characters of [A-Z], [a-z] and a symbol class, then
+# conditionals that fail unless an upper and a lower case letter were among them. A value
+# without both makes ``re`` back off N-8 times, re-testing the conditionals at each length
+# (7 µs a try: "password=password=..." took 3 s per MB). :func:`_with_value_guard` puts two
+# lookaheads before it that fail at once in that case. Each is a necessary condition of the
+# conditionals (a capital, resp. a small letter, within the value's first N characters, all
+# of the value's class): no match is lost, none is added. The possessive run is exact because
+# its class and the letter after it are disjoint.
+_MIXED_CASE_VALUE = re.compile(r"\(\?P<value>\(\?-i:\(\?P<a>\[A-Z\]\)\|\(\?P<b>\[a-z\]\)\|\(\?P<c>\[([^\]\\]+)\]\)\)"
+                               r"\{\d+,(\d+)\}")
 _WORD_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz+_-\\")
 # Required substrings given here instead of the rule's own, which are single characters
 # found everywhere (the rule would run over all of every text).
 TRIGGER_OVERRIDES: dict[str, tuple[str, ...]] = {
     "MailGun API Key": ("key-",),
+    "Facebook App Token": ("|",),  # every match holds the "|" between the app id and its token
+    # without "sword": every match starts with "pass" or "paasw" (``pa[as]sw``), so an
+    # anchored try at "sword" could never match, and "password" would be tried twice
+    "PASSWD_PAIR": ("p/w", "paasw", "pass", "pswd", "pw", "비밀번호", "비번", "암호", "패스워드"),
+}
+# A part every match of the rule contains, for rules whose required substrings are common
+# words ("password", "token"): a window is searched with the rule's pattern (which starts
+# with an alternation tried at every position, 130 ms per MB) only when it holds this.
+REQUIRED_OVERRIDES: dict[str, str] = {
+    "CMD Password": r"(?i)-[A-Za-z_-]*pass(?:in|out|word|phrase)",
+    "CMD Token": r"(?i)-[A-Za-z_-]*(?:token|oauth2-bearer)",
+}
+# The same as words (any case), looked for with ``str.find``: a case-insensitive
+# alternation of words costs ``re`` 170 ms per MB where it is absent.
+REQUIRED_WORDS: dict[str, tuple[str, ...]] = {
+    "SQL Password": ("alter", "create", "insert", "set", "update"),
 }
 
 
@@ -137,6 +170,7 @@ class Rule:
     triggers: tuple[str, ...]  # capitals: as written; others: any case; empty: runs on every window
     group: str | int = "value"  # what is masked: this group when it matched, else the whole match
     required: re.Pattern[str] | None = None  # a window must hold a match of this for the rule to run
+    required_words: tuple[str, ...] = ()  # ... and one of these (any case)
     boundary: bool = False  # the match must start after BOUNDARY_PREFIX (checked by _left_boundary)
     anchored: bool = False  # every match starts at a required substring (or a quote just before it)
 
@@ -163,6 +197,32 @@ def _load_data() -> list[dict[str, Any]]:
     return data
 
 
+# A pattern that starts with a negative lookbehind of a literal and then its value's first
+# character class: ``re`` skips to a start character only when the pattern begins with one,
+# so the lookbehind moves after that character (5x faster; same matches).
+_LEADING_LOOKBEHIND = re.compile(r"\A\(\?<!([A-Za-z0-9_-]+)\)(\(\?P<value>)(\[[A-Za-z0-9_-]+\])")
+
+
+def _lookbehind_after_first(pattern: str) -> str:
+    m = _LEADING_LOOKBEHIND.match(pattern)
+    if m is None:
+        return pattern
+    literal, group, first = m.groups()
+    return f"{group}{first}(?<!{literal}{first})" + pattern[m.end():]
+
+
+def _with_value_guard(pattern: str) -> str:
+    """``pattern`` with :data:`_MIXED_CASE_VALUE`'s lookaheads before its value (unchanged
+    when it has no such value)."""
+    m = _MIXED_CASE_VALUE.search(pattern)
+    if m is None:
+        return pattern
+    symbols, most = m.group(1), int(m.group(2))
+    guard = (f"(?=(?-i:[a-z{symbols}]{{0,{most - 1}}}+[A-Z]))"
+             f"(?=(?-i:[A-Z{symbols}]{{0,{most - 1}}}+[a-z]))")
+    return pattern[:m.start()] + guard + pattern[m.start():]
+
+
 def build(data: list[dict[str, Any]]) -> RuleSet:
     """The usable rules of ``data`` (CredSweeper's rule format), compiled."""
     stats = {"rules": len(data), "used": 0, "left_out": 0, "other_type": 0, "patterns": 0, "not_compiled": 0}
@@ -180,25 +240,28 @@ def build(data: list[dict[str, Any]]) -> RuleSet:
         boundary = bool(values) and all(v.startswith(BOUNDARY_PREFIX) for v in values)
         for value in values:
             try:
-                compiled.append(re.compile(value[len(BOUNDARY_PREFIX):] if boundary else value, re.MULTILINE))
+                source = value[len(BOUNDARY_PREFIX):] if boundary else value
+                compiled.append(re.compile(_with_value_guard(_lookbehind_after_first(source)), re.MULTILINE))
             except (re.error, OverflowError, RecursionError):
                 stats["not_compiled"] += 1
         if not compiled:
             continue
         stats["boundary_checked_in_python"] = stats.get("boundary_checked_in_python", 0) + boundary
         # a substring written in capitals is looked for as written, the others in any case
-        triggers = TRIGGER_OVERRIDES.get(name) or tuple(sorted(
+        triggers = tuple(sorted(
             {str(s) if str(s).isupper() else str(s).lower() for s in item.get("required_substrings") or [] if s}))
         if any(len(t) < 2 and t.isascii() for t in triggers):
             triggers = ()  # a one-character substring is everywhere: the rule runs on the whole text
+        triggers = TRIGGER_OVERRIDES.get(name, triggers)
         required = None
-        if item.get("required_regex"):
+        if item.get("required_regex") or name in REQUIRED_OVERRIDES:
             try:
-                required = re.compile(str(item["required_regex"]))
+                required = re.compile(REQUIRED_OVERRIDES.get(name) or str(item["required_regex"]))
             except re.error:
                 stats["not_compiled"] += 1
         anchored = bool(triggers) and all(v.startswith(ANCHORED_START) for v in values)
-        rules.append(Rule(name, tuple(compiled), triggers, "value", required, boundary, anchored))
+        rules.append(Rule(name, tuple(compiled), triggers, "value", required, REQUIRED_WORDS.get(name, ()), boundary,
+                          anchored))
         stats["patterns"] += len(compiled)
     rules += _detect_secrets_rules(stats)
     stats["used"] = len(rules)
@@ -228,7 +291,9 @@ def _detect_secrets_rules(stats: dict[str, int]) -> list[Rule]:
         for pattern in patterns:
             # detect-secrets reports group 1 when a pattern has groups (``findall``)
             triggers = DETECT_SECRETS_TRIGGERS.get(cls.__name__, ())
-            out.append(Rule(f"detect-secrets {cls.__name__}", (pattern,), triggers, 1 if pattern.groups else 0))
+            required = DETECT_SECRETS_REQUIRED.get(cls.__name__)
+            out.append(Rule(f"detect-secrets {cls.__name__}", (pattern,), triggers, 1 if pattern.groups else 0,
+                            re.compile(required) if required else None))
         stats["detect_secrets_plugins"] += 1
         stats["patterns"] += len(patterns)
     return out
@@ -268,29 +333,75 @@ def _lower(text: str) -> str:
     return "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
 
 
-def _trigger_positions(rs: RuleSet, text: str) -> dict[str, list[int]]:
-    """Where each required substring occurs (case-insensitive): one ``str.find`` scan
-    per substring, linear in the text."""
-    low = _lower(text)
-    positions: dict[str, list[int]] = {}
-    for trigger in rs.triggers:
-        found = []
-        where = text if trigger.isupper() else low
-        i = where.find(trigger)
-        while i >= 0:
-            found.append(i)
-            i = where.find(trigger, i + 1)
-        if found:
-            positions[trigger] = found
-    return positions
+_LITERALS: dict[str, re.Pattern[str]] = {}
 
 
-def _regions(rule: Rule, positions: dict[str, list[int]], length: int) -> list[tuple[int, int]]:
-    if not rule.triggers:
-        return [(0, length)]
-    starts = sorted(p for t in rule.triggers for p in positions.get(t, ()))
+def _overlaps_itself(trigger: str) -> bool:
+    """Whether two occurrences of ``trigger`` can overlap ("aa" in "aaa")."""
+    return any(trigger[:k] == trigger[-k:] for k in range(1, len(trigger)))
+
+
+class Occurrences:
+    """Where substrings occur in one text (capitals: as written; others: any case),
+    found once each and kept: a count is one ``str.count``, positions one scan."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.low = _lower(text)
+        self._counts: dict[str, int] = {}
+        self._positions: dict[str, list[int]] = {}
+
+    def _where(self, trigger: str) -> str:
+        return self.text if trigger.isupper() else self.low
+
+    def count(self, triggers: tuple[str, ...]) -> int:
+        """How many times ``triggers`` occur in all (an upper bound when they overlap)."""
+        total = 0
+        for t in triggers:
+            n = self._counts.get(t)
+            if n is None:
+                n = self._counts[t] = self._where(t).count(t)
+            total += n
+        return total
+
+    def of(self, trigger: str) -> list[int]:
+        found = self._positions.get(trigger)
+        if found is None:
+            where = self._where(trigger)
+            if not self.count((trigger,)):
+                found = []
+            elif _overlaps_itself(trigger):
+                found = []
+                i = where.find(trigger)
+                while i >= 0:
+                    found.append(i)
+                    i = where.find(trigger, i + 1)
+            else:
+                literal = _LITERALS.get(trigger)
+                if literal is None:
+                    literal = _LITERALS[trigger] = re.compile(re.escape(trigger))
+                found = [m.start() for m in literal.finditer(where)]
+            self._positions[trigger] = found
+        return found
+
+    def sorted_of(self, triggers: tuple[str, ...]) -> list[int]:
+        """Every position of ``triggers``, sorted, each once."""
+        lists = [found for found in (self.of(t) for t in triggers if self.count((t,))) if found]
+        if len(lists) == 1:
+            return lists[0]  # sorted, each once
+        return sorted({p for found in lists for p in found})
+
+    def dense(self, triggers: tuple[str, ...], before: int, after: int) -> bool:
+        """Whether regions from ``before`` each occurrence to ``after`` it would cover the text."""
+        return self.count(triggers) > 2 * len(self.text) // (before + after) + 1
+
+
+def _regions(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
+    length = len(found.text)
+    if not rule.triggers or found.dense(rule.triggers, BEFORE, AFTER):
+        return [(0, length)] if not rule.triggers or found.count(rule.triggers) else []
     out: list[tuple[int, int]] = []
-    for p in starts:
+    for p in found.sorted_of(rule.triggers):
         s, e = max(0, p - BEFORE), min(length, p + AFTER)
         if out and s <= out[-1][1]:
             out[-1] = (out[-1][0], e)
@@ -317,42 +428,51 @@ def _masked_span(m: re.Match[str], group: str | int) -> tuple[int, int]:
     return m.span()
 
 
-def _anchored_spans(rule: Rule, positions: dict[str, list[int]], text: str) -> list[tuple[int, int]]:
+def _anchored_spans(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
     """An anchored rule's matches, tried at each occurrence of its required substrings
     (and at a quote just before one) that lies after the previous match, as ``finditer``
     would; a match is bounded to ANCHORED_SPAN characters."""
+    text = found.text
+    length = len(text)
+    patterns = rule.patterns
     out = []
     last = 0
-    for p in sorted({p for t in rule.triggers for p in positions.get(t, ())}):
+    for p in found.sorted_of(rule.triggers):
         if p < last:
             continue
+        m = None
         for start in ((p - 1, p) if p and text[p - 1] in _QUOTES else (p,)):
-            m = None
-            for pattern in rule.patterns:
-                m = pattern.match(text, start, min(len(text), start + ANCHORED_SPAN))
+            end = start + ANCHORED_SPAN
+            for pattern in patterns:
+                m = pattern.match(text, start, end if end < length else length)
                 if m:
                     break
             if m:
-                s, e = _masked_span(m, rule.group)
-                if e - s >= 4:
-                    out.append((s, e))
-                last = max(last, m.end())
                 break
+        if m:
+            s, e = _masked_span(m, rule.group)
+            if e - s >= 4:
+                out.append((s, e))
+            last = max(last, m.end())
     return out
 
 
-def find_spans(text: str, rs: RuleSet) -> list[tuple[int, int]]:
-    """The ``(start, end)`` spans of ``text`` the rules take for secrets, merged."""
-    positions = _trigger_positions(rs, text)
+def find_spans(text: str, rs: RuleSet, found: Occurrences | None = None) -> list[tuple[int, int]]:
+    """The ``(start, end)`` spans of ``text`` the rules take for secrets, merged.
+    ``found``: ``text``'s occurrences when known."""
+    if found is None or found.text is not text:
+        found = Occurrences(text)
     spans: list[tuple[int, int]] = []
     required_found: dict[tuple[str, int, int], bool] = {}  # (required pattern, window) -> found
     for rule in rs.rules:
         if rule.anchored:
-            spans += _anchored_spans(rule, positions, text)
+            spans += _anchored_spans(rule, found)
             continue
-        for region in _regions(rule, positions, len(text)):
+        for region in _regions(rule, found):
             for start, end in _windows(*region):
                 window = text[start:end]
+                if rule.required_words and not any(found.low.find(w, start, end) >= 0 for w in rule.required_words):
+                    continue
                 if rule.required is not None:
                     key = (rule.required.pattern, start, end)
                     if key not in required_found:
@@ -392,42 +512,37 @@ def mask_spans(text: str, spans: list[tuple[int, int]], mask: str) -> str:
     return "".join(parts)
 
 
-def redact_with_rules(text: str, mask: str) -> str:
+def redact_with_rules(text: str, mask: str, found: Occurrences | None = None) -> str:
     """Every span the shipped rules find, replaced by ``mask`` (text unchanged when
-    the rule set is unavailable)."""
+    the rule set is unavailable). ``found``: ``text``'s occurrences when known."""
     rs = rule_set()
     if rs is None or not text:
         return text
-    return mask_spans(text, find_spans(text, rs), mask)
-
-
-def _positions_of(text: str, low: str, triggers: tuple[str, ...], dense: int = 0) -> list[int] | None:
-    """Where ``triggers`` occur, sorted; ``None`` when they occur more than ``dense``
-    times (``dense`` > 0): the caller then treats the whole text as one region."""
-    if dense:
-        count = sum((text if t.isupper() else low).count(t) for t in triggers)
-        if count > dense:
-            return None
-    found: list[int] = []
-    for trigger in triggers:
-        where = text if trigger.isupper() else low
-        i = where.find(trigger)
-        while i >= 0:
-            found.append(i)
-            i = where.find(trigger, i + 1)
-    return sorted(found)
+    return mask_spans(text, find_spans(text, rs, found), mask)
 
 
 def sub_near(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str,
-             triggers: tuple[str, ...], before: int = 512, after: int = 1024) -> str:
+             triggers: tuple[str, ...] | re.Pattern[str], before: int = 512, after: int = 1024,
+             found: Occurrences | None = None) -> str:
     """``pattern.sub(repl, text)`` where a match can only lie near one of ``triggers``
-    (capitals: as written; others: any case): the pattern runs on the regions from
-    ``before`` characters before each occurrence to ``after`` after it, and nowhere
-    else, so a text without them costs one ``str.find`` per trigger."""
+    (capitals: as written; others: any case; or the matches of a pattern with a literal
+    start, which ``re`` finds as fast): the pattern runs on the regions from ``before``
+    characters before each occurrence to ``after`` after it, and nowhere else, so a text
+    without them costs one ``str.count`` per trigger. ``found``: ``text``'s occurrences
+    when known."""
     if not text:
         return text
-    starts = _positions_of(text, _lower(text), triggers, dense=2 * len(text) // (before + after) + 1)
-    if starts is None:  # so many occurrences that the regions would cover the text
+    if isinstance(triggers, re.Pattern):
+        starts = [m.start() for m in triggers.finditer(text)]
+        dense = len(starts) > 2 * len(text) // (before + after) + 1
+    else:
+        if found is None or found.text is not text:
+            found = Occurrences(text)
+        if not found.count(triggers):
+            return text
+        dense = found.dense(triggers, before, after)
+        starts = [] if dense else found.sorted_of(triggers)
+    if dense:  # so many occurrences that the regions would cover the text
         return pattern.sub(repl, text)
     if not starts:
         return text
@@ -452,23 +567,29 @@ def sub_near(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str
 
 
 def sub_at(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str,
-           triggers: tuple[str, ...]) -> str:
+           triggers: tuple[str, ...], found: Occurrences | None = None) -> str:
     """``pattern.sub(repl, text)`` for a pattern whose matches start with one of
-    ``triggers``: ``pattern.match`` is tried only where a trigger occurs (found with
-    ``str.find``), so a text costs one match attempt per occurrence."""
+    ``triggers``: ``pattern.match`` is tried only where a trigger occurs, so a text costs
+    one match attempt per occurrence. ``found``: ``text``'s occurrences when known."""
     if not text:
         return text
+    if found is None or found.text is not text:
+        found = Occurrences(text)
     out: list[str] = []
     last = 0
-    for p in _positions_of(text, _lower(text), triggers) or ():
+    match = pattern.match
+    for p in found.sorted_of(triggers):
         if p < last:
             continue
-        m = pattern.match(text, p)
-        if m is None or m.end() == m.start():
+        m = match(text, p)
+        if m is None:
+            continue
+        end = m.end()
+        if end == p:
             continue
         out.append(text[last:p])
         out.append(repl(m) if callable(repl) else repl)
-        last = m.end()
+        last = end
     if not out:
         return text
     out.append(text[last:])

@@ -85,12 +85,58 @@ def test_anchored_pair_rules_find_what_a_window_scan_finds() -> None:
     anchored = [r for r in rs.rules if r.anchored]
     assert {r.name for r in anchored} >= {"SECRET_PAIR", "PASSWD_PAIR"}
     for text in TEXTS + ['config: {"password": "Xy7pQ2mN9vL4kR8s", token="AbC123dEf456GhI789"}']:
-        positions = rule_set._trigger_positions(rs, text)
+        found = rule_set.Occurrences(text)
         for rule in anchored:
-            spans = rule_set._anchored_spans(rule, positions, text)
+            spans = rule_set._anchored_spans(rule, found)
             scanned = [rule_set._masked_span(m, rule.group) for p in rule.patterns for m in p.finditer(text)]
             assert set(rule_set._merge(scanned)) <= set(rule_set._merge(spans)) | {s for s in scanned
                                                                                    if s[1] - s[0] < 4}, text[:60]
+
+
+def _rewritten_patterns() -> list[tuple[re.Pattern[str], re.Pattern[str]]]:
+    """(as shipped, as compiled) for every shipped pattern the build rewrites for speed."""
+    out = []
+    for item in rule_set._load_data():
+        for value in item.get("values") or []:
+            faster = rule_set._with_value_guard(rule_set._lookbehind_after_first(str(value)))
+            if faster != value:
+                out.append((re.compile(str(value), re.MULTILINE), re.compile(faster, re.MULTILINE)))
+    return out
+
+
+def test_rewritten_patterns_match_exactly_what_the_shipped_ones_match() -> None:
+    """The value lookaheads and the moved lookbehind change speed only: same spans on
+    texts built around each rule's key words and value shapes."""
+    pairs = _rewritten_patterns()
+    assert len(pairs) >= 3  # the two pair rules' values, the Jira token's lookbehind
+    rng = random.Random(29)
+    alphabet = "aAbZ09=:_- \"'`(\n/+xyzQ#MNOgjwzcBD"
+    heads = ["password=", "pwd: ", "token=", "secret = \"", "key:'", "PASSWORD=", "api_key=(", "BBDC-", "x ", ""]
+    # ... and values whose first capital (or small letter) comes at every position up to
+    # past the value's longest length
+    edges = [head + (filler * 40)[:k] + letter + "z9Q"
+             for head in ("password=", "token: '") for k in range(100)
+             for filler, letter in (("ab1", "Q"), ("AB1", "q"))]
+    texts = edges + [rng.choice(heads) + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 90)))
+                     for _ in range(6000)]
+    matched = 0
+    for text in texts:
+        for shipped, faster in pairs:
+            for start in (0, min(len(text), 5)):
+                a, b = shipped.search(text, start), faster.search(text, start)
+                assert (a and (a.span(), a.groupdict())) == (b and (b.span(), b.groupdict())), text
+                matched += a is not None
+    assert matched > 100
+
+
+def test_a_value_without_mixed_case_is_refused_without_backing_off() -> None:
+    """"password=password=..." has no capital: the pair rule fails at its lookahead."""
+    rs = rule_set.rule_set()
+    assert rs is not None
+    rule = next(r for r in rs.rules if r.name == "PASSWD_PAIR")
+    assert "(?=(?-i:[a-z" in rule.patterns[0].pattern
+    assert rule_set._anchored_spans(rule, rule_set.Occurrences("password=" * 50)) == []
+    assert rule_set._anchored_spans(rule, rule_set.Occurrences("password=Xy7pQ2mN9vL4")) != []
 
 
 def test_a_dense_trigger_falls_back_to_one_plain_pass() -> None:
