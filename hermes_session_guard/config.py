@@ -117,6 +117,11 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class EventsConfig:
+    chat_status: bool = True  # a status line in the chat when a platform gateway's session compacts
+
+
+@dataclass(frozen=True)
 class GuardConfig:
     enabled: bool = True
     lock: LockConfig = field(default_factory=LockConfig)
@@ -126,6 +131,7 @@ class GuardConfig:
     handoff: HandoffConfig = field(default_factory=HandoffConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     turns: TurnsConfig = field(default_factory=TurnsConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
     # Options config.yaml set to an unusable value, each replaced by its default (not an option itself).
     fallbacks: tuple[OptionFallback, ...] = field(default=(), compare=False, repr=False, metadata=_INTERNAL)
 

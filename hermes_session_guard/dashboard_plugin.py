@@ -12,7 +12,10 @@ The dashboard does load *dashboard* plugins: a directory
 ``enable`` writes such a directory (:data:`DIR_NAME`); its ``api.py`` calls
 :func:`activate`, which switches the guard on in the dashboard's process when,
 and only when, the home's config.yaml enables the guard (the same rule Hermes
-applies to the agent plugin), and serves ``GET /api/plugins/session-guard/status``.
+applies to the agent plugin), and serves ``GET /api/plugins/session-guard/status`` and
+``/compactions`` (the records ``status --session`` prints, for the "Compactions" tab,
+whose page is ``dashboard_page/index.js``; Hermes 0.19+ mounts it when ``session-guard``
+is in ``plugins.enabled``, as ``enable`` leaves it).
 ``disable`` removes the directory. The directory holds no ``plugin.yaml``, so
 Hermes's agent-plugin discovery passes over it.
 
@@ -38,6 +41,7 @@ import re
 import secrets
 import shutil
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +54,12 @@ PLUGIN_NAME = "session-guard"
 
 MANIFEST = {
     "name": PLUGIN_NAME,
-    "label": "Session guard",
-    "description": "Switches hermes-session-guard on in the dashboard process (search and export reach "
-                   "compacted history). No page of its own.",
-    "version": "1",
-    "tab": {"path": f"/{PLUGIN_NAME}", "hidden": True},
+    "label": "Compactions",
+    "description": "hermes-session-guard: every recorded context compaction, and the guard on in the dashboard "
+                   "process (search and export reach compacted history).",
+    "icon": "Database",
+    "version": "2",
+    "tab": {"path": f"/{PLUGIN_NAME}", "position": "after:sessions"},
     "entry": "dist/index.js",
     "api": "api.py",
 }
@@ -68,8 +73,9 @@ from hermes_session_guard.dashboard_plugin import activate
 router = activate()
 '''
 
-# The dashboard loads a plugin's script even when its tab is hidden; this one adds nothing.
-SCRIPT_SOURCE = "/* hermes-session-guard: no dashboard page; see api.py */\n"
+# The tab's page (React through the dashboard's plugin SDK), shipped as package data.
+SCRIPT_SOURCE = resources.files(__package__).joinpath("dashboard_page", "index.js").read_text(encoding="utf-8")
+COMPACTIONS_LIMIT = 1000  # most rows one request of the tab returns
 
 
 FILES: dict[str, bytes] = {
@@ -235,7 +241,33 @@ def _router() -> Any:
             return {"guard": "off", "patched": []}
         return {"guard": "on", "patched": sorted(s.name for s in runtime.seams if str(s.state) == "patched")}
 
+    @router.get("/compactions")
+    def compactions(session: str | None = None, limit: int = 200) -> dict[str, Any]:
+        """The recorded compactions, newest first: of ``session``, or the latest of any."""
+        return compactions_of(session, limit)
+
     return router
+
+
+def compactions_of(session: str | None, limit: int) -> dict[str, Any]:
+    """What the tab shows: the guard's records of compactions in this home's state.db
+    (ids, outcomes, counts, times, reasons), read through the guard's own store."""
+    from .hostinfo import hermes_home
+    from .maintenance.compaction_records import record_of
+    from .runtime import current_runtime
+
+    runtime = current_runtime()
+    if runtime is None:
+        return {"guard": "off", "compactions": []}
+    db = hermes_home() / "state.db"
+    if not db.is_file():
+        return {"guard": "on", "compactions": []}
+    limit = max(1, min(int(limit), COMPACTIONS_LIMIT))
+    store = runtime.store_for(db)
+    rows = list(reversed(store.compressions(session)))[:limit] if session else store.latest_compressions(limit)
+    now, lease = time.time(), runtime.config.lock.lease_seconds
+    return {"guard": "on",
+            "compactions": [{"session_id": r.get("session_id"), **record_of(r, now, lease)} for r in rows]}
 
 
 def activate() -> Any:

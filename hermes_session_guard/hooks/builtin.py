@@ -53,12 +53,19 @@ def session_guard_after_compression(session_id: str, op_id: str, compressed: lis
 
 @hookimpl
 def session_guard_compaction_event(event: CompactionEvent, agent: Any) -> None:
-    """The compaction events on the API server's client streams, and as OpenTelemetry
+    """The compaction events on the client streams and chats, and as OpenTelemetry
     span and metrics when its API is importable (docs/events.md)."""
     from .. import telemetry
-    from ..host.client_events import deliver
+    from ..host import client_events
+    from ..runtime import current_runtime
 
+    runtime = current_runtime()
+    chat_status = runtime is None or runtime.config.events.chat_status
     try:
         telemetry.record(event)
     finally:
-        deliver(agent, event)
+        client_events.deliver(agent, event, chat_status)
+        if runtime is not None and chat_status and event.ended and not client_events.has_status_channel(agent):
+            # No one to tell while it runs (the gateway's session hygiene compacts with a
+            # quiet agent before the turn): a gateway says it before the turn's answer.
+            runtime.notices.add(event.session_id, client_events.status_text(event))

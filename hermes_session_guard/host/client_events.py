@@ -21,6 +21,13 @@ stream would show a function call.
   ``tui_gateway`` module) emits ``status.update`` with ``kind`` ``session_guard.compaction``
   and a one-line ``text`` (:func:`status_text`), once when the compaction starts and once
   when it ends; Hermes's own status kinds are untouched.
+- Platform gateway (Telegram, Discord, ...): the agent's ``status_callback`` that the
+  gateway gave its turn (defined in a ``gateway`` module) with ``kind``
+  ``session_guard.compaction`` and the same line, when the compaction starts and ends;
+  the gateway posts it to the chat (Telegram and Slack edit one status message per
+  kind in place). Switched by ``events.chat_status``. A compaction whose agent has no
+  status channel (the gateway's own session hygiene runs a quiet agent before the
+  turn) leaves its end line to :func:`has_status_channel`'s caller.
 - ACP: the session's client gets a ``session/update`` tool call (``tool_call``, title
   :func:`status_text`, kind ``other``, ``rawInput`` op id and messages, status
   ``in_progress``) when the compaction starts and a ``tool_call_update`` of the same id
@@ -62,16 +69,32 @@ def status_text(event: CompactionEvent) -> str:
     return f"Context compaction {event.outcome or 'ended'}, nothing changed{reason} ({op})"
 
 
-def _tui_status(agent: Any, event: CompactionEvent) -> None:
-    callback = getattr(agent, "status_callback", None)
-    if callable(callback) and str(getattr(callback, "__module__", "")).startswith("tui_gateway"):
+def _callback_of(agent: Any, name: str, module: str) -> Any:
+    """``agent``'s callback ``name`` when a module of ``module`` (a package) defined it."""
+    callback = getattr(agent, name, None)
+    owner = str(getattr(callback, "__module__", ""))
+    return callback if callable(callback) and (owner == module or owner.startswith(module + ".")) else None
+
+
+def _status_line(agent: Any, event: CompactionEvent, chat_status: bool) -> None:
+    callback = _callback_of(agent, "status_callback", "tui_gateway")
+    if callback is None and chat_status:
+        callback = _callback_of(agent, "status_callback", "gateway")
+    if callback is not None:
         callback(TOOL_NAME, status_text(event))
 
 
+def has_status_channel(agent: Any) -> bool:
+    """Whether :func:`deliver` can tell anyone about ``agent``'s compaction as it runs."""
+    return (getattr(agent, "platform", None) == API_PLATFORM
+            or callable(getattr(agent, "status_callback", None))
+            or _callback_of(agent, "tool_progress_callback", "acp_adapter") is not None)
+
+
 def _acp_update(agent: Any, event: CompactionEvent) -> None:
-    callback = getattr(agent, "tool_progress_callback", None)
+    callback = _callback_of(agent, "tool_progress_callback", "acp_adapter")
     code, cells = getattr(callback, "__code__", None), getattr(callback, "__closure__", None)
-    if code is None or not cells or not str(getattr(callback, "__module__", "")).startswith("acp_adapter"):
+    if code is None or not cells:
         return
     bound = dict(zip(code.co_freevars, (c.cell_contents for c in cells), strict=False))
     conn, session_id, loop = bound.get("conn"), bound.get("session_id"), bound.get("loop")
@@ -92,11 +115,11 @@ def _acp_update(agent: Any, event: CompactionEvent) -> None:
     _send_update(conn, session_id, loop, update)
 
 
-def deliver(agent: Any, event: CompactionEvent) -> None:
-    """Tell the client streams of the API server request, the TUI session or the ACP
-    session that runs ``agent``."""
+def deliver(agent: Any, event: CompactionEvent, chat_status: bool = True) -> None:
+    """Tell the client streams of the API server request, the TUI session, the ACP
+    session or (``chat_status``) the platform gateway's chat that runs ``agent``."""
     if getattr(agent, "platform", None) != API_PLATFORM:
-        _tui_status(agent, event)
+        _status_line(agent, event, chat_status)
         _acp_update(agent, event)
         return
     fields = event.fields()

@@ -89,6 +89,18 @@ class CompressionRepository(StoreConnection):
                 conn.row_factory = None
         return [dict(r) for r in rows]
 
+    def latest_compressions(self, limit: int) -> list[dict[str, Any]]:
+        """The ``limit`` latest compressions of any session, newest first."""
+        with self.reading() as conn:
+            conn.row_factory = sqlite3.Row
+            try:
+                rows = conn.execute(
+                    "SELECT * FROM session_guard_compressions ORDER BY started_at DESC, op_id LIMIT ?", (limit,),
+                ).fetchall()
+            finally:
+                conn.row_factory = None
+        return [dict(r) for r in rows]
+
     def compression_in_flight(self, session_id: str, max_age: float) -> str | None:
         """The op id of a compression of ``session_id`` that started less than ``max_age``
         seconds ago and has not finished (any process sharing this state.db), else None."""

@@ -294,3 +294,72 @@ def test_an_acp_client_sees_the_compaction_as_a_tool_call(
     assert "deployment plan" not in dumped and "and now?" not in dumped
     chunks = [u for u in client.updates if getattr(u, "session_update", "") == "agent_message_chunk"]
     assert chunks, "the turn's answer did not stream"
+
+
+# -- the platform gateway: status lines in the chat ------------------------------------------
+
+_STARTED_LINE = re.compile(r"Compacting the context: (\d+) messages \(op (\w+)\)")
+_DONE_LINE = re.compile(r"Context compacted: (\d+) -> (\d+) messages \(op (\w+), snapshot (\S+)\)")
+
+
+def _chat_after_compaction(llm: FakeLLMServer, home: Path, trigger: str) -> tuple[list[str], str]:
+    """What a platform chat received when its next message compacts the session (by
+    ``trigger``: inside the agent's turn, or the gateway's session hygiene before it)."""
+    from hermes_session_guard.selftest.gateway import start_gateway
+
+    from .test_buffering import _open_session, echo, new_tag
+
+    async def scenario() -> tuple[list[str], str]:
+        gw = await start_gateway()
+        try:
+            source = gw.source()
+            sid = await _open_session(gw, llm, trigger, source, new_tag())
+            llm.configure(reply_fn=echo)
+            await gw.send_text("trigger", source=source)
+            await gw.drain()
+            return gw.replies(), sid
+        finally:
+            await gw.stop()
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("trigger", ["preflight", "hygiene"])
+def test_a_platform_chat_sees_the_compaction_as_status_lines(
+    guard: Any, llm: FakeLLMServer, home: Path, trigger: str
+) -> None:
+    """A chat whose session compacts in its turn gets a status line when the compaction
+    starts and one when it ends, through the status callback the gateway gave the turn's
+    agent, before the answer. The gateway's own session hygiene compacts with a quiet agent
+    that has no status channel: its end line is posted before the turn's answer."""
+    replies, sid = _chat_after_compaction(llm, home, trigger)
+    (op,) = [c["op_id"] for c in guard.store_for(home / "state.db").compressions(sid)]
+    started = [i for i, r in enumerate(replies) if _STARTED_LINE.fullmatch(r)]
+    done = [i for i, r in enumerate(replies) if _DONE_LINE.fullmatch(r)]
+    answer = replies.index("re: trigger")
+    assert len(done) == 1 and done[0] < answer, replies
+    end = _DONE_LINE.fullmatch(replies[done[0]])
+    assert end is not None and end[3] == op and end[4].startswith(f"{sid}.snapshot."), replies
+    assert int(end[2]) < int(end[1])
+    if trigger == "preflight":
+        assert len(started) == 1 and started[0] < done[0], replies
+        begun = _STARTED_LINE.fullmatch(replies[started[0]])
+        assert begun is not None and begun[2] == op and begun[1] == end[1]
+    else:
+        assert started == [], replies
+    assert not any("-1:" in r for r in replies if r.startswith(("Compacting", "Context")))  # no seeded text
+
+
+def test_chat_status_off_posts_no_status_line(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+    """``events.chat_status: false``: the chat gets the answer and no compaction line."""
+    from dataclasses import replace
+
+    before = guard.config
+    guard.config = replace(before, events=replace(before.events, chat_status=False))
+    try:
+        replies, sid = _chat_after_compaction(llm, home, "preflight")
+    finally:
+        guard.config = before
+    assert guard.store_for(home / "state.db").compressions(sid), "the turn did not compact"
+    assert "re: trigger" in replies
+    assert not [r for r in replies if _STARTED_LINE.fullmatch(r) or _DONE_LINE.fullmatch(r)], replies

@@ -48,6 +48,10 @@ auth = {"Authorization": f"Bearer {web_server._SESSION_TOKEN}"}
 found = client.get("/api/sessions/search", params={"q": sys.argv[1]}, headers=auth)
 status = client.get("/api/plugins/session-guard/status", headers=auth)
 shown = client.get(f"/api/sessions/{sys.argv[2]}/messages", headers=auth)
+records = client.get("/api/plugins/session-guard/compactions", headers=auth)
+one = client.get("/api/plugins/session-guard/compactions", params={"session": sys.argv[2]}, headers=auth)
+plugins = client.get("/api/dashboard/plugins", headers=auth)
+page = client.get("/dashboard-plugins/session-guard/dist/index.js")
 print(json.dumps({
     "search_status": found.status_code,
     "sessions": sorted({r.get("session_id") for r in found.json().get("results", [])}),
@@ -58,6 +62,10 @@ print(json.dumps({
     "messages_status": shown.status_code,
     "messages": [str(m.get("content") or "") for m in (shown.json().get("messages") or [])]
                 if "json" in shown.headers.get("content-type", "") else None,
+    "compactions": records.json() if "json" in records.headers.get("content-type", "") else None,
+    "session_compactions": one.json() if "json" in one.headers.get("content-type", "") else None,
+    "tabs": [p for p in plugins.json() if p.get("name") == "session-guard"] if plugins.status_code == 200 else None,
+    "page": page.text if page.status_code == 200 else None,
 }))
 """
 
@@ -97,6 +105,17 @@ def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out
     assert not any(is_summary_text(text) for text in on["messages"]), on["messages"]
     assert ("search_messages" in on["guard"]["patched"]) == needs_seam
     assert on["search_status"] == 200 and on["sessions"] == [SID]
+    # the "Compactions" tab: listed by the dashboard, its page served, its route the guard's records
+    (op,) = [c["op_id"] for c in guard.store_for(home / "state.db").compressions(SID)]
+    for listed in (on["compactions"], on["session_compactions"]):
+        assert listed["guard"] == "on" and [(c["session_id"], c["op_id"], c["outcome"]) for c in
+                                            listed["compactions"]] == [(SID, op, "done")], listed
+    (record,) = on["compactions"]["compactions"]
+    assert record["messages_after"] < record["messages_before"] and record["snapshot_id"].startswith(SID)
+    assert TOKEN not in json.dumps(on["compactions"])
+    (tab,) = on["tabs"]
+    assert tab["label"] == "Compactions" and not tab["tab"].get("hidden"), tab
+    assert on["page"] == dashboard_plugin.SCRIPT_SOURCE and 'register("session-guard"' in on["page"]
 
     disabled = run_cli(["disable", "--json"], home)
     assert disabled.returncode == 0, disabled.stderr

@@ -337,3 +337,56 @@ def test_an_error_before_any_outcome_still_ends_the_event(runtime: Runtime, db: 
         _compact(runtime, db)
     assert [e.name for e in recorded] == ["compaction.started", "compaction.failed"]
     assert recorded[-1].reason == "the compaction ended without recording an outcome"
+
+
+def _callback_of_module(module: str, calls: list[tuple[str, str]]) -> Any:
+    """A status callback defined in ``module``, as Hermes's entry points build them."""
+    namespace: dict[str, Any] = {"__name__": module, "calls": calls}
+    exec("def status(kind, text=None):\n    calls.append((kind, text))\n", namespace)
+    return namespace["status"]
+
+
+@pytest.fixture
+def current(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    """``runtime`` as the process's guard (the built-in hook reads its options)."""
+    monkeypatch.setattr("hermes_session_guard.runtime.current_runtime", lambda: runtime)
+    return runtime
+
+
+@pytest.mark.parametrize("module", ["gateway.run", "gateway.run_turn_runner"])
+def test_a_platform_gateway_agent_gets_status_lines_in_its_chat(current: Runtime, db: Any, module: str) -> None:
+    calls: list[tuple[str, str]] = []
+    agent = ApiAgent(db, Engine())
+    agent.platform = "discord"
+    agent.status_callback = _callback_of_module(module, calls)
+    _compact(current, db, agent=agent)
+    assert [kind for kind, _ in calls] == [client_events.TOOL_NAME] * 2
+    assert calls[0][1].startswith("Compacting the context: 10 messages (op ")
+    assert calls[1][1].startswith("Context compacted: 10 -> 3 messages (op ")
+    assert agent.calls == [] and current.notices.pop("S1") == []  # told live: no tool rows, no notice
+    _no_text([list(c) for c in calls])
+
+
+def test_chat_status_off_leaves_the_chat_alone(current: Runtime, db: Any) -> None:
+    current.config = replace(current.config, events=replace(current.config.events, chat_status=False))
+    calls: list[tuple[str, str]] = []
+    agent = ApiAgent(db, Engine())
+    agent.platform = "telegram"
+    agent.status_callback = _callback_of_module("gateway.run", calls)
+    _compact(current, db, agent=agent)
+    quiet = Agent(db, Engine())
+    _compact(current, db, agent=quiet)
+    assert calls == [] and current.notices.pop("S1") == []
+
+
+def test_a_compaction_nobody_could_be_told_of_leaves_its_end_line_for_the_chat(current: Runtime, db: Any) -> None:
+    """The gateway's session hygiene compacts with a quiet agent (no status callback): the
+    end line waits for the session's next gateway turn; an agent with a channel leaves none."""
+    _compact(current, db, agent=Agent(db, Engine()))
+    (line,) = current.notices.pop("S1")
+    assert line.startswith("Context compacted: 10 -> 3 messages (op ")
+    tui = ApiAgent(db, Engine())
+    tui.platform = "tui"
+    tui.status_callback = _tui_status_callback([])
+    _compact(current, db, agent=tui)
+    assert current.notices.pop("S1") == []
