@@ -50,7 +50,8 @@ from matrix import packages_for  # noqa: E402  (the one map of releases to what 
 BAD_BUILD_OUTPUT = re.compile(r"deprecat|SetuptoolsWarning|UserWarning", re.IGNORECASE)
 # Files the package reads at run time besides its modules (kept in sync with package-data).
 PACKAGE_DATA = {f"{PACKAGE}/py.typed", f"{PACKAGE}/selftest/data/recall_conversation.json",
-                f"{PACKAGE}/handoff/rules/credsweeper.yaml", f"{PACKAGE}/handoff/rules/LICENSE.credsweeper"}
+                f"{PACKAGE}/handoff/rules/credsweeper.yaml", f"{PACKAGE}/handoff/rules/LICENSE.credsweeper",
+                f"{PACKAGE}/dashboard_page/index.js"}
 DIST_INFO_FILES = {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt", "licenses/LICENSE"}
 SDIST_TOP = {"PKG-INFO", "README.md", "LICENSE", "pyproject.toml", "setup.cfg"}
 
