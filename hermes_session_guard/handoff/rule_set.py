@@ -398,8 +398,13 @@ class Occurrences:
 
 def _regions(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
     length = len(found.text)
-    if not rule.triggers or found.dense(rule.triggers, BEFORE, AFTER):
-        return [(0, length)] if not rule.triggers or found.count(rule.triggers) else []
+    if not rule.triggers:
+        return [(0, length)]
+    occurring = found.count(rule.triggers)
+    if not occurring:
+        return []
+    if occurring > 2 * length // (BEFORE + AFTER) + 1:  # the regions would cover the text
+        return [(0, length)]
     out: list[tuple[int, int]] = []
     for p in found.sorted_of(rule.triggers):
         s, e = max(0, p - BEFORE), min(length, p + AFTER)
