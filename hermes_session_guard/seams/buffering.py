@@ -35,6 +35,7 @@ Delivery, in arrival order, to the session's live id:
 from __future__ import annotations
 
 import logging
+import queue
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
@@ -45,7 +46,7 @@ from .. import host
 from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder
-from ..runtime import Runtime
+from ..runtime import Runtime, current_runtime
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -167,6 +168,42 @@ def interrupt_or_queue(runtime: Runtime, agent: Any, interrupt: Callable[[], Any
         return True
     runtime.audit.operation(sid, op).info("turn.interrupt_deferred", reason="session compacting")
     return False
+
+
+class _CompactionAwareQueue(queue.Queue):
+    """The interactive CLI's interrupt queue (``HermesCLI._interrupt_queue``; its class is
+    switched to this one in place, so the items, the lock and every reference stay).
+    The CLI's turn watches it and interrupts the agent for what is put on it; while the
+    agent's session compacts an item goes to the CLI's input queue instead, where its
+    loop runs each item as a turn of its own, in order, after the running one."""
+
+    _session_guard: tuple[Runtime, weakref.ReferenceType[Any]]
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        runtime, cli_ref = self._session_guard
+        cli = cli_ref()
+        pending = getattr(cli, "_pending_input", None)
+        if cli is None or pending is None or current_runtime() is not runtime:
+            return super().put(item, block, timeout)
+        try:
+            interrupted = interrupt_or_queue(runtime, getattr(cli, "agent", None),
+                                             lambda: super(_CompactionAwareQueue, self).put(item, block, timeout))
+        except Exception as exc:
+            log.error("session guard: could not tell whether the CLI's session compacts (%s: %s); the input "
+                      "interrupts the turn as without the guard", type(exc).__name__, exc)
+            return super().put(item, block, timeout)
+        if not interrupted:
+            pending.put(item)
+
+
+def defer_cli_interrupts(runtime: Runtime, cli: Any) -> None:
+    """Make the interactive CLI ``cli`` hold back input typed while its session compacts
+    (:class:`_CompactionAwareQueue`). Idempotent; a queue of another kind is left alone."""
+    interrupts = getattr(cli, "_interrupt_queue", None)
+    if type(interrupts) is queue.Queue:
+        interrupts.__class__ = _CompactionAwareQueue
+    if isinstance(interrupts, _CompactionAwareQueue):
+        interrupts._session_guard = (runtime, weakref.ref(cli))
 
 
 def _entry_audit(runtime: Runtime, entry: InboxEntry) -> Any:

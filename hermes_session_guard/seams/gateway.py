@@ -1,6 +1,7 @@
 """The wrappers on the gateway: one turn's transcript re-based on the stable id, the message
 handler's buffering while a session compresses, the busy message, and the inbox's drain,
-hand-off and replay (:mod:`.buffering` holds the logic they call)."""
+hand-off and replay; and on the TUI's and the interactive CLI's input during a busy turn
+(:mod:`.buffering` holds the logic they call)."""
 
 from __future__ import annotations
 
@@ -251,6 +252,22 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             _fail_open(row, exc, "the running turn is interrupted as without the guard")
             return wrapped(*args, **kwargs)
         return ran[0] if ran else None
+
+    return wrapper
+
+
+def cli_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``HermesCLI.chat(message, ...)``: one turn of the interactive CLI. Before it runs,
+    the CLI's interrupt queue (what the prompt puts input typed during a turn on, in the
+    ``interrupt`` busy-input mode) is made to hold such input back while the session
+    compacts (see buffering.defer_cli_interrupts)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            buffering.defer_cli_interrupts(runtime, instance)
+        except Exception as exc:
+            _fail_open(row, exc, "input typed while this turn compacts interrupts it as without the guard")
+        return wrapped(*args, **kwargs)
 
     return wrapper
 

@@ -92,6 +92,7 @@ from .gateway import (
     buffer_handoff_wrapper,
     buffer_replay_wrapper,
     busy_message_wrapper,
+    cli_busy_interrupt_wrapper,
     gateway_message_wrapper,
     gateway_turn_wrapper,
     run_events_wrapper,
@@ -606,6 +607,23 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.19.0-0.21.0": {"note": "prompt.submit on a busy session queues the prompt, then interrupts the turn "
                                       "(display.busy_input_mode: interrupt); left out while the session compacts"},
             "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+        },
+    ),
+    *seam(
+        "cli_busy_interrupt",
+        module="cli",
+        attribute="HermesCLI.chat",
+        params=("self", "message", "images"),
+        wrapper=cli_busy_interrupt_wrapper,
+        lazy=True,
+        ranges={
+            "0.13.0-0.21.0": {"note": "input typed while a turn runs goes to _interrupt_queue "
+                                      "(display.busy_input_mode: interrupt, the default), which interrupts the turn "
+                                      "and merges into one next turn; while the session compacts it goes to "
+                                      "_pending_input instead: a turn of its own, in order"},
+            "0.21.0+": {"module": "hermes_cli.cli_chat_turn_mixin", "attribute": "CLIChatTurnMixin.chat",
+                        "note": "chat moved to a mixin; _tui_enter_while_busy still puts an interrupt on "
+                                "_interrupt_queue; held in order while the session compacts"},
         },
     ),
     *seam(
