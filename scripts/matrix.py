@@ -100,13 +100,14 @@ _NATIVE_BOTH = [
     "test_dashboard_plugin.py", "test_database_faults.py", "test_dead_lock_holder.py", "test_demo.py",
     "test_gateway_contract.py", "test_handoff.py", "test_install_and_releases.py",
     "test_multi_process_compression.py", "test_snapshot_references.py", "test_newest_hermes.py",
-    "test_one_compression_per_session.py", "test_recall_tool.py", "test_session_id_contract.py",
+    "test_one_compression_per_session.py", "test_prompt_during_compaction.py", "test_recall_tool.py",
+    "test_session_id_contract.py",
     "test_summary_faults.py", "test_summary_tags.py", "test_summary_visibility.py", "test_surrogate_text.py",
     "test_turn_order_api.py", "test_turn_order_entry_points.py", "test_turn_order_processes.py",
 ]
 RELEASE_HOST_TESTS: dict[str, list[str]] = {
     "0.20.1": [*_NATIVE_BOTH, "test_enable_with_hermes_writers.py", "test_home_check_commands.py",
-               "test_prompt_during_compaction.py", "test_summary_marker_in_text.py"],
+               "test_summary_marker_in_text.py"],
     "0.22.2": list(_NATIVE_BOTH),
 }
 # Files a native release runs in the full matrix and when named, not in CI's default run (operator

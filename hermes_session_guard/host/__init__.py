@@ -138,6 +138,7 @@ from .persistence import (
     persist_compacted,
     rebase_flush,
     repairs_pending,
+    staged_turn_row,
 )
 from .reads import (
     close_readers,
@@ -234,6 +235,7 @@ __all__ = [
     "repairs_pending",
     "carried_unpersisted",
     "live_transcript",
+    "staged_turn_row",
     "append_messages",
     "NativeLeases",
     "native_leases",

@@ -107,14 +107,30 @@ def repairs_pending(agent: Any, messages: list[Any]) -> int:
 _TRANSCRIPT_METADATA_ROLES = frozenset({"session_meta", "system"})
 
 
-def live_transcript(agent: Any, sid: str) -> list[dict[str, Any]]:
+def live_transcript(agent: Any, sid: str, leave_out_row: int | None = None) -> list[dict[str, Any]]:
     """The conversation Hermes would hand an agent for ``sid``: its active rows in
-    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``)."""
+    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``) and
+    without the row ``leave_out_row`` (its id in ``messages``)."""
     db = session_db(agent)
     if db is None:
         return []
-    return [m for m in db.get_messages_as_conversation(sid)
-            if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
+    if leave_out_row is None:
+        rows = db.get_messages_as_conversation(sid)
+    else:
+        rows = [{k: v for k, v in m.items() if k != "_row_id"}
+                for m in db.get_messages_as_conversation(sid, include_row_ids=True)
+                if not (isinstance(m, dict) and m.get("_row_id") == leave_out_row)]
+    return [m for m in rows if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
+
+
+def staged_turn_row(agent: Any) -> int | None:
+    """The row id of the user message of the turn ``agent`` is about to run when its entry
+    point wrote that row already: 0.21+'s TUI writes a prompt when it is sent (#111868) and
+    stages the row on the agent (``_pending_cli_user_message``, with its ``_row_id``) for
+    the turn to adopt instead of writing it again. None otherwise."""
+    staged = getattr(agent, "_pending_cli_user_message", None)
+    row = staged.get("_row_id") if isinstance(staged, dict) else None
+    return row if isinstance(row, int) and not isinstance(row, bool) else None
 
 
 def carried_unpersisted(history: list[Any]) -> list[dict[str, Any]]:

@@ -122,11 +122,12 @@ __all__ = ["COVERED", "SEAMS", "TESTED_RELEASES", "SeamRow", "Wrapper", "fallbac
 # ---------------------------------------------------------------------------------------------
 
 # 0.21+'s TUI gateway (0.22.2) moved its busy-submit helpers to tui_gateway.session_auto_continue, where
-# ``_enqueue_prompt`` returns an envelope its callers use and other modules import it by name; it needs
-# Python 3.14, so it cannot be driven here. Not covered: a prompt during a compaction interrupts there.
+# ``_enqueue_prompt`` returns an envelope its callers use and other modules import it by name. Hermes
+# itself queues a prompt for a compacting session there (interrupt demoted while its compression lock
+# is held, #61042) but folds several queued prompts into one next turn: not held apart yet.
 _TUI_BUSY_NOT_COVERED = ("NOT COVERED on 0.21+: the TUI gateway's busy-submit helpers moved to "
-                         "tui_gateway.session_auto_continue and are not wrapped; a prompt submitted while the session "
-                         "compacts interrupts the turn as Hermes does")
+                         "tui_gateway.session_auto_continue and are not wrapped; Hermes queues a prompt submitted "
+                         "while the session compacts (no interrupt) but folds several into one next turn")
 
 # The releases on the package index that every row below was checked against
 # (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).

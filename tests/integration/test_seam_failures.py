@@ -620,6 +620,32 @@ def _tui_busy_interrupt(ctx: Ctx) -> None:
     ctx.assert_said("open")
 
 
+@case("cli_busy_interrupt", policy="open")
+def _cli_busy_interrupt(ctx: Ctx) -> None:
+    # The CLI's interrupt queue cannot be set up: the turn runs, and a line typed meanwhile
+    # interrupts it as without the guard (the queue stays Hermes's own).
+    import contextlib
+    import io
+    import queue
+
+    import cli
+    import hermes_state
+
+    from hermes_session_guard.seams import buffering
+
+    ctx.monkeypatch.setattr(hermes_state, "DEFAULT_DB_PATH", ctx.home / "state.db")
+    ctx.llm.configure(reply_text=REPLY)
+    probe.seed_session(ctx.db, SID, probe.seed_messages(4, chars=40), source="cli")
+    app = cli.HermesCLI(resume=SID)
+    assert app._preload_resumed_session()
+    app._pending_input, app._interrupt_queue = queue.Queue(), queue.Queue()
+    ctx.inject(buffering, "defer_cli_interrupts")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert app.chat("ping") == REPLY
+    assert type(app._interrupt_queue) is queue.Queue
+    ctx.assert_said("open")
+
+
 @case("tui_prompt_enqueue", "tui_prompt_drain", policy="open")
 def _tui_prompt_slot(ctx: Ctx) -> None:
     # The compaction check cannot run: the prompt goes to Hermes's own next-turn slot.

@@ -236,3 +236,34 @@ def test_the_turn_runs_on_its_callers_history_when_the_live_read_fails(runtime: 
     assert seen == [history]
     assert any("AIAgent.run_conversation" in r.getMessage() and "failing open" in r.getMessage()
                for r in caplog.records if r.levelname == "ERROR")
+
+
+class _RowsDb:
+    """A SessionDB's loader over rows with ids (``include_row_ids`` stamps ``_row_id``)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def get_messages_as_conversation(self, sid: str, include_row_ids: bool = False) -> list[dict[str, Any]]:
+        return [dict(r) if include_row_ids else {k: v for k, v in r.items() if k != "_row_id"} for r in self.rows]
+
+
+def test_the_turns_own_prompt_written_at_send_is_not_fresher_history() -> None:
+    """0.21+'s TUI writes a prompt when it is sent and stages that row on the agent: the
+    turn's history lacks it on purpose (Hermes adopts the row), so it is no reason to hand
+    the turn the live transcript, which would send and store the prompt twice."""
+    from types import SimpleNamespace
+
+    from hermes_session_guard import host
+
+    a, b = {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}
+    rows = [{**a, "_row_id": 1}, {**b, "_row_id": 2}, {"role": "user", "content": "now", "_row_id": 3}]
+    agent = SimpleNamespace(_session_db=_RowsDb(rows), session_db=_RowsDb(rows),
+                            _pending_cli_user_message={"role": "user", "content": "now", "_row_id": 3})
+    agent.session_db = agent._session_db
+    assert host.staged_turn_row(agent) == 3
+    live = host.live_transcript(agent, "s", leave_out_row=host.staged_turn_row(agent))
+    assert live == [a, b] and not fresher_history(live, [a, b])
+    assert fresher_history(host.live_transcript(agent, "s"), [a, b])  # counted, it would look fresher
+    for staged in (None, {"content": "now"}, {"_row_id": True}, "now"):
+        assert host.staged_turn_row(SimpleNamespace(_pending_cli_user_message=staged)) is None
