@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -168,3 +173,21 @@ def anchor_on_real_usage(agent: Any, history: list[dict[str, Any]] | None = None
 def log_tags_in(lines: list[str]) -> list[str]:
     """The ``[session]`` tags at the start of captured log lines ("" where a line had none)."""
     return [line[1:line.index("]")] if line.startswith("[") else "" for line in lines]
+
+
+@functools.cache
+def dashboard_unavailable() -> str | None:
+    """Why Hermes's dashboard app (``hermes_cli.web_server``) cannot be driven here; None
+    when it can. Besides fastapi and httpx, the app must import: 0.15.2's imports a
+    ``hermes_cli.dashboard_auth`` package its own wheel lacks (Hermes's dashboard is broken
+    as shipped there). Checked once, in a process of its own on an empty home."""
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("httpx") is None:
+        return "this Hermes environment has no dashboard (fastapi)"
+    with tempfile.TemporaryDirectory(prefix="hsg-dashboard-import-") as home:
+        env = {k: v for k, v in os.environ.items() if k != "HERMES_SESSION_ID"}
+        done = subprocess.run([sys.executable, "-c", "import hermes_cli.web_server"], capture_output=True,
+                              text=True, timeout=180, cwd=home, env={**env, "HERMES_HOME": home})
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        return f"Hermes's own dashboard does not import on this release ({last})"
+    return None

@@ -25,7 +25,15 @@ import hermes_session_guard
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer, ToolCallReply
 
-from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODE_PARAMS, MODES, new_agent, unguarded
+from .conftest import (
+    HOST_HAS_IN_PLACE,
+    HOST_NATIVE_MODE,
+    MODE_PARAMS,
+    MODES,
+    dashboard_unavailable,
+    new_agent,
+    unguarded,
+)
 
 SYSTEM = "You are a test agent."
 SID = "20260603_090000_5ea5c0"  # the conversation that is compacted
@@ -36,7 +44,6 @@ AT = 9  # compacted away by the host's compression (head 3, tail by budget)
 OPENING = f"Deploy failed on node-7 with {TOKEN}. "  # the compacted turn starts so
 SUMMARY_WITH = "RECAP-HAS-THE-TURN"
 SUMMARY_WITHOUT = "RECAP-WITHOUT-THE-TURN"
-HAS_DASHBOARD = importlib.util.find_spec("fastapi") is not None and importlib.util.find_spec("httpx") is not None
 # Native mode (0.20+): Hermes's session_search also finds the caller's own lineage where its rows are
 # compacted (active=0, compacted=1: no longer in the live context); before, it skips the whole lineage.
 OWN_COMPACTED_FOUND = HOST_NATIVE_MODE
@@ -120,7 +127,7 @@ def _search_tool(db: Any, llm: FakeLLMServer, sid: str, mode: str, history: list
 
 
 def _dashboard(query: str) -> list[dict] | None:
-    if not HAS_DASHBOARD:
+    if dashboard_unavailable():
         return None
     from fastapi.testclient import TestClient
     from hermes_cli import web_server
@@ -133,7 +140,7 @@ def _dashboard(query: str) -> list[dict] | None:
 
 
 def _dashboard_export(sid: str) -> str | None:
-    if not HAS_DASHBOARD:
+    if dashboard_unavailable():
         return None
     from fastapi.testclient import TestClient
     from hermes_cli import web_server
@@ -232,7 +239,7 @@ def test_a_compacted_turn_is_found_guarded_exactly_as_unguarded(
     assert guarded["tool_sessions"] == plain["tool_sessions"]
     assert guarded["own_lineage"] == plain["own_lineage"]
     assert guarded["dashboard"] == plain["dashboard"]
-    if HAS_DASHBOARD:
+    if not dashboard_unavailable():
         assert guarded["dashboard"] == [("this conversation", True)]
     # No extra sessions in Hermes's list: SID and OTHER (unguarded, a rotation is listed as its tip).
     assert guarded["sessions"] == sorted([SID, OTHER])

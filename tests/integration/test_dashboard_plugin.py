@@ -12,7 +12,6 @@ the compacted turns, the hit is gone too).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -28,15 +27,20 @@ from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries.tags import is_summary_text
 
-from .conftest import new_agent
+from .conftest import dashboard_unavailable, new_agent
 from .test_home_check_commands import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SID = "20260603_090000_da5b0a"
 TOKEN = "zephyrdashboard4412"
-HAS_DASHBOARD = importlib.util.find_spec("fastapi") is not None and importlib.util.find_spec("httpx") is not None
 
-pytestmark = pytest.mark.skipif(not HAS_DASHBOARD, reason="this Hermes environment has no dashboard (fastapi)")
+
+
+@pytest.fixture(autouse=True)
+def _dashboard_here() -> None:
+    why = dashboard_unavailable()
+    if why:
+        pytest.skip(why)
 
 DASHBOARD = """
 import json, sys
