@@ -391,9 +391,11 @@ class Occurrences:
             return lists[0]  # sorted, each once
         return sorted({p for found in lists for p in found})
 
-    def dense(self, triggers: tuple[str, ...], before: int, after: int) -> bool:
-        """Whether regions from ``before`` each occurrence to ``after`` it would cover the text."""
-        return self.count(triggers) > 2 * len(self.text) // (before + after) + 1
+
+def _covers(occurrences: int, length: int, before: int, after: int) -> bool:
+    """Whether regions from ``before`` each of ``occurrences`` to ``after`` it would cover
+    a text of ``length``: then one plain pass over it costs no more."""
+    return occurrences > 2 * length // (before + after) + 1
 
 
 def _regions(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
@@ -403,7 +405,7 @@ def _regions(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
     occurring = found.count(rule.triggers)
     if not occurring:
         return []
-    if occurring > 2 * length // (BEFORE + AFTER) + 1:  # the regions would cover the text
+    if _covers(occurring, length, BEFORE, AFTER):
         return [(0, length)]
     out: list[tuple[int, int]] = []
     for p in found.sorted_of(rule.triggers):
@@ -539,13 +541,13 @@ def sub_near(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str
         return text
     if isinstance(triggers, re.Pattern):
         starts = [m.start() for m in triggers.finditer(text)]
-        dense = len(starts) > 2 * len(text) // (before + after) + 1
+        dense = _covers(len(starts), len(text), before, after)
     else:
         if found is None or found.text is not text:
             found = Occurrences(text)
         if not found.count(triggers):
             return text
-        dense = found.dense(triggers, before, after)
+        dense = _covers(found.count(triggers), len(text), before, after)
         starts = [] if dense else found.sorted_of(triggers)
     if dense:  # so many occurrences that the regions would cover the text
         return pattern.sub(repl, text)
