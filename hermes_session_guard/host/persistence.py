@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..store import message_text
@@ -109,7 +110,8 @@ _TRANSCRIPT_METADATA_ROLES = frozenset({"session_meta", "system"})
 
 def live_transcript(agent: Any, sid: str, leave_out_row: int | None = None) -> list[dict[str, Any]]:
     """The conversation Hermes would hand an agent for ``sid``: its active rows in
-    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``) and
+    conversation format, without metadata rows (see ``_TRANSCRIPT_METADATA_ROLES``), without
+    prompts still waiting in an entry point's queue (see :func:`_queued_prompt_row`) and
     without the row ``leave_out_row`` (its id in ``messages``)."""
     db = session_db(agent)
     if db is None:
@@ -120,7 +122,27 @@ def live_transcript(agent: Any, sid: str, leave_out_row: int | None = None) -> l
         rows = [{k: v for k, v in m.items() if k != "_row_id"}
                 for m in db.get_messages_as_conversation(sid, include_row_ids=True)
                 if not (isinstance(m, dict) and m.get("_row_id") == leave_out_row)]
-    return [m for m in rows if not (isinstance(m, dict) and m.get("role") in _TRANSCRIPT_METADATA_ROLES)]
+    queued = _queued_prompt_row()
+    return [m for m in rows if not (isinstance(m, dict) and (m.get("role") in _TRANSCRIPT_METADATA_ROLES
+                                                             or queued(m)))]
+
+
+def _queued_prompt_row() -> Callable[[dict[str, Any]], bool]:
+    """Whether a conversation message is the row of a prompt still waiting in a queue: 0.21+'s
+    TUI writes a busy prompt's row when it accepts it, marked in ``display_metadata``
+    (``hermes_state_common.QUEUED_PROMPT_METADATA_KEY``), and writes it again unmarked when
+    the prompt's turn starts; a reopen retires rows still marked (#125577). Never on a
+    release without the mark."""
+    try:
+        from hermes_state_common import QUEUED_PROMPT_METADATA_KEY as mark
+    except ImportError:
+        return lambda _m: False
+
+    def queued(m: dict[str, Any]) -> bool:
+        meta = m.get("display_metadata")
+        return m.get("role") == "user" and isinstance(meta, dict) and bool(meta.get(mark))
+
+    return queued
 
 
 def staged_turn_row(agent: Any) -> int | None:

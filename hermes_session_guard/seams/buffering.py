@@ -124,12 +124,13 @@ def _agent_compacting(runtime: Runtime, agent: Any) -> tuple[str, str | None]:
                                    leases.holder if leases is not None else (lambda _sid: None))
 
 
-def hold_or_enqueue(runtime: Runtime, session: dict[str, Any], enqueue: Callable[[], Any]) -> bool:
+def hold_or_enqueue(runtime: Runtime, session: dict[str, Any], enqueue: Callable[[], Any]) -> Any:
     """An entry point queues a prompt for its session's next turn (``enqueue``: the host's
     own call, which keeps one slot and merges a second prompt into the first). While the
     session compacts, or while prompts held earlier are still waiting, a prompt that
     would be merged is held back instead, in arrival order; :func:`release_held_prompt`
-    puts the oldest in the slot once the slot is free. Returns whether it was held."""
+    puts the oldest in the slot once the slot is free. Returns what ``enqueue`` returned,
+    None when the prompt was held."""
     held = session.get(HELD_PROMPTS) or None
     if held is None and session.get("queued_prompt"):
         sid, op = _agent_compacting(runtime, session.get("agent"))
@@ -137,10 +138,9 @@ def hold_or_enqueue(runtime: Runtime, session: dict[str, Any], enqueue: Callable
             held = session[HELD_PROMPTS] = []
             runtime.audit.operation(sid, op).info("turn.prompt_held", reason="session compacting")
     if held is None:
-        enqueue()
-        return False
+        return enqueue()
     held.append(enqueue)
-    return True
+    return None
 
 
 def release_held_prompt(session: dict[str, Any], lock: Any) -> bool:
@@ -153,6 +153,41 @@ def release_held_prompt(session: dict[str, Any], lock: Any) -> bool:
         if not held:
             session.pop(HELD_PROMPTS, None)
         return True
+
+
+APART_PROMPTS = "_session_guard_apart_prompts"
+
+
+def enqueue_apart(runtime: Runtime, session: dict[str, Any], enqueue: Callable[[], Any]) -> Any:
+    """0.21+'s TUI queue (``session["queued_prompt"]`` at the head, ``queued_prompts`` after
+    it; one per turn, in order): ``enqueue`` (the host's call) merges a text-only prompt into
+    a text-only head when nothing else waits. A prompt queued while the session compacts
+    is kept apart: the next one goes in an envelope of its own after it (the host's own
+    queueing, with the head set aside for the call), also once the compaction has ended
+    while that prompt still waits at the head. Returns what ``enqueue`` returns."""
+    waiting = [session.get("queued_prompt"), *(session.get("queued_prompts") or [])]
+    apart = [e for e in session.get(APART_PROMPTS) or () if any(e is w for w in waiting)]
+    sid, op = _agent_compacting(runtime, session.get("agent"))
+    head = session.get("queued_prompt")
+    if head and not session.get("queued_prompts") and (op is not None or any(e is head for e in apart)):
+        session["queued_prompt"] = None
+        try:
+            envelope = enqueue()
+        finally:
+            queued = session.get("queued_prompt")
+            session["queued_prompt"] = head
+            if queued:
+                session["queued_prompts"] = [queued, *(session.get("queued_prompts") or [])]
+    else:
+        envelope = enqueue()
+    if op is not None and envelope is not None:
+        apart.append(envelope)
+        runtime.audit.operation(sid, op).info("turn.prompt_queued_apart", reason="session compacting")
+    if apart:
+        session[APART_PROMPTS] = apart
+    else:
+        session.pop(APART_PROMPTS, None)
+    return envelope
 
 
 def interrupt_or_queue(runtime: Runtime, agent: Any, interrupt: Callable[[], Any]) -> bool:

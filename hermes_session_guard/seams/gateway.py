@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -272,31 +273,42 @@ def cli_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
-def tui_prompt_enqueue_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """``tui_gateway.server._enqueue_prompt(session, text, transport, ...)``: the session's
-    one next-turn slot. While the session compacts a second prompt is held back in order
-    instead of being merged into the first (see buffering.hold_or_enqueue)."""
+def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], Any]], Any]
+                         ) -> Callable[[Runtime, SeamRow], Wrapper]:
+    """A wrapper factory for the TUI gateway's ``_enqueue_prompt(session, text, transport, ...)``
+    that lets ``place(runtime, session, enqueue)`` decide how the host's own call queues the prompt."""
 
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        called: list[bool] = []
+    def factory(runtime: Runtime, row: SeamRow) -> Wrapper:
+        def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            called: list[bool] = []
 
-        def enqueue() -> Any:
-            called.append(True)
-            return wrapped(*args, **kwargs)
+            def enqueue() -> Any:
+                called.append(True)
+                return wrapped(*args, **kwargs)
 
-        try:
-            session = _arg(args, kwargs, 0, "session")
-            if not isinstance(session, dict):
-                return enqueue()
-            buffering.hold_or_enqueue(runtime, session, enqueue)
-        except Exception as exc:
-            if called:
-                raise
-            _fail_open(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
-            return wrapped(*args, **kwargs)
-        return None
+            try:
+                session = _arg(args, kwargs, 0, "session")
+                if not isinstance(session, dict):
+                    return enqueue()
+                return place(runtime, session, enqueue)
+            except Exception as exc:
+                if called:
+                    raise
+                _fail_open(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
+                return wrapped(*args, **kwargs)
 
-    return wrapper
+        return wrapper
+
+    return factory
+
+
+# 0.19-0.20: the session's one next-turn slot. While the session compacts a second prompt is
+# held back in order instead of being merged into the first (buffering.hold_or_enqueue).
+tui_prompt_enqueue_wrapper = _tui_enqueue_wrapper(lambda *a: buffering.hold_or_enqueue(*a))
+# 0.21+: a FIFO of envelopes; the one a prompt landed in is returned (the busy submit makes it
+# durable). A prompt that arrives while the session compacts keeps an envelope of its own, so
+# it is its own turn, in order (buffering.enqueue_apart).
+tui_envelope_enqueue_wrapper = _tui_enqueue_wrapper(lambda *a: buffering.enqueue_apart(*a))
 
 
 def tui_prompt_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:

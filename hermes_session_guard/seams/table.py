@@ -97,6 +97,7 @@ from .gateway import (
     gateway_turn_wrapper,
     run_events_wrapper,
     tui_busy_interrupt_wrapper,
+    tui_envelope_enqueue_wrapper,
     tui_prompt_drain_wrapper,
     tui_prompt_enqueue_wrapper,
 )
@@ -121,13 +122,14 @@ __all__ = ["COVERED", "SEAMS", "TESTED_RELEASES", "SeamRow", "Wrapper", "fallbac
 # closing the range before it; then run the matrix for it.
 # ---------------------------------------------------------------------------------------------
 
-# 0.21+'s TUI gateway (0.22.2) moved its busy-submit helpers to tui_gateway.session_auto_continue, where
-# ``_enqueue_prompt`` returns an envelope its callers use and other modules import it by name. Hermes
-# itself queues a prompt for a compacting session there (interrupt demoted while its compression lock
-# is held, #61042) but folds several queued prompts into one next turn: not held apart yet.
-_TUI_BUSY_NOT_COVERED = ("NOT COVERED on 0.21+: the TUI gateway's busy-submit helpers moved to "
-                         "tui_gateway.session_auto_continue and are not wrapped; Hermes queues a prompt submitted "
-                         "while the session compacts (no interrupt) but folds several into one next turn")
+# 0.21+'s TUI gateway (0.22.2) defines its busy-submit helpers in tui_gateway.session_auto_continue and
+# rebinds them onto tui_gateway.server's globals (method_ctx.bind_module), so every caller still finds
+# them there. Hermes itself demotes an interrupt to a queued prompt while its compression lock is held
+# (#61042) and keeps a FIFO of envelopes, one per turn; only its text merge into the head is left to hold apart.
+_TUI_DEMOTES = ("0.21+ demotes interrupt (and redirect) to queue while Hermes's compression lock is held "
+                "(#61042, tui_gateway.session_auto_continue._handle_busy_submit)")
+_TUI_FIFO = "0.21+ keeps queued prompts as a FIFO of envelopes and runs one per turn"
+
 
 # The releases on the package index that every row below was checked against
 # (host contract tests and Hermes's own tests: scripts/matrix.py, docs/compatibility.md).
@@ -607,7 +609,7 @@ SEAMS: tuple[SeamRow, ...] = (
                                         "nothing interrupts the running turn"),
             "0.19.0-0.21.0": {"note": "prompt.submit on a busy session queues the prompt, then interrupts the turn "
                                       "(display.busy_input_mode: interrupt); left out while the session compacts"},
-            "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+            "0.21.0+": not_needed(_TUI_DEMOTES),
         },
     ),
     *seam(
@@ -638,7 +640,11 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.13.0-0.19.0": not_needed("the TUI gateway refuses a prompt for a busy session ('session busy')"),
             "0.19.0-0.21.0": {"note": "one next-turn slot, a second prompt merged into it; held back in order while "
                                       "the session compacts"},
-            "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+            "0.21.0+": {"params": ("session", "text", "transport", "image_paths", "turn_author"),
+                        "wrapper": tui_envelope_enqueue_wrapper,
+                        "note": "a FIFO of envelopes, but a text-only prompt is merged into a text-only head when "
+                                "nothing else waits; a prompt queued while the session compacts keeps an envelope "
+                                "of its own (own turn, in order)"},
         },
     ),
     *seam(
@@ -652,7 +658,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.13.0-0.19.0": not_needed("the TUI gateway refuses a prompt for a busy session ('session busy')"),
             "0.19.0-0.21.0": {"note": "a finished turn runs the next-turn slot; an empty slot gets the oldest held "
                                       "prompt first"},
-            "0.21.0+": not_needed(_TUI_BUSY_NOT_COVERED),
+            "0.21.0+": not_needed(_TUI_FIFO),
         },
     ),
     *seam(

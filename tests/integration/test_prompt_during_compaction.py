@@ -91,19 +91,11 @@ def _asked(llm: FakeLLMServer) -> list[str]:
     return out
 
 
-# 0.21+'s TUI queues a prompt for a compacting session itself (it demotes interrupt to queue while
-# Hermes's compression lock is held: tui_gateway.session_auto_continue._handle_busy_submit, #61042)
-# but folds several queued prompts into one next turn; the guard does not hold them apart there yet.
-MERGES_QUEUED = HOST >= (0, 21, 0)
-
-
-@pytest.mark.parametrize("during", [1, pytest.param(3, marks=pytest.mark.xfail(
-    MERGES_QUEUED, strict=True, reason="0.21+'s TUI folds queued prompts into one turn; not held apart yet"))])
+@pytest.mark.parametrize("during", [1, 3])
 def test_prompts_during_compaction_are_their_own_turns_after_the_compacted_one(
         guard: Any, db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFrames], during: int) -> None:
     texts = [f"msg-{i}-tui" for i in range(during + 1)]
-    # 0.21+ folds the queued prompts (xfail above): stop waiting once no turn completes for a while
-    acks, done = _prompt_during_compaction(db, llm, tui, texts, quiet=45.0 if MERGES_QUEUED else None)
+    acks, done = _prompt_during_compaction(db, llm, tui, texts)
     assert [a.get("status") for a in acks] == ["queued"] * during
     assert [str(d.get("text") or "").strip() for d in done] == [answer_for(t) for t in texts]
     asked = _asked(llm)  # 0.20+ may ask twice for one turn (e.g. a title): what matters is never merged, in order

@@ -53,7 +53,9 @@ class _DeferredAnnotationsFinder(importlib.abc.MetaPathFinder):
 def _defer_annotations() -> None:
     installed = any(isinstance(f, _DeferredAnnotationsFinder) for f in sys.meta_path)
     if WRITTEN_FOR_PY314 and sys.version_info < (3, 14) and not installed:
-        sys.meta_path.insert(0, _DeferredAnnotationsFinder())
+        # Just before the path finder: after wrapt's finder, whose post-import hooks patch the guard's lazy rows.
+        at = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder), len(sys.meta_path))
+        sys.meta_path.insert(at, _DeferredAnnotationsFinder())
 
 
 def tui_server() -> Any:

@@ -58,8 +58,8 @@ def test_outside_a_compaction_the_host_merges_as_it_does(compacting: dict[str, b
     compacting["on"] = False
     rt, session = _runtime(), {"history_lock": threading.Lock()}
     for text in ("b", "c"):
-        assert not buffering.hold_or_enqueue(rt, session, _slot(session, text))
-    assert session["queued_prompt"]["text"] == "b\n\nc"
+        buffering.hold_or_enqueue(rt, session, _slot(session, text))
+    assert session["queued_prompt"]["text"] == "b\n\nc" and buffering.HELD_PROMPTS not in session
 
 
 def test_the_interrupt_is_left_out_only_while_compacting(compacting: dict[str, bool]) -> None:
@@ -68,3 +68,67 @@ def test_the_interrupt_is_left_out_only_while_compacting(compacting: dict[str, b
     compacting["on"] = False
     assert buffering.interrupt_or_queue(rt, object(), lambda: hits.append(1))
     assert hits == [1] and rt.events == ["turn.interrupt_deferred"]
+
+
+def _fifo(session: dict[str, Any], text: str) -> Any:
+    """0.21+'s enqueue: a FIFO of envelopes, a text merged into the head when nothing else waits."""
+    def enqueue() -> dict[str, Any]:
+        head = session.get("queued_prompt")
+        if head and not session.get("queued_prompts"):
+            head["text"] = f"{head['text']}\n\n{text}"
+            return dict(head)  # not the head itself: the guard must not rely on identity here
+        envelope = {"text": text}
+        if head:
+            session.setdefault("queued_prompts", []).append(envelope)
+        else:
+            session["queued_prompt"] = envelope
+        return envelope
+    return enqueue
+
+
+def _drain(session: dict[str, Any]) -> list[str]:
+    out = []
+    while session.get("queued_prompt"):
+        out.append(session["queued_prompt"]["text"])
+        rest = session.pop("queued_prompts", None) or []
+        session["queued_prompt"] = rest[0] if rest else None
+        if rest[1:]:
+            session["queued_prompts"] = rest[1:]
+    return out
+
+
+def test_prompts_queued_during_a_compaction_keep_envelopes_of_their_own(compacting: dict[str, bool]) -> None:
+    rt, session = _runtime(), {}
+    for text in ("b", "c", "d"):
+        buffering.enqueue_apart(rt, session, _fifo(session, text))
+    assert _drain(session) == ["b", "c", "d"]
+    assert rt.events == ["turn.prompt_queued_apart"] * 3
+
+
+def test_a_prompt_after_the_compaction_is_not_merged_into_one_queued_during_it(compacting: dict[str, bool]) -> None:
+    rt, session = _runtime(), {}
+    buffering.enqueue_apart(rt, session, _fifo(session, "b"))
+    compacting["on"] = False
+    buffering.enqueue_apart(rt, session, _fifo(session, "c"))
+    buffering.enqueue_apart(rt, session, _fifo(session, "d"))  # behind c, which is no longer the head
+    assert _drain(session) == ["b", "c", "d"]
+    buffering.enqueue_apart(rt, session, _fifo(session, "e"))  # nothing from the compaction waits
+    buffering.enqueue_apart(rt, session, _fifo(session, "f"))
+    assert _drain(session) == ["e\n\nf"] and buffering.APART_PROMPTS not in session
+
+
+def test_the_head_is_put_back_when_the_host_call_raises(compacting: dict[str, bool]) -> None:
+    rt, session = _runtime(), {"queued_prompt": {"text": "b"}}
+
+    def fails() -> None:
+        raise RuntimeError("host")
+
+    with pytest.raises(RuntimeError):
+        buffering.enqueue_apart(rt, session, fails)
+    assert session["queued_prompt"] == {"text": "b"} and "queued_prompts" not in session
+
+
+def test_a_dropped_duplicate_keeps_the_queue_as_it_was(compacting: dict[str, bool]) -> None:
+    rt, session = _runtime(), {"queued_prompt": {"text": "b"}}
+    assert buffering.enqueue_apart(rt, session, lambda: None) is None
+    assert session == {"queued_prompt": {"text": "b"}} and rt.events == []
