@@ -125,9 +125,22 @@ class _SinkLogger:
     info = warning = error = debug = critical = msg
 
 
+# Short values the secret rules found nothing in (ids, versions, strategies, reasons recur on
+# every line of an operation): not scanned again. Only clean values are kept, a bounded number.
+_CLEAN_MAX_CHARS, _CLEAN_MAX_VALUES = 256, 1024
+_clean_values: set[str] = set()
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, str):
-        return redact_guard_patterns(value)
+        if value in _clean_values:
+            return value
+        out = redact_guard_patterns(value)
+        if out == value and len(value) <= _CLEAN_MAX_CHARS:
+            if len(_clean_values) >= _CLEAN_MAX_VALUES:
+                _clean_values.clear()
+            _clean_values.add(value)
+        return out
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -65,10 +65,20 @@ def sendable_messages(messages: list[Any]) -> list[Any]:
     which the messages holding lone surrogates are copies with those replaced by
     U+FFFD (a provider request, an HTTP body and state.db all need valid UTF-8). The
     others are the very same objects. The verbatim originals stay in the snapshot."""
-    def clean(m: Any) -> bool:
-        return not isinstance(m, dict) or encodable(json.dumps(m, ensure_ascii=False, default=str))
-
-    if encodable(json.dumps([m for m in messages if isinstance(m, dict)], ensure_ascii=False, default=str)):
-        return messages  # one encode for the usual case
-    flags = [clean(m) for m in messages]
+    flags = [not isinstance(m, dict) or _all_encodable(m) for m in messages]
+    if all(flags):
+        return messages  # the usual case: nothing copied
     return [m if ok else _clean(m) for m, ok in zip(messages, flags, strict=True)]
+
+
+def _all_encodable(value: Any) -> bool:
+    """Every text in ``value`` (strings, dict keys, nested lists and dicts; other objects as
+    ``str()`` gives them, as a JSON body would) is valid UTF-8. An ASCII string is, and says
+    so without being encoded."""
+    if isinstance(value, str):
+        return value.isascii() or encodable(value)
+    if isinstance(value, dict):
+        return all(_all_encodable(k) and _all_encodable(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_all_encodable(v) for v in value)
+    return value is None or isinstance(value, int | float) or encodable(str(value))

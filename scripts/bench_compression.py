@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -51,7 +50,7 @@ def main() -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    from machine_info import describe, load_average
+    from machine_info import checkpoint, describe, load_average, write_bytes
 
     import hermes_session_guard
     from hermes_session_guard.selftest import probe
@@ -102,26 +101,6 @@ def main() -> int:
         hermes_session_guard.uninstall()
     print(f"load average after: {load_average()}")
     return 0
-
-
-def checkpoint(db_path: Path) -> None:
-    """Move everything committed from the WAL into state.db and empty the WAL."""
-    conn = sqlite3.connect(str(db_path), timeout=30)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    finally:
-        conn.close()
-
-
-def write_bytes() -> int | None:
-    """Bytes this process caused to be written to storage so far (Linux), else None."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("write_bytes:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def report(size: str, latency: float, guarded: list[tuple[float, float, int | None]],

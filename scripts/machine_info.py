@@ -49,3 +49,23 @@ def describe() -> str:
         f"load average {load_average()}; {platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, hermes-agent {hermes_version()}"
     )
+
+
+def checkpoint(db_path: Path) -> None:
+    """Move everything committed from the WAL into state.db and empty the WAL."""
+    conn = sqlite3.connect(str(db_path), timeout=30)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+
+
+def write_bytes() -> int | None:
+    """Bytes this process caused to be written to storage so far (Linux), else None."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None

@@ -4,13 +4,16 @@ re-basing the host's flush cursor so the next turn appends after it."""
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..store import message_text
 from .agent import session_db
+from .reads import live_rows_brief
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -125,6 +128,38 @@ def live_transcript(agent: Any, sid: str, leave_out_row: int | None = None) -> l
     queued = _queued_prompt_row()
     return [m for m in rows if not (isinstance(m, dict) and (m.get("role") in _TRANSCRIPT_METADATA_ROLES
                                                              or queued(m)))]
+
+
+def live_brief(agent: Any, sid: str, leave_out_row: int | None = None) -> list[dict[str, Any]] | None:
+    """The messages :func:`live_transcript` gives, each reduced to ``role``, ``content`` and
+    ``tool_call_id`` as stored, read straight from state.db: enough to compare by key
+    (``contract.generations.message_key``) at a fraction of the cost of Hermes's loader on a
+    long session. Only a positive answer may be taken from it ("these are the messages the
+    agent holds"): a row Hermes's loader reads differently (decoded content) keys
+    differently here, so a difference means "read :func:`live_transcript`". None when the
+    read fails or a display marker cannot be decoded."""
+    db = session_db(agent)
+    if db is None:
+        return []
+    path = getattr(db, "db_path", None)  # the SessionDB's own file, never a default one
+    rows = live_rows_brief(Path(path), sid, tuple(sorted(_TRANSCRIPT_METADATA_ROLES))) if path else None
+    if rows is None:
+        return None
+    queued = _queued_prompt_row()
+    out = []
+    for row_id, role, content, call, meta in rows:
+        if row_id == leave_out_row:
+            continue
+        message = {"role": role, "content": content, "tool_call_id": call}
+        if meta:
+            try:
+                message["display_metadata"] = json.loads(meta)
+            except (TypeError, ValueError):
+                return None
+            if queued(message):
+                continue
+        out.append(message)
+    return out
 
 
 def _queued_prompt_row() -> Callable[[dict[str, Any]], bool]:

@@ -181,6 +181,30 @@ def live_row_ranges(db_path: Path, sid: str) -> list[tuple[int, int]]:
     return runs
 
 
+def live_rows_brief(db_path: Path, sid: str, leave_out: tuple[str, ...]) -> list[tuple[Any, ...]] | None:
+    """``(id, role, content, tool_call_id, display_metadata)`` of a session's live rows in id
+    order, without rows whose role is in ``leave_out``: the columns that identify a message,
+    straight from the table (no JSON decoded, no dict built). None when the read fails or
+    the table lacks one of those columns (Hermes's loader is the way then)."""
+    try:
+        conn = _read_only(db_path)
+        try:
+            cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)").fetchall()}
+            if not {"role", "content", "tool_call_id"} <= cols:
+                return None
+            meta = "display_metadata" if "display_metadata" in cols else "NULL"
+            live = "AND active = 1" if "active" in cols else ""  # 0.13-0.17 keep no inactive rows
+            marks = ",".join("?" for _ in leave_out) or "''"
+            return list(conn.execute(
+                f"SELECT id, role, content, tool_call_id, {meta} FROM messages WHERE session_id = ? {live} "
+                f"AND role NOT IN ({marks}) ORDER BY id", (sid, *leave_out)).fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        log.debug("session guard: reading the live rows failed: %s", exc)
+        return None
+
+
 _ARCHIVED_COLUMNS = ("role", "content", "tool_call_id", "tool_calls", "tool_name")
 
 

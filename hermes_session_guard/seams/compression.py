@@ -838,12 +838,18 @@ class _Operation:
         (in stored order), and the ``foreign`` messages that are not live. On a failed read
         nothing is added and nothing carried over."""
         try:
+            mine = set(Keyed(compressed).keys)
+            brief = host.live_brief(self.agent, self.sid)
+            if brief is not None:  # every live row is one of the list's and every foreign message is live
+                stored = set(keys_of(brief))
+                if stored <= mine and stored.issuperset(keys_of(foreign)):
+                    return [], []
             live = Keyed(host.live_transcript(self.agent, self.sid))
         except Exception as exc:
             self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
                                stage="after Hermes compacted")
             return [], []
-        mine, stored = set(Keyed(compressed).keys), set(live.keys)
+        stored = set(live.keys)
         theirs = Keyed(foreign)
         kept = [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
         lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
@@ -922,7 +928,11 @@ class _Operation:
             return [], None
         try:
             ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy in IN_PLACE_STRATEGIES else None
-            mine, live = self.mine(), Keyed(host.live_transcript(self.agent, self.sid))
+            mine = self.mine()
+            if self.holds_live(mine):  # the live rows are this list's own, in order: nothing foreign, not behind
+                self.live_ids = ids
+                return [], None
+            live = Keyed(host.live_transcript(self.agent, self.sid))
             standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
             self.live_ids = ids
@@ -933,6 +943,14 @@ class _Operation:
         if standing.stale:
             return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
         return foreign, None
+
+    def holds_live(self, mine: Keyed) -> bool:
+        """The session's live rows, as stored, are the first messages of ``mine`` (by key):
+        then no other writer stored a turn this list lacks and the list does not predate a
+        compaction, and Hermes's loader need not read the transcript (host.live_brief). Any
+        difference, or a failed read, says no: the caller reads the transcript."""
+        brief = host.live_brief(self.agent, self.sid)
+        return brief is not None and len(brief) <= len(mine.keys) and keys_of(brief) == mine.keys[:len(brief)]
 
     def stale_under_host_lock(self) -> bool:
         """Native mode, asked by the engine shim once Hermes holds its lease: does the list

@@ -65,7 +65,11 @@ def _with_live_history(runtime: Runtime, agent: Any, sid: str, ticket: TurnTicke
         return args, kwargs
     # The turn's own prompt, written by its entry point before the turn (0.21+'s TUI), is
     # this turn's message, not one another writer stored: Hermes adopts that row itself.
-    live = host.live_transcript(agent, sid, leave_out_row=host.staged_turn_row(agent))
+    staged = host.staged_turn_row(agent)
+    brief = host.live_brief(agent, sid, leave_out_row=staged)  # as stored: only its "nothing newer" counts
+    if brief is not None and not fresher_history(brief, history):
+        return args, kwargs
+    live = host.live_transcript(agent, sid, leave_out_row=staged)
     if not fresher_history(live, history):
         return args, kwargs
     # Input the caller holds only in memory by Hermes's own mark (0.22: a follow-up that
