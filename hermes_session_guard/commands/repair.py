@@ -33,6 +33,7 @@ from ..maintenance.lineage_repair import (
     plan_repair,
 )
 from ..maintenance.state_inspection import HomeError, HomeState, load_home_state, write_problem
+from ..store.connection import connect
 from .output import EXIT_FOUND, emit_json, fail
 
 HELP = "Repair corrupted lineages, routing and dead locks (dry run unless --apply)"
@@ -69,7 +70,7 @@ def live_activity(state: HomeState) -> str | None:
     found = [f"a compression holds the {lk.kind} lock on {lk.session_id} (holder {lk.holder}, "
              f"{lk.holder_liveness()})" for lk in held]
     try:
-        conn = sqlite3.connect(state.db_path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
+        conn = connect(state.db_path, read_only=True)
         try:
             others = presence.running(conn, now=state.now)
         finally:

@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..store.connection import connect
+
 log = logging.getLogger("hermes_session_guard")
 
 
@@ -17,8 +19,7 @@ class _ReadOnly:
     """A shared read-only connection per state.db (one query at a time)."""
 
     def __init__(self, db_path: Path) -> None:
-        self.conn = sqlite3.connect(f"file:{Path(db_path).as_posix()}?mode=ro", uri=True, timeout=5.0,
-                                    check_same_thread=False)
+        self.conn = connect(db_path, read_only=True, any_thread=True)
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.lock = threading.Lock()
 

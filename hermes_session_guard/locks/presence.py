@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..store.connection import connect
 from . import liveness
 
 log = logging.getLogger("hermes_session_guard")
@@ -68,7 +69,7 @@ def own_identity() -> str:
 def _connect(db_path: Path) -> sqlite3.Connection:
     # Its own short-lived connection with a short busy timeout: announcing must never
     # hold up a compression behind another writer (it is retried later instead).
-    return sqlite3.connect(str(db_path), timeout=_BUSY_SECONDS, isolation_level=None)
+    return connect(db_path, timeout=_BUSY_SECONDS, autocommit=True)
 
 
 def announce(db_path: Path | str, kind: str = "agent") -> None:

@@ -23,6 +23,7 @@ import uuid
 from contextlib import closing
 from pathlib import Path
 
+from ..store.connection import connect
 from . import liveness
 
 TABLE = "session_guard_repair_lock"
@@ -39,7 +40,7 @@ def new_holder(op_id: str) -> str:
 
 
 def _connect(db_path: Path | str) -> sqlite3.Connection:
-    return sqlite3.connect(str(db_path), timeout=5.0, isolation_level=None)
+    return connect(db_path, autocommit=True)
 
 
 def acquire(db_path: Path | str, holder: str) -> tuple[bool, str | None, float | None]:

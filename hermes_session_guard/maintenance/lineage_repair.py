@@ -42,6 +42,7 @@ from .. import host
 from ..file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode
 from ..seams.compression import snapshot_id_for
 from ..store import GuardStore
+from ..store.connection import connect
 from .corruption import Finding
 from .lineage import Lineage, first_child_row, late_rows
 from .routing_plan import plan_routing
@@ -276,9 +277,9 @@ def backup_state_db(db_path: Path, target: Path) -> Path:
     given state.db's own mode (never wider than state.db; never a symlink followed)."""
     create_private(target)
     try:
-        src = sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
+        src = connect(db_path, read_only=True)
         try:
-            dst = sqlite3.connect(str(target))
+            dst = connect(target)
             try:
                 src.backup(dst)
             finally:
@@ -298,7 +299,7 @@ def backup_state_db(db_path: Path, target: Path) -> Path:
 
 def database_busy(db_path: Path, timeout: float = 0.5) -> str | None:
     """Why state.db cannot be written right now (another writer holds it), or None."""
-    conn = sqlite3.connect(str(db_path), timeout=timeout, isolation_level=None)
+    conn = connect(db_path, timeout=timeout, autocommit=True)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")

@@ -30,6 +30,7 @@ from ..hooks.manager import get_plugin_manager
 from ..hooks.specs import BufferTable, LockTable
 from ..hostinfo import hermes_home, state_db_path
 from ..store import read_snapshot_counts, read_snapshot_references, reference_problem
+from ..store.connection import connect
 
 BUSY_TIMEOUT_SECONDS = 2.0
 MERGED_END_REASON = "session_guard_merged"
@@ -240,7 +241,7 @@ def readonly_connection(db_path: Path) -> Iterator[sqlite3.Connection]:
         raise HomeError(problem)
     uri = readonly_uri(db_path)
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        conn = connect(uri, timeout=BUSY_TIMEOUT_SECONDS)
     except sqlite3.Error as exc:
         raise _friendly(exc, db_path) from exc
     try:
@@ -304,7 +305,7 @@ def busy_problem(db_path: Path, timeout: float | None = None) -> str | None:
     """Why state.db cannot take a write transaction now (another process holds one), or None."""
     wait = BUSY_TIMEOUT_SECONDS if timeout is None else timeout
     try:
-        conn = sqlite3.connect(str(db_path), timeout=wait, isolation_level=None)
+        conn = connect(db_path, timeout=wait, autocommit=True)
     except sqlite3.Error as exc:
         return f"cannot open {db_path} for writing ({exc})"
     try:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..store.connection import connect
 from . import probe
 
 OTHER_SESSION = "20260528_155201_68dc5996"  # what the executor threads last served (the stale tag)
@@ -47,7 +48,7 @@ _WORD = re.compile(r"\b(?:trigger-a|followup-a|[ab]-new(?:-answer)?|arriving-b)\
 def _rows(db_path: Path, sid: str) -> list[dict[str, Any]]:
     import sqlite3
 
-    conn = sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro", uri=True)
+    conn = connect(db_path, read_only=True)
     conn.row_factory = sqlite3.Row
     try:
         return [dict(r) for r in conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (sid,))]
@@ -108,9 +109,8 @@ def _log_problems(lines: list[str]) -> list[str]:
 
 def _observe(db_path: Path, *, before: str, after: list[str], runtime: Any, seeds: list[str], new: list[str],
              lists: list[list[Any]], summary_calls: int, host_lines: list[str]) -> dict[str, Any]:
-    import sqlite3
 
-    conn = sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro", uri=True)
+    conn = connect(db_path, read_only=True)
     try:
         sessions = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY started_at, id")]
     finally:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..file_modes import make_private_dirs, write_private_text
+from ..store.connection import connect
 
 MESSAGE_CHARS = 14_000
 SEED_MESSAGES = 48
@@ -184,7 +185,7 @@ def session_ids_in(lines: list[str]) -> list[str]:
 
 
 def sessions_table(db_path: Path) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(str(db_path))
+    conn = connect(db_path)
     conn.row_factory = sqlite3.Row
     try:
         return [dict(r) for r in conn.execute("SELECT * FROM sessions ORDER BY started_at")]
@@ -194,7 +195,7 @@ def sessions_table(db_path: Path) -> list[dict[str, Any]]:
 
 def live_messages(db_path: Path, session_id: str) -> list[dict[str, Any]]:
     """Messages Hermes would load for ``session_id`` (active rows where the host has them)."""
-    conn = sqlite3.connect(str(db_path))
+    conn = connect(db_path)
     conn.row_factory = sqlite3.Row
     try:
         cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)")}
@@ -294,7 +295,7 @@ class ProbeContext:
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """Read state.db through a read-only connection ([] when the table is absent)."""
-        conn = sqlite3.connect(self.db_path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
+        conn = connect(self.db_path, read_only=True)
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError:

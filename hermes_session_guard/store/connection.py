@@ -11,11 +11,31 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from ..file_modes import create_private, make_private_dirs
 from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION, add_missing_columns
 
 log = logging.getLogger("hermes_session_guard")
+
+
+def connect(target: Path | str, *, read_only: bool = False, timeout: float = 5.0, autocommit: bool = False,
+            any_thread: bool = False) -> sqlite3.Connection:
+    """The one way the guard opens an SQLite connection (the store's own included).
+
+    ``target``: a database path, or a ``file:`` URI built already (a read-only one that
+    creates no file: ``maintenance.state_inspection.readonly_uri``). ``read_only`` opens a
+    path with ``mode=ro``; ``timeout`` is SQLite's busy wait; ``autocommit`` leaves
+    transactions to the caller's own ``BEGIN``; ``any_thread`` lets other threads use the
+    connection (the caller serialises them)."""
+    isolation: Literal["DEFERRED"] | None = None if autocommit else "DEFERRED"  # Python's default is DEFERRED
+    if isinstance(target, str) and target.startswith("file:"):
+        return sqlite3.connect(target, uri=True, timeout=timeout, isolation_level=isolation,
+                               check_same_thread=not any_thread)
+    if read_only:
+        return sqlite3.connect(f"{Path(target).resolve().as_uri()}?mode=ro", uri=True, timeout=timeout,
+                               isolation_level=isolation, check_same_thread=not any_thread)
+    return sqlite3.connect(str(target), timeout=timeout, isolation_level=isolation, check_same_thread=not any_thread)
 
 
 def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
@@ -63,9 +83,7 @@ class StoreConnection:
                     create_private(self.db_path)
                 except OSError:
                     pass  # created meanwhile, or not creatable: SQLite says which below
-            conn = sqlite3.connect(
-                str(self.db_path), timeout=self._timeout, check_same_thread=False, isolation_level=None
-            )
+            conn = connect(self.db_path, timeout=self._timeout, autocommit=True, any_thread=True)
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
             self._wal = _use_wal(conn, self._timeout).lower() == "wal"
             if sys.platform != "darwin" and self._wal:

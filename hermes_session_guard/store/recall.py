@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..safe_text import searchable
-from .connection import StoreConnection
+from .connection import StoreConnection, connect
 from .rows import _row_message, text_hash
 
 
@@ -61,7 +61,7 @@ def porter_stems(words: Iterable[str]) -> dict[str, str]:
         with _stem_lock:
             try:
                 if _stem_conn is None:
-                    conn = sqlite3.connect(":memory:", check_same_thread=False)
+                    conn = connect(":memory:", any_thread=True)
                     conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")
                     conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
                     _stem_conn = conn

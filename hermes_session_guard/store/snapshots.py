@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .connection import connect
 from .recall import IndexText, RecallIndexRepository
 from .rows import _row_message, _row_parts
 from .schema import _has_table
@@ -64,7 +65,7 @@ def snapshots_recorded(db_path: Path, session_id: str) -> bool:
     through a short-lived read-only connection (nothing created, nothing kept open;
     False when the guard's table is not there or the file cannot be read)."""
     try:
-        conn = sqlite3.connect(f"{Path(db_path).resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+        conn = connect(db_path, read_only=True)
     except sqlite3.Error:
         return False
     try:
