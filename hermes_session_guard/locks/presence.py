@@ -25,15 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store.connection import connect
+from ..store.schema import PROCESSES_DDL, PROCESSES_TABLE
 from . import liveness
 
 log = logging.getLogger("hermes_session_guard")
 
-TABLE = "session_guard_processes"
-DDL = (
-    "CREATE TABLE IF NOT EXISTS session_guard_processes (identity TEXT PRIMARY KEY, pid INTEGER NOT NULL,"
-    " kind TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL)"
-)
+TABLE, DDL = PROCESSES_TABLE, PROCESSES_DDL
 # A row from another machine counts as running while its heartbeat is younger than this.
 REMOTE_FRESH_SECONDS = 3600.0
 

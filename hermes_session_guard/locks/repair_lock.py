@@ -24,13 +24,10 @@ from contextlib import closing
 from pathlib import Path
 
 from ..store.connection import connect
+from ..store.schema import REPAIR_LOCK_DDL, REPAIR_LOCK_TABLE
 from . import liveness
 
-TABLE = "session_guard_repair_lock"
-DDL = (
-    "CREATE TABLE IF NOT EXISTS session_guard_repair_lock (slot INTEGER PRIMARY KEY CHECK (slot = 1),"
-    " holder TEXT NOT NULL, acquired_at REAL NOT NULL)"
-)
+TABLE, DDL = REPAIR_LOCK_TABLE, REPAIR_LOCK_DDL
 STALE_SECONDS = 3600.0
 
 

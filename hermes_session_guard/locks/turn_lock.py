@@ -37,21 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from ..store import GuardStore
+from ..store.schema import TURN_DDL, TURN_TABLE
 from .session_lock import LockBusy, LockUnavailable, SessionLocks
 
 log = logging.getLogger("hermes_session_guard")
 
-TURN_TABLE = "session_guard_turn_locks"
 # Hermes's own cross-process turn lease (0.20+): where a row names it, the guard keeps only the
 # in-process queue and leaves the lease to Hermes (never two lease tables, ADR 0002).
 HOST_TURN_LEASES = "session_turn_leases"
-_TURN_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS {TURN_TABLE} (
-    session_id TEXT PRIMARY KEY,
-    holder TEXT NOT NULL,
-    acquired_at REAL NOT NULL,
-    expires_at REAL NOT NULL
-)"""
 
 
 class TurnBusy(RuntimeError):
@@ -81,7 +74,7 @@ class TurnLeases:
     def _ensure(self) -> None:
         if not self._ready:
             with self.store.transaction() as conn:
-                conn.execute(_TURN_SCHEMA)
+                conn.execute(TURN_DDL)
             self._ready = True
 
     def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:

@@ -1,4 +1,5 @@
-"""The DDL of the guard's own ``session_guard_*`` tables (created if missing on connect).
+"""The DDL of the guard's own ``session_guard_*`` tables: all of it, here (most created
+if missing on connect; a few where they are first needed, below).
 
 Only tables whose names start with ``session_guard_`` are created here; Hermes's
 own tables are never altered.
@@ -187,6 +188,61 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("session_guard_compressions", "summary_finished_at", "REAL"),  # its context engine returned
     ("session_guard_compressions", "summary_chars", "INTEGER"),  # total length of the new summaries
 )
+
+
+# Tables created where they are first needed, on a connection of their own, not on the
+# store's connect: each is written by a process that may hold no store connection.
+
+# One row per running guard process (locks.presence): what repair checks before it writes.
+PROCESSES_TABLE = "session_guard_processes"
+PROCESSES_DDL = (
+    "CREATE TABLE IF NOT EXISTS session_guard_processes (identity TEXT PRIMARY KEY, pid INTEGER NOT NULL,"
+    " kind TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL)"
+)
+
+# The one ``repair --apply`` slot of a state.db (locks.repair_lock).
+REPAIR_LOCK_TABLE = "session_guard_repair_lock"
+REPAIR_LOCK_DDL = (
+    "CREATE TABLE IF NOT EXISTS session_guard_repair_lock (slot INTEGER PRIMARY KEY CHECK (slot = 1),"
+    " holder TEXT NOT NULL, acquired_at REAL NOT NULL)"
+)
+
+# The guard's cross-process turn leases on 0.13-0.19 (locks.turn_lock).
+TURN_TABLE = "session_guard_turn_locks"
+TURN_DDL = """
+CREATE TABLE IF NOT EXISTS session_guard_turn_locks (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+)"""
+
+# The full-text index of snapshot text behind Hermes's search seams (summaries.search_index):
+# documents point at snapshot messages; the FTS5 table reads their text through a view.
+SEARCH_DOCS = "session_guard_search_docs"
+SEARCH_INDEXED = "session_guard_search_indexed"
+SEARCH_CONTENT_VIEW = "session_guard_search_content"
+SEARCH_FTS = "session_guard_search_fts"
+# The text Hermes's messages_fts trigger indexes for a row:
+# COALESCE(content,'') || ' ' || COALESCE(tool_name,'') || ' ' || COALESCE(tool_calls,'').
+_SEARCH_BODY = (
+    "COALESCE(m.content, '') || ' ' || COALESCE(json_extract(m.message_json, '$.tool_name'), '') || ' ' ||"
+    " COALESCE(json_extract(m.message_json, '$.tool_calls'), '')"
+)
+SEARCH_DDL = (
+    "CREATE TABLE IF NOT EXISTS session_guard_search_docs (doc_id INTEGER PRIMARY KEY, snapshot_id TEXT NOT NULL,"
+    " position INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS session_guard_search_indexed (snapshot_id TEXT PRIMARY KEY, indexed_at REAL NOT NULL)",
+    "CREATE VIEW IF NOT EXISTS session_guard_search_content AS SELECT d.doc_id AS doc_id, " + _SEARCH_BODY
+    + " AS content FROM session_guard_search_docs d JOIN session_guard_snapshot_messages m"
+    " ON m.snapshot_id = d.snapshot_id AND m.position = d.position",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_search_fts USING fts5(content,"
+    " content='session_guard_search_content', content_rowid='doc_id')",
+)
+# Its vocabulary, per connection (a temp table: never written to the file).
+SEARCH_VOCAB = "temp.session_guard_search_vocab"
+SEARCH_VOCAB_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS temp.session_guard_search_vocab"
+                    " USING fts5vocab(main, session_guard_search_fts, 'row')")
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

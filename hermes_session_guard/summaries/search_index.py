@@ -44,31 +44,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..store import GuardStore, SnapshotGone
+from ..store.schema import (
+    SEARCH_CONTENT_VIEW,
+    SEARCH_DDL,
+    SEARCH_DOCS,
+    SEARCH_FTS,
+    SEARCH_INDEXED,
+    SEARCH_VOCAB,
+    SEARCH_VOCAB_DDL,
+)
 
 log = logging.getLogger("hermes_session_guard")
 
-DOCS = "session_guard_search_docs"
-INDEXED = "session_guard_search_indexed"
-CONTENT_VIEW = "session_guard_search_content"
-FTS = "session_guard_search_fts"
-
-# The text Hermes's messages_fts trigger indexes for a row:
-# COALESCE(content,'') || ' ' || COALESCE(tool_name,'') || ' ' || COALESCE(tool_calls,'').
-_BODY = (
-    "COALESCE(m.content, '') || ' ' || COALESCE(json_extract(m.message_json, '$.tool_name'), '') || ' ' ||"
-    " COALESCE(json_extract(m.message_json, '$.tool_calls'), '')"
-)
-
-_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS {DOCS} (doc_id INTEGER PRIMARY KEY, snapshot_id TEXT NOT NULL,"
-    " position INTEGER NOT NULL)",
-    f"CREATE TABLE IF NOT EXISTS {INDEXED} (snapshot_id TEXT PRIMARY KEY, indexed_at REAL NOT NULL)",
-    f"CREATE VIEW IF NOT EXISTS {CONTENT_VIEW} AS SELECT d.doc_id AS doc_id, {_BODY} AS content"
-    f" FROM {DOCS} d JOIN session_guard_snapshot_messages m"
-    " ON m.snapshot_id = d.snapshot_id AND m.position = d.position",
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS} USING fts5(content, content='{CONTENT_VIEW}',"
-    " content_rowid='doc_id')",
-)
+DOCS, INDEXED, CONTENT_VIEW, FTS = SEARCH_DOCS, SEARCH_INDEXED, SEARCH_CONTENT_VIEW, SEARCH_FTS
 
 _ready: dict[int, GuardStore] = {}
 _ready_lock = threading.Lock()
@@ -89,7 +77,7 @@ def ensure_index(store: GuardStore) -> None:
                 "SELECT name FROM sqlite_master WHERE name IN (?,?,?,?)", (DOCS, INDEXED, CONTENT_VIEW, FTS))}
         if len(have) < 4:
             with store.transaction() as conn:
-                for statement in _SCHEMA:
+                for statement in SEARCH_DDL:
                     conn.execute(statement)
     except sqlite3.Error as exc:
         raise SearchIndexUnavailable(f"{type(exc).__name__}: {exc}") from exc
@@ -410,9 +398,8 @@ _vocabularies: dict[int, _Vocabulary] = {}
 
 
 def _load_vocabulary(conn: sqlite3.Connection) -> frozenset[str] | None:
-    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.session_guard_search_vocab USING fts5vocab(main, {FTS},"
-                 " 'row')")
-    rows = conn.execute("SELECT term FROM temp.session_guard_search_vocab LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
+    conn.execute(SEARCH_VOCAB_DDL)
+    rows = conn.execute(f"SELECT term FROM {SEARCH_VOCAB} LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
     return None if len(rows) > _VOCABULARY_CAP else frozenset(r[0] for r in rows)
 
 

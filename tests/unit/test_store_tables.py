@@ -40,8 +40,8 @@ ALLOWED = {
 
 _SQL_START = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|PRAGMA|BEGIN|COMMIT|ROLLBACK|WITH)\b", re.I)
 _TABLE_REF = re.compile(
-    r"\b(?:(?:FROM|JOIN|INTO|UPDATE|TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([A-Za-z_{}][\w{}]*)"
-    r"|ON\s+([A-Za-z_]\w*)\s*\(|fts5vocab\s*\(\s*([A-Za-z_]\w*))",
+    r"\b(?:(?:FROM|JOIN|INTO|UPDATE|(?:TABLE|VIEW)(?:\s+IF\s+NOT\s+EXISTS)?)\s+(?:temp\.|main\.)?([A-Za-z_{}][\w{}]*)"
+    r"|ON\s+([A-Za-z_]\w*)\s*\(|fts5vocab\s*\(\s*(?:main\s*,\s*)?([A-Za-z_]\w*))",
     re.I,
 )
 _QUOTED = re.compile(r"'[^']*'")
