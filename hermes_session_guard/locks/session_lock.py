@@ -93,20 +93,22 @@ class GuardLeases:
 
     name = LOCK_GUARD
 
-    def __init__(self, store: GuardStore) -> None:
+    def __init__(self, store: GuardStore, clock: Callable[[], float] | None = None) -> None:
         self.store = store
+        # Wall-clock seconds (expiry times are compared across processes), read when used.
+        self._clock = clock or (lambda: time.time())
 
     def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        return self.store.try_acquire_lease(session_id, holder, ttl_seconds)
+        return self.store.try_acquire_lease(session_id, holder, ttl_seconds, now=self._clock())
 
     def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        return self.store.refresh_lease(session_id, holder, ttl_seconds)
+        return self.store.refresh_lease(session_id, holder, ttl_seconds, now=self._clock())
 
     def release(self, session_id: str, holder: str) -> None:
         self.store.release_lease(session_id, holder)
 
     def holder(self, session_id: str) -> str | None:
-        return self.store.lease_holder(session_id)
+        return self.store.lease_holder(session_id, now=self._clock())
 
 
 def holder_id(op_id: str) -> str:

@@ -196,17 +196,55 @@ def test_release_is_by_holder_only(db_path: Path) -> None:
     second.release()
 
 
-def test_keeper_thread_refreshes_a_long_hold(db_path: Path) -> None:
-    locks1, leases1 = _process(db_path, keeper=True)
-    locks2, leases2 = _process(db_path)
+class _Clocks:
+    """A wall clock for the leases and a monotonic one for the locks, moved by the test."""
+
+    def __init__(self) -> None:
+        self.wall, self.mono = 1_000_000.0, 50.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+@pytest.mark.parametrize("refreshed", [True, False])
+def test_due_refreshes_keep_a_hold_past_its_lease_and_without_them_it_lapses(db_path: Path, refreshed: bool) -> None:
+    clocks = _Clocks()
+    locks1 = SessionLocks(monotonic=lambda: clocks.mono, keeper=False)
+    leases1 = GuardLeases(GuardStore(db_path), clock=lambda: clocks.wall)
+    locks2, leases2 = SessionLocks(keeper=False), GuardLeases(GuardStore(db_path), clock=lambda: clocks.wall)
     held = _take(locks1, leases1, "long", lease=1.0)
     assert isinstance(held, LockGrant)
-    time.sleep(1.6)  # longer than the lease: only refreshes keep it
-    busy = _take(locks2, leases2, "p2")
-    assert isinstance(busy, LockBusy) and busy.holder == held.holder
-    assert not held.lost
+    for _ in range(8):  # 1.6 s in steps of 0.2 s, longer than the lease
+        clocks.advance(0.2)
+        if refreshed:
+            locks1.refresh_due()
+    second = _take(locks2, leases2, "p2")
+    if refreshed:
+        assert isinstance(second, LockBusy) and second.holder == held.holder
+        assert not held.lost
+    else:
+        assert isinstance(second, LockGrant)  # the lease lapsed: another process takes the session
+        second.release()
     held.release()
-    locks1.close()
+
+
+def test_the_keeper_thread_runs_the_due_refreshes(db_path: Path) -> None:
+    refreshed = threading.Event()
+
+    class Spy(GuardLeases):
+        def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+            refreshed.set()
+            return super().refresh(session_id, holder, ttl_seconds)
+
+    locks = SessionLocks(keeper=True)
+    held = _take(locks, Spy(GuardStore(db_path)), "long", lease=0.3)  # first refresh due after 0.1 s
+    assert isinstance(held, LockGrant)
+    try:
+        assert refreshed.wait(10), "the keeper thread never refreshed the lease"
+    finally:
+        held.release()
+        locks.close()
 
 
 def test_broken_lease_table_raises_and_leaves_no_in_process_holder(db_path: Path) -> None:
