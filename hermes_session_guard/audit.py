@@ -17,10 +17,8 @@ import json
 import logging
 import os
 import sys
-import threading
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,78 +49,71 @@ stdlib_logger = logging.getLogger("hermes_session_guard")
 _WARNING_EVENTS = ("failed", "refused", "overflow", "disabled", "error")
 
 
-class JsonlSink:
-    """Appends one JSON object per line; safe across threads of one process.
-
-    Each write opens the file in append mode, so several processes sharing a
-    ``HERMES_HOME`` interleave whole lines rather than clobbering each other.
-    The file is created ``0600`` (a ``logs/`` directory the guard creates ``0700``).
-    """
+class _AppendFile:
+    """The file structlog's ``WriteLogger`` writes the rendered lines to: each line is
+    appended on its own (the file opened, written and closed), so several processes
+    sharing a ``HERMES_HOME`` interleave whole lines, and a path that follows the
+    home's configuration is read at every line. Created ``0600`` (a ``logs/``
+    directory the guard creates ``0700``). A full disk must not take the host down:
+    a failed write is said once per outage on the stdlib logger (where the event
+    itself went already), then counted."""
 
     def __init__(self, path: Path | Callable[[], Path]) -> None:
         self._path = path
-        self._lock = threading.Lock()
-        self._lost = 0  # events not written since the last write that worked
+        self._lost = 0  # lines not written since the last write that worked
         self._tightened: set[Path] = set()
 
-    @property
-    def path(self) -> Path:
-        return self._path() if callable(self._path) else self._path
+    def write(self, line: str) -> None:  # WriteLogger serialises the calls under its own lock
+        path = self._path() if callable(self._path) else self._path
+        try:
+            fd = open_private_append(path)
+            with os.fdopen(fd, "ab") as fh:
+                fh.write(line.encode("utf-8"))
+            if path not in self._tightened:  # a log written by an older version may be 0644
+                self._tightened.add(path)
+                chmod_quietly(path, PRIVATE_FILE)
+        except OSError as exc:
+            if not self._lost:
+                stdlib_logger.warning(
+                    "session guard audit write failed (%s): %s; further audit events are only logged here "
+                    "until it can be written again", path, exc,
+                )
+            self._lost += 1
+        else:
+            if self._lost:
+                stdlib_logger.warning("session guard audit log %s is writable again; %d event(s) were not "
+                                      "written to it", path, self._lost)
+                self._lost = 0
 
-    def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
-        with self._lock:
-            path = self.path
-            try:
-                fd = open_private_append(path)
-                with os.fdopen(fd, "ab") as fh:
-                    fh.write(line.encode("utf-8"))
-                if path not in self._tightened:  # a log written by an older version may be 0644
-                    self._tightened.add(path)
-                    chmod_quietly(path, PRIVATE_FILE)
-            except OSError as exc:  # a full disk must not take the host down
-                # Said once per outage (the events still reach the stdlib logger), not once per event.
-                if not self._lost:
-                    stdlib_logger.warning(
-                        "session guard audit write failed (%s): %s; further audit events are only logged here "
-                        "until it can be written again", path, exc,
-                    )
-                self._lost += 1
-            else:
-                if self._lost:
-                    stdlib_logger.warning("session guard audit log %s is writable again; %d event(s) were not "
-                                          "written to it", path, self._lost)
-                    self._lost = 0
+    def flush(self) -> None:
+        return None
 
 
-def _add_ts(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    event_dict.setdefault("ts", datetime.now(UTC).isoformat(timespec="microseconds"))
-    return event_dict
+class _Discard:
+    """No audit file (``AuditLog(None)``): the events reach the stdlib logger only."""
 
-
-class _SinkLogger:
-    """The structlog "logger" at the end of the chain: writes and bridges."""
-
-    def __init__(self, sink: JsonlSink | None) -> None:
-        self._sink = sink
-
-    def msg(self, event_dict: dict[str, Any]) -> None:  # called for every level
-        level = event_dict.pop("_level", "info")
-        event_dict = scrubbed(event_dict)
-        if self._sink is not None:
-            self._sink.write(event_dict)
-        event = str(event_dict.get("event", ""))
-        pylevel = {"warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}.get(
-            level, logging.INFO)
-        if pylevel == logging.INFO and any(word in event for word in _WARNING_EVENTS):
-            pylevel = logging.WARNING
-        if stdlib_logger.isEnabledFor(pylevel):
-            extras = " ".join(
-                f"{k}={v}" for k, v in event_dict.items() if k not in ("event", "ts") and v is not None
-            )
-            stdlib_logger.log(pylevel, "session guard %s: %s", event, extras)
+    def msg(self, message: str) -> None:
+        return None
 
     info = warning = error = debug = critical = msg
+
+
+def _scrub_values(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    return scrubbed(event_dict)
+
+
+def _to_stdlib(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Bridge: the same event, as one line of the stdlib logger ``hermes_session_guard``
+    (Hermes's own log files); a warning when its name says something went wrong."""
+    event = str(event_dict.get("event", ""))
+    level = {"warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}.get(
+        method_name, logging.INFO)
+    if level == logging.INFO and any(word in event for word in _WARNING_EVENTS):
+        level = logging.WARNING
+    if stdlib_logger.isEnabledFor(level):
+        extras = " ".join(f"{k}={v}" for k, v in event_dict.items() if k not in ("event", "ts") and v is not None)
+        stdlib_logger.log(level, "session guard %s: %s", event, extras)
+    return event_dict
 
 
 # Short values the secret rules found nothing in (ids, versions, strategies, reasons recur on
@@ -158,25 +149,23 @@ def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
         return event_dict
 
 
-def _level_to_key(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    event_dict["_level"] = method_name
-    return event_dict
-
-
-def _passthrough(_: Any, __: str, event_dict: dict[str, Any]) -> Any:
-    return (event_dict,), {}
-
-
 class AuditLog:
-    """Factory for per-operation bound loggers."""
+    """Factory for per-operation bound loggers: structlog's processors (a timestamp, the
+    secret net, the stdlib bridge, its JSON renderer) in front of its ``WriteLogger``
+    writing one line per event to the audit file (``path``; ``None`` for none)."""
 
     def __init__(self, path: Path | Callable[[], Path] | None) -> None:
-        self.sink = JsonlSink(path) if path is not None else None
+        self._factory = structlog.WriteLoggerFactory(file=_AppendFile(path)) if path is not None else _Discard
 
     def logger(self, **bound: Any) -> Any:
         return structlog.wrap_logger(
-            _SinkLogger(self.sink),
-            processors=[_add_ts, _level_to_key, _passthrough],
+            self._factory(),
+            processors=[
+                structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+                _scrub_values,
+                _to_stdlib,
+                structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+            ],
             wrapper_class=structlog.BoundLogger,
             cache_logger_on_first_use=False,
         ).bind(**bound)
