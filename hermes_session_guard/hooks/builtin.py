@@ -7,7 +7,7 @@ from typing import Any
 
 from ..host import NATIVE_LOCK_TABLE
 from ..inbox.repository import INBOX_TABLE, UNDELIVERED
-from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
+from ..seam_behaviour import LockMode
 from ..store import LOCK_TABLE
 from .specs import BufferTable, CompactionEvent, LockTable, hookimpl
 
@@ -27,8 +27,8 @@ def session_guard_lock_tables() -> list[LockTable]:
     """Hermes's native lock (0.16+; cleared through its own API) and the guard's own
     lease table (cleared by the guard's SQL), in that order."""
     return [
-        LockTable(kind=LOCK_NATIVE, table=NATIVE_LOCK_TABLE, owned_by_guard=False),
-        LockTable(kind=LOCK_GUARD, table=LOCK_TABLE, owned_by_guard=True),
+        LockTable(kind=LockMode.NATIVE, table=NATIVE_LOCK_TABLE, owned_by_guard=False),
+        LockTable(kind=LockMode.GUARD, table=LOCK_TABLE, owned_by_guard=True),
     ]
 
 

@@ -11,13 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..seam_behaviour import LockMode
 from .agent import session_db
 
 
 class NativeLeases:
     """Hermes's own ``compression_locks`` rows (0.16+), through its SessionDB methods."""
 
-    name = "native"
+    name: str = LockMode.NATIVE
 
     def __init__(self, db: Any) -> None:
         self.db = db

@@ -42,13 +42,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..seam_behaviour import LockMode
 from ..store import GuardStore
 from . import liveness
 
 log = logging.getLogger("hermes_session_guard")
 
-LOCK_GUARD = "guard"
-LOCK_NATIVE = "native"
 
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.1
@@ -77,7 +76,7 @@ class LockUnavailable(RuntimeError):
 class LeaseTable(Protocol):
     """A cross-process lease store keyed by session id."""
 
-    name: str
+    name: str  # the scope a busy answer names: a LockMode, or "turn"
 
     def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool: ...
 
@@ -91,7 +90,7 @@ class LeaseTable(Protocol):
 class GuardLeases:
     """Leases in the guard's own ``session_guard_locks`` table."""
 
-    name = LOCK_GUARD
+    name: str = LockMode.GUARD
 
     def __init__(self, store: GuardStore, clock: Callable[[], float] | None = None) -> None:
         self.store = store

@@ -112,8 +112,6 @@ from ..host import engines as engine_support
 from ..inbox.repository import Inbox
 from ..locks.liveness import holder_dead
 from ..locks.session_lock import (
-    LOCK_GUARD,
-    LOCK_NATIVE,
     GuardLeases,
     LeaseTable,
     LockBusy,
@@ -148,7 +146,7 @@ class LockPolicy:
     ``closed`` skips this compression (nothing changes; Hermes retries later),
     ``open`` compresses without the lock."""
 
-    mode: LockMode = LockMode(LOCK_GUARD)
+    mode: LockMode = LockMode.GUARD
     on_failure: FailurePolicy = FailurePolicy.CLOSED
 
 
@@ -217,7 +215,7 @@ def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any, strategy: 
     (0.18.2+, which takes it itself inside the call) or never asks for it (0.16-0.17:
     the detached host skips its lock); otherwise (0.13-0.15, or an agent without a
     SessionDB) the guard's table."""
-    if mode == LOCK_NATIVE and (strategy == DETACH_DB or runtime.seam_patched("native_lock_reentry")):
+    if mode == LockMode.NATIVE and (strategy == DETACH_DB or runtime.seam_patched("native_lock_reentry")):
         native = host.native_leases(agent)
         if native is not None:
             return native

@@ -10,7 +10,6 @@ from typing import Any
 from .. import host
 from ..audit import new_op_id
 from ..fail_open import fail_open as _fail_open
-from ..locks.session_lock import LOCK_GUARD
 from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
 from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
@@ -28,7 +27,7 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     strategy = row.behaviour.strategy
     if strategy is None:
         raise ValueError(f"seam row {row.seam} {row.range_text} names no strategy")
-    lock = LockPolicy(mode=row.behaviour.lock or LockMode(LOCK_GUARD),
+    lock = LockPolicy(mode=row.behaviour.lock or LockMode.GUARD,
                       on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

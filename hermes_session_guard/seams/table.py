@@ -79,10 +79,9 @@ from typing import Any
 
 from .. import host
 from ..hostinfo import Version, parse_version
-from ..locks.session_lock import LOCK_GUARD, LOCK_NATIVE
 from ..locks.turn_lock import HOST_TURN_LEASES
 from ..runtime import Runtime
-from ..seam_behaviour import Behaviour, Effect, FailurePolicy, SeamKind
+from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind
 from . import search as search_seams
 from . import summaries as ss
 from .compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE
@@ -232,7 +231,7 @@ SEAMS: tuple[SeamRow, ...] = (
             "strategy": DETACH_DB,
             "transcript_order": "id",
             "flush_cursor": "index",
-            "lock": LOCK_NATIVE,
+            "lock": LockMode.NATIVE,
             "lock_failure": "closed",
             "native_summary_key": "",
             "snapshot": "copy",  # 0.13-0.17 rotate: Hermes keeps no rows under the session's id
@@ -241,11 +240,11 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.15.0": {
                 "module": "run_agent", "attribute": "AIAgent._compress_context",
-                "params": _COMPRESSION_METHOD_PARAMS, "behaviour": {"lock": LOCK_GUARD}, "requires": (),
+                "params": _COMPRESSION_METHOD_PARAMS, "behaviour": {"lock": LockMode.GUARD}, "requires": (),
                 "note": "compression lives in the method and always rotates; run it with the SessionDB detached",
             },
             "0.15.0-0.16.0": {
-                "behaviour": {"lock": LOCK_GUARD}, "requires": (),
+                "behaviour": {"lock": LockMode.GUARD}, "requires": (),
                 "note": "module function (AIAgent._compress_context forwards at call time); rotates; SessionDB "
                 "detached",
             },
