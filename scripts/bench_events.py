@@ -28,7 +28,8 @@ from unittest import mock
 from hermes_session_guard import telemetry
 from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams.compression import DETACH_DB, guarded_compression
+from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seams.compression import guarded_compression
 
 SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it"
 
@@ -53,7 +54,7 @@ def _once(runtime: Runtime, db: Any, sid: str) -> float:
     agent = _Agent(db, sid)
     messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"m{k}"} for k in range(10)]
     start = time.perf_counter()
-    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
     return time.perf_counter() - start
 
 

@@ -131,10 +131,8 @@ from ..summaries.tags import (
     tag,
 )
 
-DETACH_DB = Strategy.DETACH_DB
-HOST_IN_PLACE = Strategy.HOST_IN_PLACE
-HOST_NATIVE = Strategy.HOST_NATIVE
-IN_PLACE_STRATEGIES = (HOST_IN_PLACE, HOST_NATIVE)  # the host keeps the id itself: stepping aside cannot rotate
+# the host keeps the id itself: stepping aside cannot rotate
+IN_PLACE_STRATEGIES = (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE)
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -215,7 +213,7 @@ def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any, strategy: 
     (0.18.2+, which takes it itself inside the call) or never asks for it (0.16-0.17:
     the detached host skips its lock); otherwise (0.13-0.15, or an agent without a
     SessionDB) the guard's table."""
-    if mode == LockMode.NATIVE and (strategy == DETACH_DB or runtime.seam_patched("native_lock_reentry")):
+    if mode == LockMode.NATIVE and (strategy == Strategy.DETACH_DB or runtime.seam_patched("native_lock_reentry")):
         native = host.native_leases(agent)
         if native is not None:
             return native
@@ -550,7 +548,7 @@ class _Operation:
         def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
             if self.engine_returned_at is None:
                 self.engine_returned_at = time.time()
-            if strategy == HOST_NATIVE and engine_output and engine_output != engine_input:
+            if strategy == Strategy.HOST_NATIVE and engine_output and engine_output != engine_input:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
                 self.referenced = host.live_row_ranges(self.db_path, sid)
@@ -564,7 +562,7 @@ class _Operation:
                     except Exception as exc:  # written once Hermes returned (write_reference)
                         self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
             live_now: list[tuple[int, int]] = []
-            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input:
+            if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
                 # returns, including what other writers stored during the summary call:
                 # those are carried over after the compacted block like the ones found before.
@@ -573,7 +571,7 @@ class _Operation:
                 live_now = host.live_row_ranges(self.db_path, sid) if host.session_db(agent) is not None else []
                 if not live_now or live_now != self.live_ids:
                     arrived[0] = self.arrived_meanwhile(arrived[0])
-            if strategy == HOST_IN_PLACE and engine_output and engine_output != engine_input \
+            if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input \
                     and self.written_ahead is None:
                 # Write-ahead: the host archives the old rows and writes the compacted ones
                 # right after its engine returns, so the snapshot goes first. A process
@@ -599,7 +597,8 @@ class _Operation:
             self.produced = {text_hash(message_text(engine_output[i])) for i in made}
 
         engine = host.context_engine(agent)
-        if strategy == HOST_NATIVE and engine is not None and engine_support.compress_shape(engine) is not None:
+        if (strategy == Strategy.HOST_NATIVE and engine is not None
+                and engine_support.compress_shape(engine) is not None):
             # An engine the shim cannot reach never reports its return: the rows live before Hermes's
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
@@ -607,9 +606,9 @@ class _Operation:
         self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at",
                           self.summary_started_at)
         try:
-            stale = self.stale_under_host_lock if strategy == HOST_NATIVE else None
+            stale = self.stale_under_host_lock if strategy == Strategy.HOST_NATIVE else None
             with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
-                if strategy == DETACH_DB:
+                if strategy == Strategy.DETACH_DB:
                     with host.detached_session_db(agent):
                         compressed, system_prompt = self.call_host()
                 else:
@@ -653,7 +652,8 @@ class _Operation:
         native_key = self.native_summary_key
         if failure:
             return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
-        skipped_for = getattr(agent, "_compression_skipped_due_to_lock", None) if strategy == HOST_NATIVE else None
+        skipped_for = (getattr(agent, "_compression_skipped_due_to_lock", None)
+                       if strategy == Strategy.HOST_NATIVE else None)
         if skipped_for:
             if isinstance(skipped_for, str) and self.phase_error is None:
                 return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
@@ -671,7 +671,7 @@ class _Operation:
                 "warning); the conversation continues uncompressed", "warning", system_prompt=system_prompt,
             )
         if _no_progress(before, compressed, self.messages):
-            if strategy == HOST_NATIVE and host.commit_failed_since(agent, self.cooldown_before):
+            if strategy == Strategy.HOST_NATIVE and host.commit_failed_since(agent, self.cooldown_before):
                 # 0.21+: Hermes's commit failed (state.db locked, read-only or full) and it handed
                 # the list back unchanged, arming its split-failure cooldown. A problem, said once.
                 return self.leave_unchanged(
@@ -700,7 +700,7 @@ class _Operation:
 
         if self.grant is not None and not self.grant.still_held():
             reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
-            if strategy == DETACH_DB:
+            if strategy == Strategy.DETACH_DB:
                 # Fail closed: another process may own the session now; write nothing.
                 return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
             self.audit.warning("lock.lost", reason=reason)
@@ -717,16 +717,16 @@ class _Operation:
             marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
-        if strategy == DETACH_DB:
+        if strategy == Strategy.DETACH_DB:
             foreign = self.arrived_meanwhile(foreign)
         try:
-            if strategy == HOST_NATIVE and host.session_db(agent) is not None:
+            if strategy == Strategy.HOST_NATIVE and host.session_db(agent) is not None:
                 snapshot_id = self.written_ahead or self.write_reference(planned_id, created_at)
             elif self.written_ahead is None:
                 # 0.14, a deferred write-ahead, an engine the shim did not reach, or native
                 # mode without a SessionDB (Hermes keeps no rows to reference): a copy
                 self.write_snapshot(planned_id, created_at)
-            if strategy == DETACH_DB:
+            if strategy == Strategy.DETACH_DB:
                 final = compressed + foreign
                 host.commit_memory(agent, before)
                 host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.flush_cursor,
@@ -734,7 +734,7 @@ class _Operation:
                 self.persisted = final
         except Exception as exc:
             reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
-            if strategy == DETACH_DB:
+            if strategy == Strategy.DETACH_DB:
                 self.error_type = type(exc).__name__
                 # Fail closed: nothing reached the live transcript, so keep the
                 # uncompressed conversation rather than a compaction that was never stored.
@@ -742,7 +742,7 @@ class _Operation:
             # The host already compacted in place and archived the old rows itself.
             self.audit.warning("snapshot.failed", reason=reason)
             snapshot_id = None
-        if strategy == HOST_NATIVE:
+        if strategy == Strategy.HOST_NATIVE:
             # What Hermes kept live after the compacted block that the returned list lacks
             # (messages stored during the summary, re-sequenced after its watermark; on 0.22
             # rows its compressor did not hold): the agent continues with what is stored.
@@ -772,7 +772,7 @@ class _Operation:
                                    start=len(block) - ongoing)
             host.rebase_flush(agent, sid, final, self.flush_cursor)
             block = block[:-ongoing]  # the generation's block: what both lists start with
-        if strategy == DETACH_DB:
+        if strategy == Strategy.DETACH_DB:
             host.notify_boundary(agent, sid)
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)

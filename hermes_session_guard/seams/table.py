@@ -81,10 +81,9 @@ from .. import host
 from ..hostinfo import Version, parse_version
 from ..locks.turn_lock import HOST_TURN_LEASES
 from ..runtime import Runtime
-from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind
+from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind, Strategy
 from . import search as search_seams
 from . import summaries as ss
-from .compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE
 from .compression_entry import compression_wrapper, native_lock_reentry_wrapper
 from .gateway import (
     buffer_drain_wrapper,
@@ -228,7 +227,7 @@ SEAMS: tuple[SeamRow, ...] = (
         params=_COMPRESSION_FUNCTION_PARAMS,
         wrapper=compression_wrapper,
         behaviour={
-            "strategy": DETACH_DB,
+            "strategy": Strategy.DETACH_DB,
             "transcript_order": "id",
             "flush_cursor": "index",
             "lock": LockMode.NATIVE,
@@ -257,7 +256,7 @@ SEAMS: tuple[SeamRow, ...] = (
                 "note": "rotates; identity-based flush cursor; native lock skipped while the SessionDB is detached",
             },
             "0.18.0-0.19.0": {
-                "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
+                "behaviour": {"strategy": Strategy.HOST_IN_PLACE, "flush_cursor": "marker",
                               "native_summary_key": "_compressed_summary"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE),
                 "note": "host has in-place compaction and a native lock; force in-place on; the snapshot is a copy "
@@ -265,14 +264,14 @@ SEAMS: tuple[SeamRow, ...] = (
                         "compaction, archived rows too)",
             },
             "0.19.0-0.20.0": {
-                "behaviour": {"strategy": HOST_IN_PLACE, "flush_cursor": "marker",
+                "behaviour": {"strategy": Strategy.HOST_IN_PLACE, "flush_cursor": "marker",
                               "native_summary_key": "_compressed_summary", "snapshot": "reference"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE),
                 "note": "host has in-place compaction and a native lock; force in-place on; the snapshot names "
                         "Hermes's archived rows",
             },
             "0.20.0+": {
-                "behaviour": {"strategy": HOST_NATIVE, "lock": "host", "flush_cursor": "marker",
+                "behaviour": {"strategy": Strategy.HOST_NATIVE, "lock": "host", "flush_cursor": "marker",
                               "native_summary_key": "_compressed_summary", "snapshot": "reference"},
                 "requires": (_NATIVE_LOCK, _IN_PLACE, _TURN_LEASE),
                 "note": "native mode: Hermes compacts in place under its own holder-checked lock; the guard tags, "

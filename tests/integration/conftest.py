@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.hostinfo import installed_version, parse_version
-from hermes_session_guard.seams.compression import HOST_IN_PLACE, HOST_NATIVE
+from hermes_session_guard.seam_behaviour import Strategy
 from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
@@ -33,9 +33,10 @@ HOST = parse_version(HERMES_VERSION) if HERMES_VERSION else (0, 0, 0)
 DEFERS_TO_USAGE = HOST >= (0, 21, 0)
 # What the seam table says about this release (tests follow the table, not version ifs).
 HOST_ROW = select_row("compression", HOST)
-HOST_HAS_IN_PLACE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] in (HOST_IN_PLACE, HOST_NATIVE)
+HOST_HAS_IN_PLACE = (HOST_ROW is not None
+                     and HOST_ROW.behaviour["strategy"] in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE))
 # 0.20+: Hermes compacts in place under its own lock; the guard takes none (seams/native_compaction.py)
-HOST_NATIVE_MODE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == HOST_NATIVE
+HOST_NATIVE_MODE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == Strategy.HOST_NATIVE
 
 # Host modes worth running: 0.18+ keeps the id by default (in_place) and rotates
 # with ``compression.in_place: false``; older hosts always rotate.

@@ -11,7 +11,8 @@ import pytest
 from hermes_session_guard import audit
 from hermes_session_guard.contract.generations import keys_of, own_turn_apart
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seams.compression import guarded_compression
 
 from .test_compression_contract import Agent, Engine
 
@@ -61,7 +62,7 @@ def _compacted_by_first(runtime: Runtime, db: Any, strategy: str, history: list[
     """A first agent compacts ``history`` + its ``prompt`` (the turn it is answering: the
     compacted block ends with it, not answered yet) and the live transcript is that block."""
     first = Agent(db, Engine())
-    if strategy == HOST_IN_PLACE:
+    if strategy == Strategy.HOST_IN_PLACE:
         first.compression_in_place = True
     mine = [*history, prompt]
     out, _ = guarded_compression(runtime, strategy, first, mine, lambda: first._compress_context(mine, "s"))
@@ -69,14 +70,14 @@ def _compacted_by_first(runtime: Runtime, db: Any, strategy: str, history: list[
     return out
 
 
-@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+@pytest.mark.parametrize("strategy", [Strategy.DETACH_DB, Strategy.HOST_IN_PLACE])
 def test_a_stale_turn_adopts_with_its_prompt_apart_from_the_running_turns_prompt(
         runtime: Runtime, db: Any, strategy: str) -> None:
     history = [u("m0"), a("m1"), u("m2"), a("m3")]
     block = _compacted_by_first(runtime, db, strategy, history, u("first question"))
     assert block[-1]["content"] == "first question"  # still unanswered in the live transcript
     other = Agent(db, Engine())
-    if strategy == HOST_IN_PLACE:
+    if strategy == Strategy.HOST_IN_PLACE:
         other.compression_in_place = True
     stale = [*[dict(m) for m in history], u("second question")]
     calls: list[int] = []
@@ -94,12 +95,12 @@ def test_a_stale_turn_adopts_with_its_prompt_apart_from_the_running_turns_prompt
 
 def test_a_stale_turn_with_several_own_messages_keeps_each_in_order(runtime: Runtime, db: Any) -> None:
     history = [u("m0"), a("m1"), u("m2"), a("m3")]
-    block = _compacted_by_first(runtime, db, DETACH_DB, history, u("first question"))
+    block = _compacted_by_first(runtime, db, Strategy.DETACH_DB, history, u("first question"))
     live = [*[dict(m) for m in block], a("first answer")]
     db.get_messages_as_conversation.return_value = live
     own = [u("q1"), a("r1"), u("q1"), a("r1 again"), u("q3")]  # a repeated prompt is still its own message
     stale = [*[dict(m) for m in history], *own]
-    adopted, _ = guarded_compression(runtime, DETACH_DB, Agent(db, Engine()), stale, lambda: ([], "s"))
+    adopted, _ = guarded_compression(runtime, Strategy.DETACH_DB, Agent(db, Engine()), stale, lambda: ([], "s"))
     assert [m["content"] for m in adopted] == [m["content"] for m in [*live, *own]]
     assert _no_adjacent_users(adopted)
     assert [c.kwargs["content"] for c in db.append_message.call_args_list] == [m["content"] for m in own]
@@ -110,14 +111,14 @@ def test_an_adopting_turn_forgets_the_providers_reading_of_the_list_it_replaced(
     latch set, the usage anchor dropped, so 0.21+ does not floor its next estimate at the
     old reading and compact the adopted transcript again at once."""
     history = [u("m0"), a("m1"), u("m2"), a("m3")]
-    _compacted_by_first(runtime, db, DETACH_DB, history, u("first question"))
+    _compacted_by_first(runtime, db, Strategy.DETACH_DB, history, u("first question"))
     engine = Engine()
     engine.last_prompt_tokens, engine.last_completion_tokens = 96_000, 10  # type: ignore[attr-defined]
     engine.awaiting_real_usage_after_compression = False  # type: ignore[attr-defined]
     other = Agent(db, engine)
     other._usage_anchor = {"prompt_tokens": 96_000}  # type: ignore[attr-defined]
     stale = [*[dict(m) for m in history], u("second question")]
-    guarded_compression(runtime, DETACH_DB, other, stale, lambda: ([], "s"))
+    guarded_compression(runtime, Strategy.DETACH_DB, other, stale, lambda: ([], "s"))
     assert (engine.last_prompt_tokens, engine.last_completion_tokens) == (-1, 0)  # type: ignore[attr-defined]
     assert engine.awaiting_real_usage_after_compression is True  # type: ignore[attr-defined]
     assert other._usage_anchor is None  # type: ignore[attr-defined]

@@ -19,7 +19,8 @@ from hermes_session_guard.hooks.manager import get_plugin_manager
 from hermes_session_guard.hooks.specs import CompactionEvent, hookimpl
 from hermes_session_guard.host import client_events
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams.compression import DETACH_DB, guarded_compression
+from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seams.compression import guarded_compression
 
 from .test_compression_contract import Agent, Engine
 
@@ -59,7 +60,8 @@ def _messages() -> list[dict[str, Any]]:
 def _compact(runtime: Runtime, db: Any, engine: Engine | None = None, agent: Any = None) -> Any:
     agent = agent or Agent(db, engine or Engine())
     messages = _messages()
-    return guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    return guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
+                               lambda: agent._compress_context(messages, "s"))
 
 
 def _no_text(payload: Any) -> None:
@@ -75,7 +77,7 @@ def test_a_done_compaction_says_started_then_completed(runtime: Runtime, db: Any
     assert (started.messages_before, started.messages_after, started.outcome) == (10, None, None)
     assert (ended.outcome, ended.messages_before, ended.messages_after) == ("done", 10, 3)
     assert ended.summary_chars and ended.snapshot_id and ended.snapshot_id.startswith("S1.snapshot.")
-    assert ended.release == "0.19.0" and ended.strategy == DETACH_DB and ended.messages_buffered == 0
+    assert ended.release == "0.19.0" and ended.strategy == Strategy.DETACH_DB and ended.messages_buffered == 0
     assert ended.duration_ms is not None and ended.summary_ms is not None and ended.lock_wait_ms is not None
     _no_text([e.fields() for e in recorded])
 
@@ -96,7 +98,7 @@ def test_an_exception_in_the_host_ends_with_failed_and_its_error_type(runtime: R
         raise TimeoutError("a provider quoting secret-text-3")
 
     with pytest.raises(TimeoutError):
-        guarded_compression(runtime, DETACH_DB, agent, _messages(), boom)
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, _messages(), boom)
     assert [e.name for e in recorded] == ["compaction.started", "compaction.failed"]
     assert recorded[-1].error_type == "TimeoutError" and recorded[-1].reason == "TimeoutError"
     _no_text([e.fields() for e in recorded])  # the exception's message stays out of the event
@@ -294,7 +296,7 @@ def test_one_span_per_compaction_nested_under_the_current_one(otel: Any, runtime
     attrs = dict(compaction.attributes)
     assert attrs["session_guard.session_id"] == "S1" and attrs["session_guard.outcome"] == "done"
     assert (attrs["session_guard.messages_in"], attrs["session_guard.messages_out"]) == (10, 3)
-    assert attrs["hermes.release"] == "0.19.0" and attrs["session_guard.strategy"] == DETACH_DB
+    assert attrs["hermes.release"] == "0.19.0" and attrs["session_guard.strategy"] == Strategy.DETACH_DB
     assert attrs["session_guard.summary_duration_ms"] >= 0 and "error.type" not in attrs
     _no_text(attrs)
 
@@ -310,7 +312,7 @@ def test_a_failed_compaction_span_has_error_status_and_the_metrics_count_it(otel
         raise TimeoutError("secret-text-0 quoted by a provider")
 
     with pytest.raises(TimeoutError):
-        guarded_compression(runtime, DETACH_DB, agent, _messages(), boom)
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, _messages(), boom)
     _compact(runtime, db)
     spans = [s for s in exporter.get_finished_spans() if s.name == telemetry.SPAN_NAME]
     failed, done = spans

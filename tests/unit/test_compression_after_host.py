@@ -12,8 +12,9 @@ import pytest
 
 from hermes_session_guard import audit
 from hermes_session_guard.runtime import Runtime
+from hermes_session_guard.seam_behaviour import Strategy
 from hermes_session_guard.seams import compression
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.seams.compression import guarded_compression
 
 from .test_compression_contract import Agent, Engine, _messages
 
@@ -44,7 +45,7 @@ def test_hermes_failing_to_write_its_in_place_compaction_leaves_everything_uncha
     agent = Agent(db, Engine())
     agent.rotate_on_compress = False
     agent.in_place_write_fails = True  # archive_and_compact raised inside Hermes, which logged it and went on
-    out, calls = _run(runtime, agent, HOST_IN_PLACE)
+    out, calls = _run(runtime, agent, Strategy.HOST_IN_PLACE)
     assert calls == [1] and [m["content"] for m in out] == [m["content"] for m in _messages()]
     # The guard's own write ahead of Hermes's succeeded: that snapshot stays, verbatim, and is named.
     store = runtime.store_for(db.db_path)
@@ -67,7 +68,7 @@ def test_a_state_db_fault_refusing_both_writes_leaves_no_snapshot_and_one_loud_l
     agent = Agent(db, Engine())
     agent.rotate_on_compress = False
     agent.in_place_write_fails = True
-    out, calls = _run(runtime, agent, HOST_IN_PLACE)
+    out, calls = _run(runtime, agent, Strategy.HOST_IN_PLACE)
     assert calls == [1] and [m["content"] for m in out] == [m["content"] for m in _messages()]
     assert refused.call_count == 1 and store.list_snapshots("S1") == []
     events = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")]
@@ -77,16 +78,16 @@ def test_a_state_db_fault_refusing_both_writes_leaves_no_snapshot_and_one_loud_l
     assert len(loud) == 1 and "compression.failed" in loud[0], loud
 
 
-@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+@pytest.mark.parametrize("strategy", [Strategy.DETACH_DB, Strategy.HOST_IN_PLACE])
 def test_a_guard_error_after_the_compaction_is_persisted_keeps_it(
     runtime: Runtime, db: Any, strategy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = Agent(db, Engine())
-    agent.rotate_on_compress = strategy == DETACH_DB
+    agent.rotate_on_compress = strategy == Strategy.DETACH_DB
     monkeypatch.setattr(runtime.compactions, "record", _boom)
     out, calls = _run(runtime, agent, strategy)
     assert calls == [1] and len(out) == 3 and agent.session_id == "S1"
-    if strategy == DETACH_DB:
+    if strategy == Strategy.DETACH_DB:
         db.replace_messages.assert_called_once_with("S1", out)
     last = _last(runtime)
     assert last["event"] == "compression.done" and "injected" in last["reason"] and last["hint"]
@@ -97,7 +98,7 @@ def test_a_guard_error_before_anything_is_persisted_keeps_the_callers_list(
 ) -> None:
     agent = Agent(db, Engine())
     monkeypatch.setattr(compression, "summary_indices", _boom)
-    out, calls = _run(runtime, agent, DETACH_DB)
+    out, calls = _run(runtime, agent, Strategy.DETACH_DB)
     assert calls == [1] and len(out) == 10 and agent.session_id == "S1"
     db.replace_messages.assert_not_called()
     last = _last(runtime)
@@ -111,7 +112,7 @@ def test_a_host_error_still_propagates_unchanged(runtime: Runtime, db: Any) -> N
         raise ValueError("the host's own error")
 
     with pytest.raises(ValueError, match="the host's own error"):
-        guarded_compression(runtime, DETACH_DB, agent, _messages(), host)
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, _messages(), host)
 
 
 @pytest.mark.parametrize("written", [True, False])
@@ -122,6 +123,6 @@ def test_an_error_before_the_guard_looked_follows_whether_hermes_wrote_in_place(
     agent.rotate_on_compress = False
     agent.in_place_write_fails = not written
     monkeypatch.setattr(compression, "_no_progress", _boom)
-    out, calls = _run(runtime, agent, HOST_IN_PLACE)
+    out, calls = _run(runtime, agent, Strategy.HOST_IN_PLACE)
     assert calls == [1] and len(out) == (3 if written else 10)
     assert _last(runtime)["event"] == ("compression.done" if written else "compression.failed")

@@ -10,7 +10,8 @@ from freezegun import freeze_time
 
 from hermes_session_guard import audit
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seams.compression import guarded_compression
 
 SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] earlier turns\n## Goal\nship it"
 
@@ -54,7 +55,7 @@ def _messages(n: int = 10) -> list[dict]:
 def test_detach_strategy_keeps_id_and_persists_under_it(runtime: Runtime, db: Any) -> None:
     agent = Agent(db, Engine())
     messages = _messages()
-    out, prompt = guarded_compression(runtime, DETACH_DB, agent, messages,
+    out, prompt = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
                                       lambda: agent._compress_context(messages, "sys"))
     assert agent.session_id == "S1"
     assert agent._session_db is db  # put back after the host ran detached
@@ -76,13 +77,14 @@ def test_snapshot_ids_stay_unique_under_a_frozen_clock(runtime: Runtime, db: Any
     agent = Agent(db, Engine())
     for _ in range(2):
         messages = _messages()
-        guarded_compression(runtime, DETACH_DB, agent, messages, lambda m=messages: agent._compress_context(m, "s"))
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
+                            lambda m=messages: agent._compress_context(m, "s"))
     ids = [s.snapshot_id for s in runtime.store_for(db.db_path).list_snapshots("S1")]
     assert ids == ["S1.snapshot.20260528T161540.000000Z", "S1.snapshot.20260528T161540.000000Z-2"]
 
 
 @pytest.mark.parametrize("engine", [Engine(fail="HTTP 500"), Engine(empty=True)])
-@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+@pytest.mark.parametrize("strategy", [Strategy.DETACH_DB, Strategy.HOST_IN_PLACE])
 def test_failed_summary_changes_nothing(runtime: Runtime, db: Any, engine: Engine, strategy: str) -> None:
     agent = Agent(db, engine)
     agent.rotate_on_compress = False
@@ -103,7 +105,7 @@ def test_host_exception_propagates_and_is_audited(runtime: Runtime, db: Any) -> 
         raise RuntimeError("summary timeout")
 
     with pytest.raises(RuntimeError):
-        guarded_compression(runtime, DETACH_DB, agent, _messages(), boom)
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, _messages(), boom)
     assert agent._session_db is db
     last = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
     assert last["event"] == "compression.failed" and "summary timeout" in last["reason"]
@@ -113,7 +115,8 @@ def test_persistence_failure_fails_closed(runtime: Runtime, db: Any) -> None:
     db.replace_messages.side_effect = OSError("disk full")
     agent = Agent(db, Engine())
     messages = _messages()
-    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    out, _ = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
     assert out is messages and len(out) == 10
     assert agent.session_id == "S1"
     last = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
@@ -131,7 +134,7 @@ def test_in_place_strategy_forces_host_flag_and_restores_it(runtime: Runtime, db
         return agent._compress_context(messages, "s")
 
     messages = _messages()
-    guarded_compression(runtime, HOST_IN_PLACE, agent, messages, host)
+    guarded_compression(runtime, Strategy.HOST_IN_PLACE, agent, messages, host)
     assert seen == [True] and agent.compression_in_place is False
     db.replace_messages.assert_not_called()  # the host persists in place itself
     assert len(runtime.store_for(db.db_path).list_snapshots("S1")) == 1
@@ -140,7 +143,7 @@ def test_in_place_strategy_forces_host_flag_and_restores_it(runtime: Runtime, db
 def test_without_a_session_id_the_host_runs_untouched(runtime: Runtime, db: Any) -> None:
     agent = Agent(db, Engine(), sid="")
     messages = _messages()
-    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
     assert agent.session_id == "S2-rotated"
     assert not runtime.audit_path.exists()
 
@@ -155,7 +158,7 @@ def test_transcript_metadata_rows_are_not_carried_over(runtime: Runtime, db: Any
     db.get_messages_as_conversation.return_value = [
         {"role": "session_meta", "content": None, "tools": []}, *[dict(m) for m in messages], late,
     ]
-    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+    out, _ = guarded_compression(runtime, Strategy.HOST_IN_PLACE, agent, messages,
                                  lambda: agent._compress_context(messages, "s"))
     assert [m["role"] for m in out].count("session_meta") == 0
     assert out[-1] == late and len(out) == 4
@@ -169,7 +172,7 @@ class _Row(dict):
     """A transcript row that can be watched for being freed (a plain dict cannot)."""
 
 
-@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+@pytest.mark.parametrize("strategy", [Strategy.DETACH_DB, Strategy.HOST_IN_PLACE])
 def test_the_live_read_is_freed_before_the_host_runs(runtime: Runtime, db: Any, strategy: str) -> None:
     """The generation check's read of the live transcript is a second copy of every text;
     it must not be held through the summary call (13 sessions compressing at once would
@@ -209,14 +212,15 @@ def test_an_adopted_transcript_is_recorded_like_a_compaction(runtime: Runtime, d
     list it continues with is recorded for the 0.14 gateway's transcript re-basing."""
     agent = Agent(db, Engine())
     messages = _messages()
-    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    out, _ = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
     db.get_messages_as_conversation.return_value = [dict(m) for m in out]
     late = {"role": "user", "content": "a question the other agent got meanwhile"}
     stale = [*[dict(m) for m in messages], late]
     other = Agent(db, Engine())
     mark = runtime.compactions.mark()
     calls: list[int] = []
-    adopted, _ = guarded_compression(runtime, DETACH_DB, other, stale,
+    adopted, _ = guarded_compression(runtime, Strategy.DETACH_DB, other, stale,
                                      lambda: calls.append(1) or other._compress_context(stale, "s"))
     assert calls == [] and adopted == [*out, late]
     assert [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1] == "compression.adopted"
@@ -242,7 +246,7 @@ def test_the_after_compression_hook_runs_once_the_lock_is_released(runtime: Runt
     plugin = Watcher()
     pm.register(plugin, name="test-after-compression-watcher")
     try:
-        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages,
+        out, _ = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
                                      lambda: agent._compress_context(messages, "s"))
     finally:
         pm.unregister(plugin)
@@ -283,12 +287,12 @@ def test_extensions_name_the_snapshot_and_hear_of_an_adopted_transcript(runtime:
     try:
         agent = Agent(db, Engine())
         messages = _messages()
-        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages,
+        out, _ = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
                                      lambda: agent._compress_context(messages, "s"))
         db.get_messages_as_conversation.return_value = [dict(m) for m in out]
         stale = [*[dict(m) for m in messages], {"role": "user", "content": "late"}]
         other = Agent(db, Engine())
-        adopted, _ = guarded_compression(runtime, DETACH_DB, other, stale,
+        adopted, _ = guarded_compression(runtime, Strategy.DETACH_DB, other, stale,
                                          lambda: other._compress_context(stale, "s"))
 
         def boom() -> Any:
@@ -296,7 +300,7 @@ def test_extensions_name_the_snapshot_and_hear_of_an_adopted_transcript(runtime:
 
         third = Agent(db, Engine())
         with pytest.raises(RuntimeError):
-            guarded_compression(runtime, DETACH_DB, third, [*[dict(m) for m in adopted], *_messages()], boom)
+            guarded_compression(runtime, Strategy.DETACH_DB, third, [*[dict(m) for m in adopted], *_messages()], boom)
     finally:
         pm.unregister(plugin)
     (snap,) = runtime.store_for(db.db_path).list_snapshots("S1")
@@ -310,7 +314,7 @@ def _shape(messages: list[dict]) -> list[str]:
     return ["summary" if m["content"].startswith("[CONTEXT COMPACTION") else m["content"] for m in messages]
 
 
-@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+@pytest.mark.parametrize("strategy", [Strategy.DETACH_DB, Strategy.HOST_IN_PLACE])
 def test_questions_other_agents_persisted_meanwhile_go_before_the_turn_in_progress(
     runtime: Runtime, db: Any, strategy: str
 ) -> None:
@@ -328,7 +332,7 @@ def test_questions_other_agents_persisted_meanwhile_go_before_the_turn_in_progre
     db.get_messages_as_conversation.return_value = [*[dict(m) for m in mine], other_q]
     out, _ = guarded_compression(runtime, strategy, agent, mine, lambda: agent._compress_context(mine, "s"))
     assert _shape(out) == ["m0", "summary", "m8"]
-    if strategy == DETACH_DB:
+    if strategy == Strategy.DETACH_DB:
         (call,) = db.replace_messages.call_args_list
         assert _shape(call.args[1]) == ["m0", "summary", "m8", other_q["content"]]
     else:
@@ -366,7 +370,7 @@ def test_in_place_snapshot_is_stored_before_the_host_writes_the_live_transcript(
     db.archive_and_compact.side_effect = lambda sid, rows: seen.append(store.list_snapshots(sid))
     agent = InPlaceAgent(db, Engine())
     messages = _messages()
-    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+    out, _ = guarded_compression(runtime, Strategy.HOST_IN_PLACE, agent, messages,
                                  lambda: agent._compress_context(messages, "s"))
     assert len(out) == 3 and agent.session_id == "S1"
     ((snap,),) = seen  # already stored when the host wrote the compacted rows
@@ -380,7 +384,8 @@ def test_a_host_failing_after_its_summary_keeps_the_snapshot_written_ahead(runti
     agent = InPlaceAgent(db, Engine())
     messages = _messages()
     with pytest.raises(OSError):
-        guarded_compression(runtime, HOST_IN_PLACE, agent, messages, lambda: agent._compress_context(messages, "s"))
+        guarded_compression(runtime, Strategy.HOST_IN_PLACE, agent, messages,
+                            lambda: agent._compress_context(messages, "s"))
     (snap,) = runtime.store_for(db.db_path).list_snapshots("S1")
     assert runtime.store_for(db.db_path).snapshot_messages(snap.snapshot_id) == messages
     failed = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")][-1]
@@ -403,7 +408,8 @@ def test_a_snapshot_that_cannot_be_written_ahead_is_written_after_the_host(
     mocker.patch.object(store, "write_snapshot", side_effect=flaky)
     agent = InPlaceAgent(db, Engine())
     messages = _messages()
-    guarded_compression(runtime, HOST_IN_PLACE, agent, messages, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, Strategy.HOST_IN_PLACE, agent, messages,
+                        lambda: agent._compress_context(messages, "s"))
     assert calls == ["ahead", "after"]
     (snap,) = store.list_snapshots("S1")
     events = [e for e in audit.read_events(runtime.audit_path) if e.get("op_id")]
@@ -418,7 +424,7 @@ def test_no_snapshot_is_written_ahead_of_an_engine_that_made_no_progress(runtime
 
     agent = InPlaceAgent(db, Idle())
     messages = _messages()
-    out, _ = guarded_compression(runtime, HOST_IN_PLACE, agent, messages,
+    out, _ = guarded_compression(runtime, Strategy.HOST_IN_PLACE, agent, messages,
                                  lambda: (agent.context_compressor.compress(messages), "s"))
     assert out == _messages()
     assert runtime.store_for(db.db_path).list_snapshots("S1") == []

@@ -15,7 +15,8 @@ from hermes_session_guard import audit
 from hermes_session_guard.config import GuardConfig, LockConfig
 from hermes_session_guard.locks.session_lock import LockGrant
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams.compression import DETACH_DB, LockPolicy, guarded_compression
+from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seams.compression import LockPolicy, guarded_compression
 from hermes_session_guard.store import GuardStore
 
 SID = "20260528_155201_68dc5996"
@@ -52,7 +53,8 @@ def test_busy_session_is_skipped_naming_the_holder_and_the_host_never_runs(runti
     messages = [{"role": "user", "content": "hello"}]
     calls: list[int] = []
 
-    out, prompt = guarded_compression(runtime, DETACH_DB, Agent(), messages, lambda: calls.append(1) or ([], ""))
+    out, prompt = guarded_compression(runtime, Strategy.DETACH_DB, Agent(), messages,
+                                      lambda: calls.append(1) or ([], ""))
     held.release()
 
     assert calls == [] and out is messages and prompt == "cached prompt"
@@ -68,7 +70,7 @@ def test_broken_lease_table_fails_closed(runtime: Runtime, monkeypatch: pytest.M
     monkeypatch.setattr(GuardStore, "try_acquire_lease", broken)
     messages = [{"role": "user", "content": "hello"}]
     calls: list[int] = []
-    out, _ = guarded_compression(runtime, DETACH_DB, Agent(), messages, lambda: calls.append(1) or ([], ""))
+    out, _ = guarded_compression(runtime, Strategy.DETACH_DB, Agent(), messages, lambda: calls.append(1) or ([], ""))
     assert calls == [] and out is messages
     skipped = _events(runtime)[-1]
     assert skipped["event"] == "compression.skipped" and "disk I/O error" in skipped["reason"]
@@ -80,7 +82,7 @@ def test_broken_lease_table_with_an_open_policy_compresses_unlocked(
 ) -> None:
     monkeypatch.setattr(GuardStore, "try_acquire_lease", lambda *a, **k: (_ for _ in ()).throw(sqlite3.Error("x")))
     calls: list[int] = []
-    guarded_compression(runtime, DETACH_DB, Agent(), [{"role": "user", "content": "hello"}],
+    guarded_compression(runtime, Strategy.DETACH_DB, Agent(), [{"role": "user", "content": "hello"}],
                         lambda: calls.append(1) or ([{"role": "user", "content": "hello"}], "p"),
                         lock=LockPolicy(on_failure="open"))
     assert calls == [1]
@@ -94,7 +96,7 @@ def test_the_lock_is_released_when_the_host_raises(runtime: Runtime) -> None:
         raise RuntimeError("provider exploded")
 
     with pytest.raises(RuntimeError, match="provider exploded"):
-        guarded_compression(runtime, DETACH_DB, Agent(), [{"role": "user", "content": "hi"}], host)
+        guarded_compression(runtime, Strategy.DETACH_DB, Agent(), [{"role": "user", "content": "hi"}], host)
     assert runtime.locks_for(runtime.home / "state.db").held_sessions() == []
     assert runtime.store_for(runtime.home / "state.db").lease_holder(SID) is None
     assert _events(runtime)[-1]["event"] == "compression.failed"

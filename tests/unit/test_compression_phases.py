@@ -17,7 +17,8 @@ from hermes_session_guard.config import GuardConfig, LockConfig
 from hermes_session_guard.locks.liveness import DEAD, holder_liveness, this_process
 from hermes_session_guard.locks.session_lock import GuardLeases, LockGrant, holder_id
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, guarded_compression
+from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seams.compression import guarded_compression
 from hermes_session_guard.store import GuardStore
 
 from .test_compression_contract import Agent, Engine
@@ -60,10 +61,10 @@ def _assert_ended(rt: Runtime, store: GuardStore, phase: str) -> dict[str, Any]:
     return row
 
 
-@pytest.mark.parametrize("strategy", [DETACH_DB, HOST_IN_PLACE])
+@pytest.mark.parametrize("strategy", [Strategy.DETACH_DB, Strategy.HOST_IN_PLACE])
 def test_done(runtime: Runtime, db: Any, strategy: str) -> None:
     agent = Agent(db, Engine())
-    agent.rotate_on_compress = strategy == DETACH_DB
+    agent.rotate_on_compress = strategy == Strategy.DETACH_DB
     messages = _messages()
     store = runtime.store_for(db.db_path)
     host = Observing(runtime, store, lambda: agent._compress_context(messages, "s"))
@@ -80,7 +81,7 @@ def test_failed_summary(runtime: Runtime, db: Any) -> None:
     messages = _messages()
     store = runtime.store_for(db.db_path)
     host = Observing(runtime, store, lambda: agent._compress_context(messages, "s"))
-    guarded_compression(runtime, DETACH_DB, agent, messages, host)
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, host)
     assert len(host.seen) == 1 and host.seen[0][0] is not None
     row = _assert_ended(runtime, store, "failed")
     assert "HTTP 500" in row["detail"]
@@ -90,7 +91,8 @@ def test_no_progress_is_skipped(runtime: Runtime, db: Any) -> None:
     agent = Agent(db, Engine())
     messages = _messages()
     store = runtime.store_for(db.db_path)
-    guarded_compression(runtime, DETACH_DB, agent, messages, Observing(runtime, store, lambda: (messages, "s")))
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
+                        Observing(runtime, store, lambda: (messages, "s")))
     _assert_ended(runtime, store, "skipped")
 
 
@@ -99,7 +101,7 @@ def test_persistence_failure(runtime: Runtime, db: Any) -> None:
     agent = Agent(db, Engine())
     messages = _messages()
     store = runtime.store_for(db.db_path)
-    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
     assert "disk full" in _assert_ended(runtime, store, "failed")["detail"]
 
 
@@ -111,7 +113,7 @@ def test_host_exception(runtime: Runtime, db: Any) -> None:
         raise KeyboardInterrupt  # not an Exception: the finally must still run
 
     with pytest.raises(KeyboardInterrupt):
-        guarded_compression(runtime, DETACH_DB, agent, _messages(), Observing(runtime, store, boom))
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, _messages(), Observing(runtime, store, boom))
     _assert_ended(runtime, store, "failed")
 
 
@@ -124,7 +126,7 @@ def test_busy_lock_is_skipped(runtime: Runtime, db: Any) -> None:
         agent = Agent(db, Engine())
         messages = _messages()
         calls: list[int] = []
-        guarded_compression(runtime, DETACH_DB, agent, messages, lambda: calls.append(1) or ([], ""))
+        guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, lambda: calls.append(1) or ([], ""))
     finally:
         held.release()
     assert calls == []
@@ -134,12 +136,13 @@ def test_busy_lock_is_skipped(runtime: Runtime, db: Any) -> None:
 def test_adopted(runtime: Runtime, db: Any) -> None:
     agent = Agent(db, Engine())
     messages = _messages()
-    out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    out, _ = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages,
+                                 lambda: agent._compress_context(messages, "s"))
     db.get_messages_as_conversation.return_value = [dict(m) for m in out]
     stale = [*[dict(m) for m in messages], {"role": "user", "content": "late"}]
     other = Agent(db, Engine())
     calls: list[int] = []
-    guarded_compression(runtime, DETACH_DB, other, stale, lambda: calls.append(1) or ([], ""))
+    guarded_compression(runtime, Strategy.DETACH_DB, other, stale, lambda: calls.append(1) or ([], ""))
     store = runtime.store_for(db.db_path)
     assert calls == []
     row = _assert_ended(runtime, store, "adopted")
@@ -160,7 +163,7 @@ def test_a_phase_write_failure_does_not_fail_the_compression(
     store = runtime.store_for(db.db_path)
     host = Observing(runtime, store, lambda: agent._compress_context(messages, "s"))
     with caplog.at_level("WARNING", logger="hermes_session_guard"):
-        out, _ = guarded_compression(runtime, DETACH_DB, agent, messages, host)
+        out, _ = guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, host)
     assert len(out) == 3 and agent.session_id == "S1"
     (op,) = _op_ids(runtime)
     assert host.seen == [(op, None)]  # the in-process registry still says so
@@ -174,9 +177,9 @@ def test_a_phase_write_failure_does_not_fail_the_compression(
 def test_done_records_its_phase_times_and_summary_length(runtime: Runtime, db: Any) -> None:
     agent = Agent(db, Engine())
     messages = _messages()
-    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
     row = _assert_ended(runtime, runtime.store_for(db.db_path), "done")
-    assert row["strategy"] == DETACH_DB and row["holder"].startswith("pid=")
+    assert row["strategy"] == Strategy.DETACH_DB and row["holder"].startswith("pid=")
     times = [row[k] for k in ("started_at", "lock_acquired_at", "summary_started_at", "summary_finished_at",
                               "finished_at")]
     assert None not in times and times == sorted(times)
@@ -189,12 +192,12 @@ def test_a_dead_process_compression_is_recorded_interrupted_by_the_next(runtime:
     gone = next(pid for pid in range(4_000_000, 4_100_000) if not psutil.pid_exists(pid))
     dead = f"pid={gone}:tid=1:guard-op=deadop:nonce=x:{replace(me, pid=gone).fields()}"
     assert holder_liveness(dead) == DEAD
-    store.begin_compression("deadop", "S1", 10, holder=dead, strategy=DETACH_DB)
-    store.begin_compression("liveop", "S1", 10, holder=holder_id("liveop"), strategy=DETACH_DB)
-    store.begin_compression("otherop", "S1", 10, holder=None, strategy=DETACH_DB)  # unknown: left alone
+    store.begin_compression("deadop", "S1", 10, holder=dead, strategy=Strategy.DETACH_DB)
+    store.begin_compression("liveop", "S1", 10, holder=holder_id("liveop"), strategy=Strategy.DETACH_DB)
+    store.begin_compression("otherop", "S1", 10, holder=None, strategy=Strategy.DETACH_DB)  # unknown: left alone
     agent = Agent(db, Engine())
     messages = _messages()
-    guarded_compression(runtime, DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
+    guarded_compression(runtime, Strategy.DETACH_DB, agent, messages, lambda: agent._compress_context(messages, "s"))
     phases = {r["op_id"]: (r["phase"], r["finished_at"]) for r in store.compressions("S1")}
     assert phases["deadop"] == ("interrupted", None)
     assert phases["liveop"] == ("started", None) and phases["otherop"] == ("started", None)

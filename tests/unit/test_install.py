@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 import hermes_session_guard
-from hermes_session_guard.seam_behaviour import Effect
+from hermes_session_guard.seam_behaviour import Effect, Strategy
 from hermes_session_guard.seams import apply as instrumentation
 from hermes_session_guard.seams import table as seams
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE
 from hermes_session_guard.seams.table import SeamRow
 
 calls: list[str] = []
@@ -42,11 +41,11 @@ def _row(since: tuple[int, ...], until: tuple[int, ...], module: str, attribute:
 
 
 OLD = _row((0, 13, 0), (0, 15, 0), "fake_run_agent", "AIAgent._compress_context",
-           ("self", "messages", "system_message"), DETACH_DB)
+           ("self", "messages", "system_message"), Strategy.DETACH_DB)
 MID = _row((0, 15, 0), (0, 18, 0), "fake_compression", "compress_context",
-           ("agent", "messages", "system_message"), DETACH_DB)
+           ("agent", "messages", "system_message"), Strategy.DETACH_DB)
 NEW = _row((0, 18, 2), (0, 20, 0), "fake_compression", "compress_context",
-           ("agent", "messages", "system_message"), HOST_IN_PLACE,
+           ("agent", "messages", "system_message"), Strategy.HOST_IN_PLACE,
            requires=("fake_state:SessionDB.archive_and_compact",))
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from hermes_session_guard.seam_behaviour import Strategy
 from hermes_session_guard.seams import apply as instrumentation
 from hermes_session_guard.seams import compression_entry
 from hermes_session_guard.seams import table as seams
-from hermes_session_guard.seams.compression import DETACH_DB
 
 
 def _host_module() -> types.ModuleType:
@@ -34,7 +34,7 @@ def fake_table(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     row = seams.SeamRow(
         seam="compression", since=(1, 0, 0), until=(2, 0, 0), module=mod.__name__,
         attribute="AIAgent._compress_context", params=("self", "messages", "system_message"),
-        wrapper=seams.compression_wrapper, failure_policy="open", behaviour={"strategy": DETACH_DB},
+        wrapper=seams.compression_wrapper, failure_policy="open", behaviour={"strategy": Strategy.DETACH_DB},
     )
     monkeypatch.setattr(seams, "SEAMS", (row,))
     monkeypatch.setattr(instrumentation, "_reported", set())

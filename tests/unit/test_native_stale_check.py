@@ -8,8 +8,8 @@ from typing import Any
 
 from hermes_session_guard import host
 from hermes_session_guard.runtime import Runtime
-from hermes_session_guard.seam_behaviour import Behaviour
-from hermes_session_guard.seams.compression import HOST_NATIVE, _Operation
+from hermes_session_guard.seam_behaviour import Behaviour, Strategy
+from hermes_session_guard.seams.compression import _Operation
 
 from .test_compression_contract import Agent, Engine, _messages
 
@@ -17,7 +17,7 @@ from .test_compression_contract import Agent, Engine, _messages
 def _op(runtime: Runtime, db: Any) -> _Operation:
     agent = Agent(db, Engine())
     agent.rotate_on_compress = False
-    return _Operation(runtime, HOST_NATIVE, agent, "S1", _messages(), lambda: ([], ""), None, None,
+    return _Operation(runtime, Strategy.HOST_NATIVE, agent, "S1", _messages(), lambda: ([], ""), None, None,
                       Behaviour.of(None))
 
 

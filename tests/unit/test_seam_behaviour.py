@@ -21,7 +21,7 @@ from hermes_session_guard.seam_behaviour import (
     Strategy,
 )
 from hermes_session_guard.seams import table as seams
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, LockPolicy
+from hermes_session_guard.seams.compression import LockPolicy
 
 
 def test_every_field_has_a_type() -> None:
@@ -54,7 +54,7 @@ def test_behaviour_is_frozen_and_reads_as_a_mapping_of_what_is_set() -> None:
 
 
 def test_enum_values_print_and_serialise_as_their_words() -> None:
-    assert DETACH_DB == "detach_db" and HOST_IN_PLACE == "host_in_place"
+    assert Strategy.DETACH_DB == "detach_db" and Strategy.HOST_IN_PLACE == "host_in_place"
     assert f"{SeamState.NOT_NEEDED}" == "not-needed" and str(FailurePolicy.CLOSED) == "closed"
     status = SeamStatus("compression", "m:f", SeamState.PATCHED, "why", FailurePolicy.CLOSED, ">=0.13.0,<0.20.0")
     assert json.dumps(status.as_dict()) == (

@@ -13,7 +13,6 @@ from hermes_session_guard.host import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
 from hermes_session_guard.seam_behaviour import Strategy
 from hermes_session_guard.seams import table as seams
-from hermes_session_guard.seams.compression import DETACH_DB, HOST_IN_PLACE, HOST_NATIVE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,19 +28,19 @@ ALLOWED = {
 
 # What the wheels say, release by release (docs/compatibility.md has the sources).
 EXPECTED = {
-    "0.13.0": ("run_agent:AIAgent._compress_context", DETACH_DB, "index", "guard"),
-    "0.14.0": ("run_agent:AIAgent._compress_context", DETACH_DB, "index", "guard"),
-    "0.15.0": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "guard"),
-    "0.15.1": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "guard"),
-    "0.15.2": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "guard"),
-    "0.16.0": ("agent.conversation_compression:compress_context", DETACH_DB, "index", "native"),
-    "0.17.0": ("agent.conversation_compression:compress_context", DETACH_DB, "identity", "native"),
-    "0.18.0": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
-    "0.18.1": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
-    "0.18.2": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
-    "0.19.0": ("agent.conversation_compression:compress_context", HOST_IN_PLACE, "marker", "native"),
-    "0.20.1": ("agent.conversation_compression:compress_context", HOST_NATIVE, "marker", "host"),
-    "0.22.2": ("agent.conversation_compression:compress_context", HOST_NATIVE, "marker", "host"),
+    "0.13.0": ("run_agent:AIAgent._compress_context", Strategy.DETACH_DB, "index", "guard"),
+    "0.14.0": ("run_agent:AIAgent._compress_context", Strategy.DETACH_DB, "index", "guard"),
+    "0.15.0": ("agent.conversation_compression:compress_context", Strategy.DETACH_DB, "index", "guard"),
+    "0.15.1": ("agent.conversation_compression:compress_context", Strategy.DETACH_DB, "index", "guard"),
+    "0.15.2": ("agent.conversation_compression:compress_context", Strategy.DETACH_DB, "index", "guard"),
+    "0.16.0": ("agent.conversation_compression:compress_context", Strategy.DETACH_DB, "index", "native"),
+    "0.17.0": ("agent.conversation_compression:compress_context", Strategy.DETACH_DB, "identity", "native"),
+    "0.18.0": ("agent.conversation_compression:compress_context", Strategy.HOST_IN_PLACE, "marker", "native"),
+    "0.18.1": ("agent.conversation_compression:compress_context", Strategy.HOST_IN_PLACE, "marker", "native"),
+    "0.18.2": ("agent.conversation_compression:compress_context", Strategy.HOST_IN_PLACE, "marker", "native"),
+    "0.19.0": ("agent.conversation_compression:compress_context", Strategy.HOST_IN_PLACE, "marker", "native"),
+    "0.20.1": ("agent.conversation_compression:compress_context", Strategy.HOST_NATIVE, "marker", "host"),
+    "0.22.2": ("agent.conversation_compression:compress_context", Strategy.HOST_NATIVE, "marker", "host"),
 }
 
 
@@ -108,9 +107,9 @@ def test_rows_that_lean_on_host_features_declare_them() -> None:
     """A row whose behaviour depends on a host feature names it in ``requires``, so the
     signature check for an unknown release cannot pick a row the host cannot honour."""
     for row in seams.rows_for("compression"):
-        if row.behaviour["strategy"] in (HOST_IN_PLACE, HOST_NATIVE):
+        if row.behaviour["strategy"] in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE):
             assert "hermes_state:SessionDB.archive_and_compact" in row.requires
-        if row.behaviour["strategy"] == HOST_NATIVE:
+        if row.behaviour["strategy"] == Strategy.HOST_NATIVE:
             assert "hermes_state:SessionDB.acquire_session_turn_lease" in row.requires
         if row.behaviour["lock"] in ("native", "host"):
             assert "hermes_state:SessionDB.try_acquire_compression_lock" in row.requires
@@ -200,7 +199,7 @@ def test_releases_past_the_index_are_repackagings_in_native_mode() -> None:
     for release in seams.TESTED_RELEASES:
         row = seams.select_row("compression", parse_version(release))
         assert row is not None
-        assert (row.behaviour["strategy"] == HOST_NATIVE) == (parse_version(release) >= (0, 20, 0))
+        assert (row.behaviour["strategy"] == Strategy.HOST_NATIVE) == (parse_version(release) >= (0, 20, 0))
 
 
 @pytest.mark.parametrize("seam", seams.seam_names())
