@@ -6,15 +6,17 @@ audit events and ``selftest --json`` have always used, so a value compares equal
 to its word and prints as it (``Strategy.DETACH_DB == "detach_db"``).
 
 :class:`Behaviour` is a frozen dataclass with one optional field per behaviour key
-(``None``: the row does not say). It also reads as a ``Mapping`` of the keys a row
-sets, so ``dict(row.behaviour)`` and ``row.behaviour["strategy"]`` keep working;
-an unknown key or value is refused when the table is built.
+(``None``: the row does not say), read by attribute (``row.behaviour.strategy``); a
+word becomes the field's type when the table is built, and an unknown key or value is
+refused then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+import functools
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -110,8 +112,8 @@ class SeamState(StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True, eq=False)
-class Behaviour(Mapping[str, str]):
+@dataclass(frozen=True)
+class Behaviour:
     """A seam row's version-specific behaviour (the keys are documented in seams.py)."""
 
     strategy: Strategy | None = None
@@ -128,47 +130,34 @@ class Behaviour(Mapping[str, str]):
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            kind = _TYPES[f.name]
+            kind = field_type(f.name)
             if value is not None and not isinstance(value, kind):
                 object.__setattr__(self, f.name, kind(value))  # ValueError for a value the guard does not know
 
     @classmethod
-    def of(cls, values: Mapping[str, Any] | None) -> Behaviour:
+    def of(cls, values: Behaviour | Mapping[str, Any] | None) -> Behaviour:
         """From ``{key: value}`` (a table entry); an unknown key is a ``TypeError``."""
         if isinstance(values, Behaviour):
             return values
         return cls(**dict(values or {}))
 
-    def __getitem__(self, key: str) -> str:
-        value = getattr(self, key, None) if key in _TYPES else None
-        if value is None:
-            raise KeyError(key)
-        return value
+    def merged(self, changes: Mapping[str, Any]) -> Behaviour:
+        """This behaviour with the keys of ``changes`` set over it (a range of the table)."""
+        return replace(self, **changes)
 
-    def __iter__(self) -> Iterator[str]:
-        return (name for name in _TYPES if getattr(self, name) is not None)
+    def set_values(self) -> dict[str, Any]:
+        """The keys this behaviour sets (not ``None``) and their values."""
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
 
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.items()))
-
-    def __repr__(self) -> str:
-        return f"Behaviour({dict(self)!r})"
+    def __repr__(self) -> str:  # what a row sets, not ten fields of None
+        return f"Behaviour({self.set_values()!r})"
 
 
-_TYPES: dict[str, type] = {
-    "strategy": Strategy,
-    "flush_cursor": FlushCursor,
-    "transcript_order": TranscriptOrder,
-    "lock": LockMode,
-    "lock_failure": FailurePolicy,
-    "native_summary_key": str,
-    "transcript": GatewayTranscript,
-    "lease_table": str,
-    "session_from": SessionFrom,
-    "snapshot": SnapshotStorage,
-}
+@functools.cache
+def field_type(name: str) -> type:
+    """The type a :class:`Behaviour` field holds, from its annotation (``X | None``)."""
+    hint = typing.get_type_hints(Behaviour)[name]
+    return next(arg for arg in typing.get_args(hint) if arg is not type(None))
+
 
 NO_BEHAVIOUR = Behaviour()

@@ -195,7 +195,7 @@ def seam(
                      applied_by=applied_by, effect=effect)
     rows: list[SeamRow] = []
     for text, changes in ranges.items():
-        fields = {**changes, "behaviour": {**shared.behaviour, **changes.get("behaviour", {})}}
+        fields = {**changes, "behaviour": shared.behaviour.merged(changes.get("behaviour", {}))}
         for since, until in _clip(*_parse_range(text)):
             rows.append(replace(shared, since=since, until=until, **fields))
     return tuple(sorted(rows, key=lambda row: row.since))

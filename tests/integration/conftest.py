@@ -34,9 +34,9 @@ DEFERS_TO_USAGE = HOST >= (0, 21, 0)
 # What the seam table says about this release (tests follow the table, not version ifs).
 HOST_ROW = select_row("compression", HOST)
 HOST_HAS_IN_PLACE = (HOST_ROW is not None
-                     and HOST_ROW.behaviour["strategy"] in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE))
+                     and HOST_ROW.behaviour.strategy in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE))
 # 0.20+: Hermes compacts in place under its own lock; the guard takes none (seams/native_compaction.py)
-HOST_NATIVE_MODE = HOST_ROW is not None and HOST_ROW.behaviour["strategy"] == Strategy.HOST_NATIVE
+HOST_NATIVE_MODE = HOST_ROW is not None and HOST_ROW.behaviour.strategy == Strategy.HOST_NATIVE
 
 # Host modes worth running: 0.18+ keeps the id by default (in_place) and rotates
 # with ``compression.in_place: false``; older hosts always rotate.

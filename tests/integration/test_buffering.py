@@ -40,7 +40,7 @@ ON_ROTATING_HOSTS = pytest.mark.skipif(
     not HOST_ROTATES, reason="reproduces the busy handling of hosts that rotate on compression (0.13-0.17); "
     "0.18+ compacts in place and queues messages while it compresses")
 # Hermes's own compression_locks exist (0.16+): the lease a compression elsewhere holds.
-NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "native"
+NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour.lock == "native"
 
 MARK = re.compile(r"\b(?:trigger|msg-\d+|question|bob-\d+)\b")
 HISTORY = {"hygiene": (200, 126_000), "preflight": (48, 500)}

@@ -80,7 +80,7 @@ def test_a_compaction_killed_midway_is_listed_interrupted_after_the_restart(
     db = probe.open_db(home / "state.db")
     probe.seed_session(db, SID, probe.seed_messages(tag=TAG))
     db.close()
-    strategy = HOST_ROW.behaviour["strategy"] if HOST_ROW is not None else None
+    strategy = HOST_ROW.behaviour.strategy if HOST_ROW is not None else None
 
     # 1. a process killed while the summary call is held
     gate = threading.Event()

@@ -16,7 +16,7 @@ from .conftest import HOST_HAS_IN_PLACE, HOST_ROW
 
 # Hermes's own compression_locks (0.16+, the seam table's lock mode; held by Hermes alone in native
 # mode, 0.20+): one summary call unguarded too.
-NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour["lock"] in ("native", "host")
+NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour.lock in ("native", "host")
 
 
 def _demo(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:

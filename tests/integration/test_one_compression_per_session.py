@@ -23,7 +23,7 @@ from .compression_driver import capture_compression_records
 from .conftest import HOST, HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, HOST_ROW, MODE_PARAMS, new_agent
 
 # The lease the guard holds (the seam table's lock): Hermes's compression_locks from 0.16.
-NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "native"
+NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour.lock == "native"
 # 0.20+ (native mode): Hermes takes and checks compression_locks itself, the guard holds no lease;
 # a contender does not wait, Hermes skips it, and its next attempt adopts the winner's compaction.
 HERMES_LOCK = NATIVE_LOCK or HOST_NATIVE_MODE

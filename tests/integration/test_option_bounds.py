@@ -112,7 +112,7 @@ def test_absurd_wait_in_config_yaml_two_processes_one_session_never_fork(
     assert len(llm.summary_requests()) == 1
 
 
-@pytest.mark.skipif(HOST_ROW is not None and HOST_ROW.behaviour["lock"] == "host",
+@pytest.mark.skipif(HOST_ROW is not None and HOST_ROW.behaviour.lock == "host",
                     reason="native mode (compression row lock: host): the guard takes no lock and never reads "
                            "lock.wait_seconds; Hermes's own lease decides the contender")
 @pytest.mark.parametrize("value", [math.inf, 1e10, math.nan], ids=["inf", "1e10", "nan"])

@@ -29,7 +29,7 @@ from hermes_session_guard.summaries.recall_tool import calling_session, handler
 from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, HOST_ROW, new_agent
 
 pytestmark = pytest.mark.skipif(
-    not HOST_HAS_IN_PLACE or HOST_ROW.behaviour.get("snapshot") == "copy",
+    not HOST_HAS_IN_PLACE or HOST_ROW.behaviour.snapshot == "copy",
     reason="the guard stores a copy here: 0.13-0.17 rotate (Hermes keeps no rows under the session's id), and "
     "0.18's gateway hygiene and /compress delete the archived rows right after an in-place compaction "
     "(test_crash_recovery.py, test_session_id_contract.py)")
@@ -88,7 +88,7 @@ def test_a_snapshot_references_hermes_rows_and_reads_back_verbatim(
     first = _compress(db, llm, messages)
     store = guard.store_for(home / "state.db")
     (snap,) = store.list_snapshots(SID)
-    assert snap.host_mode == HOST_ROW.behaviour["strategy"] and snap.message_count == len(messages)
+    assert snap.host_mode == HOST_ROW.behaviour.strategy and snap.message_count == len(messages)
     assert _texts(store.snapshot_messages(snap.snapshot_id)) == _texts(messages)
     assert _copied_rows(home) == 0  # a reference, no second copy
     assert _query(home, "SELECT COUNT(*) FROM session_guard_snapshot_refs")[0][0] == 1

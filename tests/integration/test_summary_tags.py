@@ -21,7 +21,7 @@ SYSTEM = "You are a test agent."
 HEADER_RE = re.compile(r"^\[Original context: session (\S+), turns (\d+)–(\d+), snapshot (\S+)\]$", re.MULTILINE)
 NATIVE = "_compressed_summary"
 # 0.17+ tag their own summary message in memory (the seam table's native_summary_key)
-HOST_TAGS_NATIVELY = bool(HOST_ROW and HOST_ROW.behaviour.get("native_summary_key") == NATIVE)
+HOST_TAGS_NATIVELY = bool(HOST_ROW and HOST_ROW.behaviour.native_summary_key == NATIVE)
 
 
 def _seeded(db: Any, llm: FakeLLMServer, mode: str, n: int = probe.SEED_MESSAGES, chars: int = probe.MESSAGE_CHARS,

@@ -189,7 +189,7 @@ def test_unknown_newer_release_uses_the_newest_row_that_verifies(
 def test_unknown_newer_release_never_patches_a_seam_that_changes_behaviour_on_a_signature_alone(
     host: FakeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    changing = [_row(r.since, r.until, r.module, r.attribute, r.params, str(r.behaviour["strategy"]), r.requires,
+    changing = [_row(r.since, r.until, r.module, r.attribute, r.params, str(r.behaviour.strategy), r.requires,
                      effect=Effect.CHANGES) for r in (OLD, MID, NEW)]
     monkeypatch.setattr(seams, "SEAMS", tuple(changing))
     _fake_version(monkeypatch, "0.20.0")

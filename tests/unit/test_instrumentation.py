@@ -99,9 +99,9 @@ def test_guard_failure_before_the_host_skips_the_compression(fake_table: types.M
 
 
 def test_select_row_matches_declared_ranges() -> None:
-    assert seams.select_row("compression", (0, 14, 0)).behaviour["strategy"] == "detach_db"
-    assert seams.select_row("compression", (0, 19, 0)).behaviour["strategy"] == "host_in_place"
-    assert seams.select_row("compression", (0, 20, 0)).behaviour["strategy"] == "host_native"
+    assert seams.select_row("compression", (0, 14, 0)).behaviour.strategy == "detach_db"
+    assert seams.select_row("compression", (0, 19, 0)).behaviour.strategy == "host_in_place"
+    assert seams.select_row("compression", (0, 20, 0)).behaviour.strategy == "host_native"
     assert seams.select_row("compression", (0, 23, 0)) is None
     assert seams.select_row("compression", None) is None
 

@@ -10,7 +10,6 @@ import pytest
 
 from hermes_session_guard.runtime import SeamStatus
 from hermes_session_guard.seam_behaviour import (
-    _TYPES,
     Behaviour,
     FailurePolicy,
     FlushCursor,
@@ -19,13 +18,15 @@ from hermes_session_guard.seam_behaviour import (
     SeamKind,
     SeamState,
     Strategy,
+    field_type,
 )
 from hermes_session_guard.seams import table as seams
 from hermes_session_guard.seams.compression import LockPolicy
 
 
 def test_every_field_has_a_type() -> None:
-    assert [f.name for f in dataclasses.fields(Behaviour)] == list(_TYPES)
+    assert all(isinstance(field_type(f.name), type) for f in dataclasses.fields(Behaviour))
+    assert field_type("strategy") is Strategy and field_type("lease_table") is str
 
 
 def test_words_become_typed_values() -> None:
@@ -42,15 +43,15 @@ def test_an_unknown_key_or_value_is_refused() -> None:
         Behaviour.of({"strategy": "rotate"})
 
 
-def test_behaviour_is_frozen_and_reads_as_a_mapping_of_what_is_set() -> None:
+def test_behaviour_is_frozen_and_says_what_it_sets() -> None:
     b = Behaviour.of({"transcript": "offset"})
     with pytest.raises(dataclasses.FrozenInstanceError):
         b.transcript = GatewayTranscript.HOST  # type: ignore[misc]
-    assert dict(b) == {"transcript": "offset"} and b == {"transcript": "offset"}
-    assert b["transcript"] == "offset" and b.get("lock") is None and "lock" not in b
-    with pytest.raises(KeyError):
-        b["lock"]
-    assert hash(b) == hash(Behaviour.of({"transcript": "offset"}))
+    assert b.set_values() == {"transcript": "offset"} and b.lock is None
+    assert b == Behaviour.of({"transcript": "offset"}) and hash(b) == hash(Behaviour.of({"transcript": "offset"}))
+    merged = b.merged({"lock": "native"})
+    assert merged.set_values() == {"transcript": "offset", "lock": "native"} and merged.lock is LockMode.NATIVE
+    assert b.lock is None  # the original is unchanged
 
 
 def test_enum_values_print_and_serialise_as_their_words() -> None:
@@ -68,8 +69,8 @@ def test_every_row_holds_typed_values(row: seams.SeamRow) -> None:
     assert isinstance(row.behaviour, Behaviour)
     assert isinstance(row.failure_policy, FailurePolicy)
     assert isinstance(row.kind, SeamKind)
-    for name in row.behaviour:
-        assert isinstance(getattr(row.behaviour, name), _TYPES[name])
+    for name, value in row.behaviour.set_values().items():
+        assert isinstance(value, field_type(name))
 
 
 def test_compression_rows_read_by_attribute() -> None:

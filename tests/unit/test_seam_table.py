@@ -62,7 +62,7 @@ def test_compression_row_per_release(release: str) -> None:
     target, strategy, flush_cursor, lock = EXPECTED[release]
     row = seams.select_row("compression", parse_version(release))
     assert row is not None
-    assert (row.target, row.behaviour["strategy"], row.behaviour["flush_cursor"], row.behaviour["lock"]) == (
+    assert (row.target, row.behaviour.strategy, row.behaviour.flush_cursor, row.behaviour.lock) == (
         target, strategy, flush_cursor, lock,
     )
 
@@ -82,10 +82,10 @@ def test_gateway_transcript_handling_per_release(release: str) -> None:
     """0.13-0.14 keep a JSONL copy and slice at len(history); 0.15-0.17 only slice;
     0.18+ re-baseline by themselves after an in-place compaction."""
     row = seams.select_row("gateway_turn", parse_version(release))
-    assert row is not None and row.behaviour["transcript"] in GATEWAY_TRANSCRIPT
+    assert row is not None and row.behaviour.transcript in GATEWAY_TRANSCRIPT
     expected = {"0.13.0": "jsonl_and_offset", "0.14.0": "jsonl_and_offset"}.get(
         release, "host" if parse_version(release) >= (0, 18, 0) else "offset")
-    assert row.behaviour["transcript"] == expected
+    assert row.behaviour.transcript == expected
 
 
 @pytest.mark.parametrize("row", seams.SEAMS, ids=lambda r: f"{r.seam}{r.range_text}")
@@ -98,8 +98,8 @@ def test_row_data_is_well_formed(row: seams.SeamRow) -> None:
         module, _, attribute = name.partition(":")
         assert module and attribute, name
     if row.seam == "compression":
-        assert set(row.behaviour) == set(ALLOWED), sorted(row.behaviour)
-        for key, value in row.behaviour.items():
+        assert set(row.behaviour.set_values()) == set(ALLOWED), sorted(row.behaviour.set_values())
+        for key, value in row.behaviour.set_values().items():
             assert value in ALLOWED[key], (key, value)
 
 
@@ -107,11 +107,11 @@ def test_rows_that_lean_on_host_features_declare_them() -> None:
     """A row whose behaviour depends on a host feature names it in ``requires``, so the
     signature check for an unknown release cannot pick a row the host cannot honour."""
     for row in seams.rows_for("compression"):
-        if row.behaviour["strategy"] in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE):
+        if row.behaviour.strategy in (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE):
             assert "hermes_state:SessionDB.archive_and_compact" in row.requires
-        if row.behaviour["strategy"] == Strategy.HOST_NATIVE:
+        if row.behaviour.strategy == Strategy.HOST_NATIVE:
             assert "hermes_state:SessionDB.acquire_session_turn_lease" in row.requires
-        if row.behaviour["lock"] in ("native", "host"):
+        if row.behaviour.lock in ("native", "host"):
             assert "hermes_state:SessionDB.try_acquire_compression_lock" in row.requires
 
 
@@ -150,7 +150,7 @@ def test_a_seam_entry_expands_to_one_row_per_range_clipped_to_the_covered_releas
     assert [(r.since, r.until) for r in rows] == [((0, 13, 0), (0, 15, 0)), ((0, 17, 0), (0, 18, 0)),
                                                   ((0, 18, 2), (0, 20, 0))]
     assert [r.target for r in rows] == ["m:A.g", "m:A.f", "m:A.f"]
-    assert [r.behaviour for r in rows] == [{"native_summary_key": "1", "lease_table": "1"},
+    assert [r.behaviour.set_values() for r in rows] == [{"native_summary_key": "1", "lease_table": "1"},
                                            {"native_summary_key": "1", "lease_table": "2"},
                                            {"native_summary_key": "1", "lease_table": "2"}]
     assert {r.note for r in rows} == {"shared"} and {r.seam for r in rows} == {"demo"}
@@ -183,7 +183,7 @@ def test_a_new_release_is_a_table_edit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert unchanged[-1].covers((0, 20, 0)) and not unchanged[-1].covers((0, 21, 0))
     changed = seams.seam("demo", module="m", attribute="f", behaviour={"lease_table": "old"},
                          ranges={"0.13.0-0.20.0": {}, "0.20.0+": {"behaviour": {"lease_table": "new"}}})
-    assert [(r.range_text, r.behaviour["lease_table"]) for r in changed] == [
+    assert [(r.range_text, r.behaviour.lease_table) for r in changed] == [
         (">=0.13.0,<0.18.0", "old"), (">=0.18.2,<0.20.0", "old"), (">=0.20.0,<0.21.0", "new")]
 
 
@@ -199,7 +199,7 @@ def test_releases_past_the_index_are_repackagings_in_native_mode() -> None:
     for release in seams.TESTED_RELEASES:
         row = seams.select_row("compression", parse_version(release))
         assert row is not None
-        assert (row.behaviour["strategy"] == Strategy.HOST_NATIVE) == (parse_version(release) >= (0, 20, 0))
+        assert (row.behaviour.strategy == Strategy.HOST_NATIVE) == (parse_version(release) >= (0, 20, 0))
 
 
 @pytest.mark.parametrize("seam", seams.seam_names())
