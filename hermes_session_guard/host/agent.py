@@ -5,7 +5,6 @@ log tag), memory/engine notifications, its tools and its status channel."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,10 +179,6 @@ def notify_boundary(agent: Any, sid: str) -> None:
             mm.on_session_switch(sid, parent_session_id=sid, reset=False, reason="compression")
         except Exception as exc:
             log.debug("session guard: memory on_session_switch failed: %s", exc)
-
-
-def process_session_env() -> str | None:
-    return os.environ.get("HERMES_SESSION_ID")
 
 
 # Hermes 0.20+ may defer plugin tools behind its tool-search bridge: the agent's tool list

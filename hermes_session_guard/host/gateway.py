@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from ..hostinfo import state_db_path
-from .events import event_inbox_seq
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -87,11 +86,6 @@ def _warn_once(key: str, message: str, *args: Any) -> None:
 
 def adapter_has_pending(adapter: Any, session_key: str) -> bool:
     return session_key in (getattr(adapter, "_pending_messages", None) or {})
-
-
-def adapter_pending_seq(adapter: Any, session_key: str) -> int | None:
-    event = (getattr(adapter, "_pending_messages", None) or {}).get(session_key)
-    return event_inbox_seq(event) if event is not None else None
 
 
 def stage_pending(adapter: Any, session_key: str, event: Any) -> None:

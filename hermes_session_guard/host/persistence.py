@@ -17,9 +17,6 @@ from .reads import live_rows_brief
 
 log = logging.getLogger("hermes_session_guard")
 
-FLUSH_CURSORS = ("index", "identity", "marker")
-
-
 def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
     """Copies of ``messages`` whose timestamps keep them, in order, before anything
     the turn appends afterwards, for hosts that load a transcript ``ORDER BY

@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.host import FLUSH_CURSORS
 from hermes_session_guard.hostinfo import parse_version
-from hermes_session_guard.seam_behaviour import Strategy
+from hermes_session_guard.seam_behaviour import FlushCursor, Strategy
 from hermes_session_guard.seams import table as seams
 
 ROOT = Path(__file__).resolve().parents[2]
 
 ALLOWED = {
     "strategy": set(Strategy),
-    "flush_cursor": set(FLUSH_CURSORS),
+    "flush_cursor": set(FlushCursor),
     "transcript_order": {"id", "timestamp"},
     "lock": {"guard", "native", "host"},
     "lock_failure": {"closed", "open"},
