@@ -3,6 +3,7 @@ re-basing the host's flush cursor so the next turn appends after it."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -16,6 +17,7 @@ from .agent import session_db
 from .reads import live_rows_brief
 
 log = logging.getLogger("hermes_session_guard")
+
 
 def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
     """Copies of ``messages`` whose timestamps keep them, in order, before anything
@@ -159,12 +161,14 @@ def live_brief(agent: Any, sid: str, leave_out_row: int | None = None) -> list[d
     return out
 
 
+@functools.cache
 def _queued_prompt_row() -> Callable[[dict[str, Any]], bool]:
     """Whether a conversation message is the row of a prompt still waiting in a queue: 0.21+'s
     TUI writes a busy prompt's row when it accepts it, marked in ``display_metadata``
     (``hermes_state_common.QUEUED_PROMPT_METADATA_KEY``), and writes it again unmarked when
     the prompt's turn starts; a reopen retires rows still marked (#125577). Never on a
-    release without the mark."""
+    release without the mark. Decided once per process: every turn's live read asks, and
+    Python does not remember a failed import."""
     try:
         from hermes_state_common import QUEUED_PROMPT_METADATA_KEY as mark
     except ImportError:
