@@ -122,15 +122,19 @@ _CLEAN_MAX_CHARS, _CLEAN_MAX_VALUES = 256, 1024
 _clean_values: set[str] = set()
 
 
+def _remember_clean(value: str) -> None:
+    if len(_clean_values) >= _CLEAN_MAX_VALUES:
+        _clean_values.clear()
+    _clean_values.add(value)
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         if value in _clean_values:
             return value
         out = redact_guard_patterns(value)
         if out == value and len(value) <= _CLEAN_MAX_CHARS:
-            if len(_clean_values) >= _CLEAN_MAX_VALUES:
-                _clean_values.clear()
-            _clean_values.add(value)
+            _remember_clean(value)
         return out
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items()}
@@ -176,7 +180,11 @@ class AuditLog:
 
 
 def new_op_id() -> str:
-    return uuid.uuid4().hex[:12]
+    """A fresh operation id: twelve hex digits the guard made, never user text, so the
+    secret net does not scan it (it is on most lines of its operation)."""
+    op_id = uuid.uuid4().hex[:12]
+    _remember_clean(op_id)
+    return op_id
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from typing import Any
 
@@ -180,6 +181,16 @@ class RuleSet:
     rules: tuple[Rule, ...]
     triggers: tuple[str, ...]  # every rule's required substrings
     stats: dict[str, int]
+
+    @cached_property
+    def upper_triggers(self) -> tuple[str, ...]:
+        """The required substrings matched as written (capitals)."""
+        return tuple(t for t in self.triggers if t.isupper())
+
+    @cached_property
+    def lower_triggers(self) -> tuple[str, ...]:
+        """The required substrings matched in any case."""
+        return tuple(t for t in self.triggers if not t.isupper())
 
 
 _state: dict[str, RuleSet | None] = {}
@@ -350,17 +361,30 @@ class Occurrences:
         self.low = _lower(text)
         self._counts: dict[str, int] = {}
         self._positions: dict[str, list[int]] = {}
+        self._hits: dict[int, frozenset[str]] = {}
 
     def _where(self, trigger: str) -> str:
         return self.text if trigger.isupper() else self.low
 
+    def occurring(self, rs: RuleSet) -> frozenset[str]:
+        """Which of ``rs``'s required substrings occur: counted in one pass over the list
+        (kept for :meth:`count`), so a rule none of whose substrings occur costs one set test."""
+        hits = self._hits.get(id(rs))
+        if hits is None:
+            text, low, counts = self.text, self.low, self._counts
+            counts.update({t: low.count(t) for t in rs.lower_triggers if t not in counts})
+            counts.update({t: text.count(t) for t in rs.upper_triggers if t not in counts})
+            hits = self._hits[id(rs)] = frozenset(t for t in rs.triggers if counts[t])
+        return hits
+
     def count(self, triggers: tuple[str, ...]) -> int:
         """How many times ``triggers`` occur in all (an upper bound when they overlap)."""
+        counts = self._counts
         total = 0
         for t in triggers:
-            n = self._counts.get(t)
+            n = counts.get(t)
             if n is None:
-                n = self._counts[t] = self._where(t).count(t)
+                n = counts[t] = (self.text if t.isupper() else self.low).count(t)
             total += n
         return total
 
@@ -386,7 +410,9 @@ class Occurrences:
 
     def sorted_of(self, triggers: tuple[str, ...]) -> list[int]:
         """Every position of ``triggers``, sorted, each once."""
-        lists = [found for found in (self.of(t) for t in triggers if self.count((t,))) if found]
+        self.count(triggers)
+        counts = self._counts
+        lists = [found for found in (self.of(t) for t in triggers if counts[t]) if found]
         if len(lists) == 1:
             return lists[0]  # sorted, each once
         return sorted({p for found in lists for p in found})
@@ -471,7 +497,10 @@ def find_spans(text: str, rs: RuleSet, found: Occurrences | None = None) -> list
         found = Occurrences(text)
     spans: list[tuple[int, int]] = []
     required_found: dict[tuple[str, int, int], bool] = {}  # (required pattern, window) -> found
+    hits = found.occurring(rs)
     for rule in rs.rules:
+        if rule.triggers and hits.isdisjoint(rule.triggers):
+            continue
         if rule.anchored:
             spans += _anchored_spans(rule, found)
             continue
