@@ -61,9 +61,26 @@ def _keyed(x: Sequence[Any] | Keyed) -> Keyed:
     return x if isinstance(x, Keyed) else Keyed(x)
 
 
+_DIGEST_FORM = "k2:"  # block_digest's form; a record without it was written by an earlier guard (JSON of the keys)
+
+
 def block_digest(keys: Sequence[Key]) -> str:
+    """A digest of the keys: each key's role, tool call id and text, each after its length
+    (so no two key lists give one byte stream), hashed one message at a time."""
+    h = hashlib.sha256()
+    for role, text, call in keys:
+        h.update(f"{len(role)}:{role}{len(call)}:{call}{len(text)}:".encode("utf-8", "surrogatepass"))
+        h.update(text.encode("utf-8", "surrogatepass"))  # any str (safe_text)
+    return _DIGEST_FORM + h.hexdigest()
+
+
+def digest_matches(keys: Sequence[Key], recorded: str) -> bool:
+    """Whether ``keys`` have the digest ``recorded``, in the form it was recorded in (a
+    generation record written before :func:`block_digest`'s form is read as it was written)."""
+    if recorded.startswith(_DIGEST_FORM):
+        return block_digest(keys) == recorded
     payload = json.dumps(list(keys), ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()  # any str (safe_text)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest() == recorded
 
 
 _MERGEABLE = ("user", "assistant")
@@ -168,7 +185,7 @@ def assess(
     c_keys, l_keys = _keyed(contender).keys, _keyed(live).keys
     if record is not None and len(l_keys) >= record.block_len:
         block = l_keys[: record.block_len]
-        if block_digest(block) == record.block_digest:
+        if digest_matches(block, record.block_digest):
             stale = aligned_prefix(c_keys, block)[1] < len(block)
             return Assessment(stale, "record", record.generation, record.block_len)
     summary_at = [i for i, k in enumerate(l_keys) if is_summary(k[1])]

@@ -7,6 +7,7 @@ from typing import Any
 from hermes_session_guard.contract.generations import (
     assess,
     block_digest,
+    digest_matches,
     foreign_messages,
     genuinely_new,
     keys_of,
@@ -34,6 +35,22 @@ def record(block: list[dict[str, Any]], generation: int = 1) -> GenerationRecord
 
 RAW = msgs(*(f"turn-{i}" for i in range(10)))
 BLOCK = [*RAW[:2], {"role": "user", "content": f"{PREFIX}\nsummary of turns 2-7"}, *RAW[8:]]
+
+
+def test_a_record_of_an_earlier_digest_form_still_matches() -> None:
+    """Generation records written before the length-prefixed digest hold a SHA-256 of the keys'
+    JSON: they are read in that form, so an upgrade never takes a current list for a stale one."""
+    import hashlib
+    import json
+
+    keys = keys_of(BLOCK)
+    legacy = hashlib.sha256(json.dumps(keys, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+    assert digest_matches(keys, legacy) and digest_matches(keys, block_digest(keys))
+    assert not digest_matches(keys[:-1], legacy) and not digest_matches(keys[:-1], block_digest(keys))
+    assert assess(BLOCK, BLOCK, GenerationRecord(SID, 1, len(BLOCK), legacy, "op", None, 0.0), is_summary).basis \
+        == "record"
+    # no two key lists give one byte stream: a role, call id or text boundary moved is another digest
+    assert block_digest([("user", "ab", "")]) != block_digest([("user", "a", "b")])
 
 
 def test_message_key_survives_a_database_round_trip() -> None:
