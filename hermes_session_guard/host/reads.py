@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -43,7 +44,13 @@ _readers: dict[Path, _ReadOnly] = {}
 _readers_lock = threading.Lock()
 
 
+_named: dict[str, _ReadOnly] = {}  # an absolute path as callers give it -> its reader (resolve costs syscalls)
+
+
 def _read_only(db_path: Path) -> _ReadOnly:
+    reader = _named.get(os.fspath(db_path))
+    if reader is not None:
+        return reader
     key = Path(db_path).resolve()
     with _readers_lock:
         reader = _readers.get(key)
@@ -51,6 +58,8 @@ def _read_only(db_path: Path) -> _ReadOnly:
             if not key.exists():
                 raise sqlite3.OperationalError(f"no database at {key}")
             reader = _readers[key] = _ReadOnly(key)
+        if os.path.isabs(db_path):  # a relative name follows the working directory
+            _named[os.fspath(db_path)] = reader
         return reader
 
 
@@ -59,6 +68,7 @@ def close_readers() -> None:
         for reader in _readers.values():
             reader.conn.close()
         _readers.clear()
+        _named.clear()
 
 
 def compression_ancestors(db_path: Path, sid: str, limit: int = 64) -> list[str]:
@@ -166,13 +176,20 @@ def live_row_ranges(db_path: Path, sid: str) -> list[tuple[int, int]]:
     try:
         conn = _read_only(db_path)
         try:
-            ids = [int(r[0]) for r in conn.execute(
-                "SELECT id FROM messages WHERE session_id = ? AND active = 1 ORDER BY id", (sid,)).fetchall()]
+            # sorted here: without ORDER BY, SQLite reads the (session_id, active) index alone
+            # (0.18.2+) instead of each row, whose ``active`` lies after its content
+            ids = sorted(int(r[0]) for r in conn.execute(
+                "SELECT id FROM messages WHERE session_id = ? AND active = 1", (sid,)).fetchall())
         finally:
             conn.close()
     except sqlite3.Error as exc:
         log.debug("session guard: reading the live rows failed: %s", exc)
         return []
+    return runs_of(ids)
+
+
+def runs_of(ids: list[int]) -> list[tuple[int, int]]:
+    """Ascending row ids as inclusive ``(first, last)`` runs of consecutive ids."""
     runs: list[tuple[int, int]] = []
     for row_id in ids:
         if runs and row_id == runs[-1][1] + 1:
@@ -196,9 +213,9 @@ def live_rows_brief(db_path: Path, sid: str, leave_out: tuple[str, ...]) -> list
             meta = "display_metadata" if "display_metadata" in cols else "NULL"
             live = "AND active = 1" if "active" in cols else ""  # 0.13-0.17 keep no inactive rows
             marks = ",".join("?" for _ in leave_out) or "''"
-            return list(conn.execute(
+            return sorted(conn.execute(  # by id: see live_row_ranges
                 f"SELECT id, role, content, tool_call_id, {meta} FROM messages WHERE session_id = ? {live} "
-                f"AND role NOT IN ({marks}) ORDER BY id", (sid, *leave_out)).fetchall())
+                f"AND role NOT IN ({marks})", (sid, *leave_out)).fetchall())
         finally:
             conn.close()
     except sqlite3.Error as exc:
