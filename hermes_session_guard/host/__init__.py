@@ -146,6 +146,7 @@ from .reads import (
     live_row_ranges,
     referenced_messages,
     rows_by_runs,
+    runs_of,
     stored_message,
     stored_messages,
     stored_turns,

@@ -129,14 +129,16 @@ def live_transcript(agent: Any, sid: str, leave_out_row: int | None = None) -> l
                                                              or queued(m)))]
 
 
-def live_brief(agent: Any, sid: str, leave_out_row: int | None = None) -> list[dict[str, Any]] | None:
+def live_brief(agent: Any, sid: str, leave_out_row: int | None = None,
+               include_row_ids: bool = False) -> list[dict[str, Any]] | None:
     """The messages :func:`live_transcript` gives, each reduced to ``role``, ``content`` and
     ``tool_call_id`` as stored, read straight from state.db: enough to compare by key
     (``contract.generations.message_key``) at a fraction of the cost of Hermes's loader on a
     long session. Only a positive answer may be taken from it ("these are the messages the
     agent holds"): a row Hermes's loader reads differently (decoded content) keys
     differently here, so a difference means "read :func:`live_transcript`". None when the
-    read fails or a display marker cannot be decoded."""
+    read fails or a display marker cannot be decoded. ``include_row_ids``: each message also
+    has its row's id under ``_row_id``, as Hermes's loader gives it."""
     db = session_db(agent)
     if db is None:
         return []
@@ -150,6 +152,8 @@ def live_brief(agent: Any, sid: str, leave_out_row: int | None = None) -> list[d
         if row_id == leave_out_row:
             continue
         message = {"role": role, "content": content, "tool_call_id": call}
+        if include_row_ids:
+            message["_row_id"] = row_id
         if meta:
             try:
                 message["display_metadata"] = json.loads(meta)

@@ -121,7 +121,7 @@ from ..locks.session_lock import (
 )
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
-from ..store import SnapshotGone, SnapshotInfo, message_text, text_hash
+from ..store import SnapshotGone, SnapshotInfo, content_digest, message_text, text_hash
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -302,6 +302,9 @@ class _Operation:
         # 0.18.2-0.19: the live row ids read just before the generation check's read of the
         # live transcript (None when that check did not run or failed).
         self.live_ids: list[tuple[int, int]] | None = None
+        # The row count and content digest of the rows ``live_ids`` names, as the generation
+        # check read them (a reference to those same rows need not read them again).
+        self.live_digest: tuple[int, str] | None = None
         self._mine: Keyed | None = None
 
     # -- audit ----------------------------------------------------------------------
@@ -874,7 +877,7 @@ class _Operation:
         return self.store.write_snapshot_reference(
             snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
             host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
-            matching=matching,
+            matching=matching, read=self.live_digest if runs == self.live_ids else None,
         )
 
     def write_snapshot(self, snapshot_id: str, created_at: float) -> None:
@@ -922,12 +925,13 @@ class _Operation:
         The live read is a second copy of every text of the transcript; it ends with
         this call, before the long summary call during which many sessions may be
         compressing at once (13 sessions of 48 messages: ~6 MB less at the peak)."""
+        self.live_digest = None
         if host.session_db(self.agent) is None:
             return [], None
         try:
             ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy in IN_PLACE_STRATEGIES else None
             mine = self.mine()
-            if self.holds_live(mine):  # the live rows are this list's own, in order: nothing foreign, not behind
+            if self.holds_live(mine, ids):  # the live rows are this list's own, in order: nothing foreign, not behind
                 self.live_ids = ids
                 return [], None
             live = Keyed(host.live_transcript(self.agent, self.sid))
@@ -942,13 +946,18 @@ class _Operation:
             return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
         return foreign, None
 
-    def holds_live(self, mine: Keyed) -> bool:
+    def holds_live(self, mine: Keyed, ids: list[tuple[int, int]] | None = None) -> bool:
         """The session's live rows, as stored, are the first messages of ``mine`` (by key):
         then no other writer stored a turn this list lacks and the list does not predate a
         compaction, and Hermes's loader need not read the transcript (host.live_brief). Any
         difference, or a failed read, says no: the caller reads the transcript."""
-        brief = host.live_brief(self.agent, self.sid)
-        return brief is not None and len(brief) <= len(mine.keys) and keys_of(brief) == mine.keys[:len(brief)]
+        brief = host.live_brief(self.agent, self.sid, include_row_ids=True)
+        if brief is None or len(brief) > len(mine.keys) or keys_of(brief) != mine.keys[:len(brief)]:
+            return False
+        if ids and host.runs_of([m["_row_id"] for m in brief]) == ids:
+            # the brief read is every row ``ids`` names: their digest, for a reference to them
+            self.live_digest = (len(brief), content_digest(brief))
+        return True
 
     def stale_under_host_lock(self) -> bool:
         """Native mode, asked by the engine shim once Hermes holds its lease: does the list

@@ -207,22 +207,27 @@ class SnapshotRepository(RecallIndexRepository):
         host_mode: str | None = None,
         created_at: float | None = None,
         matching: list[Any] | None = None,
+        read: tuple[int, str] | None = None,
     ) -> SnapshotInfo | None:
         """Record a snapshot that names Hermes's own rows ``row_runs`` of ``session_id``
-        (read now, to count and digest them) instead of copying them. With ``matching``
-        (the transcript the compaction replaces) nothing is written, and None returned,
-        unless those rows hold exactly these messages (roles and texts, in order): the
-        caller then stores a copy."""
-        messages = self._archived(session_id, row_runs)
-        digest = content_digest(messages)
-        if matching is not None and (len(matching) != len(messages) or not all(isinstance(m, dict) for m in matching)
+        (read now, to count and digest them, unless ``read`` gives their count and
+        :func:`content_digest` as the caller just read them) instead of copying them. With
+        ``matching`` (the transcript the compaction replaces) nothing is written, and None
+        returned, unless those rows hold exactly these messages (roles and texts, in
+        order): the caller then stores a copy."""
+        if read is None:
+            messages = self._archived(session_id, row_runs)
+            count, digest = len(messages), content_digest(messages)
+        else:
+            count, digest = read
+        if matching is not None and (len(matching) != count or not all(isinstance(m, dict) for m in matching)
                                      or content_digest(matching) != digest):
             return None
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
             snapshot_id=snapshot_id, session_id=session_id, op_id=op_id,
-            created_at=time.time() if created_at is None else created_at, message_count=len(messages),
-            first_turn=first, last_turn=first + len(messages) - 1, reason="compression",
+            created_at=time.time() if created_at is None else created_at, message_count=count,
+            first_turn=first, last_turn=first + count - 1, reason="compression",
             host_version=host_version, host_mode=host_mode,
         )
         with self.transaction() as conn:
@@ -236,7 +241,7 @@ class SnapshotRepository(RecallIndexRepository):
             conn.execute(
                 "INSERT INTO session_guard_snapshot_refs(snapshot_id, session_id, row_ranges, row_count,"
                 " content_digest) VALUES (?,?,?,?,?)",
-                (snapshot_id, session_id, format_runs(row_runs), len(messages), digest),
+                (snapshot_id, session_id, format_runs(row_runs), count, digest),
             )
         return info
 

@@ -47,3 +47,16 @@ def test_rows_that_do_not_hold_the_list_write_nothing(store: GuardStore, matchin
     assert _write(store, "S.snapshot.2", matching) is None
     assert not store.snapshot_exists("S.snapshot.2")
     assert store.list_snapshots("S") == []
+
+
+def test_rows_read_by_the_caller_are_not_read_again(store: GuardStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read``: the count and digest of the rows as the caller just read them; the reference
+    records those, and a later read of changed rows says so."""
+    monkeypatch.setattr(snapshots_mod, "_archived_reader", lambda *_a: pytest.fail("the rows were read again"))
+    info = store.write_snapshot_reference(snapshot_id="S.snapshot.3", session_id="S", row_runs=[(1, 2)],
+                                          read=(2, snapshots_mod.content_digest([{"role": "user", "content": "x"},
+                                                                                ROWS[1]])))
+    assert info is not None and info.message_count == 2
+    monkeypatch.setattr(snapshots_mod, "_archived_reader", lambda _db, _sid, _runs: [dict(r) for r in ROWS])
+    with pytest.raises(snapshots_mod.SnapshotGone, match="changed content"):
+        store.referenced_messages("S.snapshot.3")
