@@ -2,7 +2,7 @@
 """Guarded vs unguarded time and bytes written of one compression, side by side in one process.
 
     python scripts/bench_compression.py [--pairs 20] [--messages 48 200:2000 1000:2000] [--latency S]
-                                        [--mode rotate]
+                                        [--mode rotate] [--own]
 
 Run it with the Python of an environment that has hermes-agent and this package
 installed (e.g. ``.venvs/hermes-0.19.0/bin/python``). Each pair compresses a fresh
@@ -19,6 +19,9 @@ page cache for a file, the WAL and state.db alike) from a checkpointed state.db 
 checkpoint after the compression, so each side pays for the pages its writes reach in
 state.db itself. Printed as the median and minimum per side; ``n/a`` elsewhere. No
 assertion: the targets are read off the output (docs/performance.md).
+
+``--own``: also the guard's own CPU time per guarded compression, told apart from
+Hermes's inside the same call (``guard_clock.py``): not a difference of two noisy runs.
 """
 
 from __future__ import annotations
@@ -45,11 +48,13 @@ def main() -> int:
     parser.add_argument("--mode", choices=("rotate", "in_place", "default"), default="rotate",
                         help="compression.in_place for the unguarded host (0.18.2+; the guard keeps the id either "
                              "way): rotate (false), in_place (true) or Hermes's default")
+    parser.add_argument("--own", action="store_true", help="also the guard's own CPU time per compression")
     args = parser.parse_args()
 
     import logging
 
     logging.disable(logging.WARNING)
+    from guard_clock import GUARD, OwnClock, instrument
     from machine_info import checkpoint, describe, load_average, write_bytes
 
     import hermes_session_guard
@@ -57,6 +62,11 @@ def main() -> int:
     from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
     print(describe())
+    clock = OwnClock() if args.own else None
+    if clock is not None:
+        from hermes_session_guard.hostinfo import installed_version
+
+        instrument(clock, installed_version() or "0")
     home = Path(os.environ["HERMES_HOME"])
     with FakeLLMServer(latency=args.latency) as llm:
         in_place = {"rotate": False, "in_place": True, "default": None}[args.mode]
@@ -68,7 +78,10 @@ def main() -> int:
             chars = {"chars": int(chars_text)} if chars_text else {} if args.chars is None else {"chars": args.chars}
             base = probe.seed_messages(n, **chars)
 
-            def one(sid: str, with_guard: bool, base: list[dict] = base) -> tuple[float, float, int | None]:
+            own: list[float] = []
+
+            def one(sid: str, with_guard: bool, base: list[dict] = base,
+                    own: list[float] = own) -> tuple[float, float, int | None]:
                 if with_guard:
                     hermes_session_guard.install()
                 else:
@@ -79,9 +92,15 @@ def main() -> int:
                 probe.mark_flushed(agent, messages)
                 checkpoint(home / "state.db")
                 written = write_bytes()
+                compress = agent._compress_context
+                if clock is not None and with_guard:
+                    compress = clock.timed(GUARD, compress)
+                    clock.take()
                 cpu, started = time.process_time(), time.perf_counter()
-                out, _ = agent._compress_context(messages, "You are a benchmark agent.", approx_tokens=150_000)
+                out, _ = compress(messages, "You are a benchmark agent.", approx_tokens=150_000)
                 elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+                if clock is not None and with_guard:
+                    own.append(clock.take()[GUARD])
                 checkpoint(home / "state.db")
                 after = write_bytes()
                 assert len(out) < len(messages), "compression made no progress"
@@ -93,11 +112,16 @@ def main() -> int:
                 order = (True, False) if i % 2 == 0 else (False, True)
                 times = {flag: one(f"bench_{n}_{i}_{int(flag)}", flag) for flag in order}
                 if i == 0:
+                    own.clear()
                     continue  # first pair pays for imports and caches
                 guarded.append(times[True])
                 plain.append(times[False])
             report(f"{n} x {chars.get('chars', probe.MESSAGE_CHARS):,} chars", args.latency, guarded, plain,
                    args.mode)
+            if own:
+                q = statistics.quantiles(own, n=4)
+                print(f"  guard's own cpu: median {statistics.median(own) * 1000:.1f} ms per compression (p25 "
+                      f"{q[0] * 1000:.1f}, p75 {q[2] * 1000:.1f}, min {min(own) * 1000:.1f}; guard_clock.py)")
         hermes_session_guard.uninstall()
     print(f"load average after: {load_average()}")
     return 0

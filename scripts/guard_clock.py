@@ -1,0 +1,78 @@
+"""The guard's own CPU time in a guarded compression, told apart from Hermes's.
+
+Thread CPU time is charged to the innermost instrumented frame: the guarded call and
+the guard's context-engine shim are the guard's; the compression function the guard
+wraps (from the seam table), the context engine's own ``compress`` and the system
+prompt builder are Hermes's. What the guard's other wrappers do inside Hermes's call
+(a few attribute reads) counts as Hermes's. Used by ``bench_compression.py --own``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+GUARD, HOST = "guard", "host"
+
+
+class OwnClock:
+    def __init__(self) -> None:
+        self.totals = {GUARD: 0.0, HOST: 0.0}
+        self._local = threading.local()
+
+    def timed(self, kind: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def clocked(*args: Any, **kwargs: Any) -> Any:
+            stack = self._local.__dict__.setdefault("stack", [])
+            stack.append(0.0)  # the time of instrumented frames inside this one
+            started = time.thread_time()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                inclusive = time.thread_time() - started
+                inner = stack.pop()
+                self.totals[kind] += inclusive - inner
+                if stack:
+                    stack[-1] += inclusive
+        return clocked
+
+    def take(self) -> dict[str, float]:
+        out, self.totals = self.totals, {GUARD: 0.0, HOST: 0.0}
+        return out
+
+
+def _replace(target: str, wrap: Callable[[Any], Any]) -> None:
+    module, _, attribute = target.partition(":")
+    owner: Any = importlib.import_module(module)
+    *path, name = attribute.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    setattr(owner, name, wrap(getattr(owner, name)))
+
+
+def instrument(clock: OwnClock, version: str) -> None:
+    """Before the guard is installed: Hermes's functions the guard will wrap, timed as Hermes's."""
+    from hermes_session_guard.host import engine_shim
+    from hermes_session_guard.hostinfo import parse_version
+    from hermes_session_guard.seams.table import select_row
+
+    for seam in ("compression", "system_prompt"):
+        row = select_row(seam, parse_version(version))
+        if row is not None:
+            _replace(row.target, functools.partial(clock.timed, HOST))
+    compressor = importlib.import_module("agent.context_compressor").ContextCompressor
+    compressor.compress = clock.timed(HOST, compressor.compress)
+    make = engine_shim._make_engine_shim
+
+    def make_shim(cls: Any) -> Any:
+        shim = make(cls)
+        clocked = clock.timed(GUARD, shim)
+        clocked.__signature__ = shim.__signature__  # type: ignore[attr-defined]
+        clocked.__session_guard_shim__ = True  # type: ignore[attr-defined]
+        return clocked
+
+    engine_shim._make_engine_shim = make_shim
