@@ -120,6 +120,7 @@ def _to_stdlib(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str
 # every line of an operation): not scanned again. Only clean values are kept, a bounded number.
 _CLEAN_MAX_CHARS, _CLEAN_MAX_VALUES = 256, 1024
 _clean_values: set[str] = set()
+_ID_KEYS = ("_id", "holder")
 
 
 def _remember_clean(value: str) -> None:
@@ -145,10 +146,14 @@ def _scrub(value: Any) -> Any:
 
 def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
     """Events carry ids, counts, lengths, hashes and reasons, never user text; as a
-    last net every string value (an exception message quoting a value, a path) goes
-    through the guard's secret rules before it is written or logged."""
+    last net every other string value (an exception message quoting a value, a path)
+    goes through the guard's secret rules before it is written or logged. An id (a key
+    ending in ``_id`` or ``holder``: session, op, snapshot and lock holder ids, made by
+    Hermes or the guard) is written as it is: new ones come with every operation, and
+    scanning each costs more than the rest of the line."""
     try:
-        return {k: v if k in ("event", "ts") else _scrub(v) for k, v in event_dict.items()}
+        return {k: v if k in ("event", "ts") or (k.endswith(_ID_KEYS) and isinstance(v, str)) else _scrub(v)
+                for k, v in event_dict.items()}
     except Exception:  # never lose the event over the net
         return event_dict
 
@@ -180,11 +185,7 @@ class AuditLog:
 
 
 def new_op_id() -> str:
-    """A fresh operation id: twelve hex digits the guard made, never user text, so the
-    secret net does not scan it (it is on most lines of its operation)."""
-    op_id = uuid.uuid4().hex[:12]
-    _remember_clean(op_id)
-    return op_id
+    return uuid.uuid4().hex[:12]
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
