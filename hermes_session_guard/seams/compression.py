@@ -295,6 +295,7 @@ class _Operation:
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
         self.referenced: list[tuple[int, int]] = []
         self.engine_returned_at: float | None = None  # wall clock: Hermes's context engine returned
+        self.lock_acquired_at: float | None = None  # wall clock: the guard's lock taken (recorded with the next)
         self.summary_started_at: float | None = None  # wall clock: Hermes's compression called
         self.summary_ended_at: float | None = None
         self.error_type: str | None = None  # the exception class that failed it, if one did
@@ -305,6 +306,7 @@ class _Operation:
         # The row count and content digest of the rows ``live_ids`` names, as the generation
         # check read them (a reference to those same rows need not read them again).
         self.live_digest: tuple[int, str] | None = None
+        self.live_is_before = False  # ... and those rows hold exactly ``before`` (roles and texts)
         self._mine: Keyed | None = None
 
     # -- audit ----------------------------------------------------------------------
@@ -443,6 +445,8 @@ class _Operation:
             if not self.end_emitted:  # an error the steps below did not turn into an outcome
                 self.emit(self.outcome("failed", "the compaction ended without recording an outcome"))
             self.runtime.compressing.end(self.sid, self.op_id)
+            if self.lock_acquired_at and self.summary_started_at is None:  # ended before the summary: not written yet
+                self.record_phase(self.store.mark_compression_steps, self.op_id, lock_acquired_at=self.lock_acquired_at)
             last = self.last
             self.record_phase(
                 self.store.set_compression_phase, self.op_id, last.status if last else "failed",
@@ -513,8 +517,8 @@ class _Operation:
                 holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
             )
         self.grant = taken
-        if taken is not None:
-            self.record_phase(self.store.mark_compression_step, self.op_id, "lock_acquired_at")
+        if taken is not None:  # written with the summary's start, moments later (one write)
+            self.lock_acquired_at = time.time()
         self.lock_fields = (
             {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
              "waited_for": taken.waited_for}
@@ -606,8 +610,8 @@ class _Operation:
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
         self.summary_started_at = time.time()
-        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_started_at",
-                          self.summary_started_at)
+        self.record_phase(self.store.mark_compression_steps, self.op_id, summary_started_at=self.summary_started_at,
+                          **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {}))
         try:
             stale = self.stale_under_host_lock if strategy == Strategy.HOST_NATIVE else None
             with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
@@ -642,8 +646,7 @@ class _Operation:
         """When the summary call ended: its context engine returned (seen by the shim), else
         Hermes's compression call returned. Written once Hermes's own writes are done."""
         self.summary_ended_at = time.time()
-        self.record_phase(self.store.mark_compression_step, self.op_id, "summary_finished_at",
-                          self.engine_returned_at)
+        self.record_phase(self.store.mark_compression_steps, self.op_id, summary_finished_at=self.engine_returned_at)
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, planned_id: str,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
@@ -867,7 +870,9 @@ class _Operation:
         own flows delete archived rows right after an in-place compaction (0.18: ``snapshot:
         copy``). ``runs``: the live row ids read when the engine returned."""
         if self.snapshot_storage == SnapshotStorage.REFERENCE and host.session_db(self.agent) is not None:
-            if runs and self.store_reference(snapshot_id, created_at, runs, matching=self.before) is not None:
+            exact = self.live_is_before and runs == self.live_ids  # compared already: no digest of the list
+            if runs and self.store_reference(snapshot_id, created_at, runs,
+                                             matching=None if exact else self.before) is not None:
                 return
         self.write_snapshot(snapshot_id, created_at)
 
@@ -925,7 +930,7 @@ class _Operation:
         The live read is a second copy of every text of the transcript; it ends with
         this call, before the long summary call during which many sessions may be
         compressing at once (13 sessions of 48 messages: ~6 MB less at the peak)."""
-        self.live_digest = None
+        self.live_digest, self.live_is_before = None, False
         if host.session_db(self.agent) is None:
             return [], None
         try:
@@ -955,8 +960,12 @@ class _Operation:
         if brief is None or len(brief) > len(mine.keys) or keys_of(brief) != mine.keys[:len(brief)]:
             return False
         if ids and host.runs_of([m["_row_id"] for m in brief]) == ids:
-            # the brief read is every row ``ids`` names: their digest, for a reference to them
+            # the brief read is every row ``ids`` names: their digest, for a reference to them,
+            # and whether they hold exactly the list being replaced (roles and texts as stored)
             self.live_digest = (len(brief), content_digest(brief))
+            self.live_is_before = len(brief) == len(self.before) and all(
+                isinstance(m, dict) and m.get("role") == row["role"] and m.get("content") == row["content"]
+                for m, row in zip(self.before, brief, strict=True))
         return True
 
     def stale_under_host_lock(self) -> bool:

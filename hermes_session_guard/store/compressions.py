@@ -31,13 +31,16 @@ class CompressionRepository(StoreConnection):
                 (op_id, session_id, "started", time.time(), messages_before, holder, strategy),
             )
 
-    def mark_compression_step(self, op_id: str, step: str, at: float | None = None) -> None:
-        """Record when ``step`` (one of ``STEP_COLUMNS``) of a running compression happened."""
-        if step not in STEP_COLUMNS:
-            raise ValueError(f"unknown compression step {step!r}")
+    def mark_compression_steps(self, op_id: str, **steps: float | None) -> None:
+        """Record when ``steps`` (``STEP_COLUMNS``: their times, None for now) of a running
+        compression happened, in one write."""
+        unknown = sorted(set(steps) - set(STEP_COLUMNS))
+        if unknown or not steps:
+            raise ValueError(f"unknown compression step(s) {unknown!r}; known: {', '.join(STEP_COLUMNS)}")
+        now = time.time()
         with self.transaction() as conn:
-            conn.execute(f"UPDATE session_guard_compressions SET {step} = ? WHERE op_id = ?",
-                         (time.time() if at is None else at, op_id))
+            conn.execute(f"UPDATE session_guard_compressions SET {', '.join(f'{k} = ?' for k in steps)}"
+                         " WHERE op_id = ?", (*(now if at is None else at for at in steps.values()), op_id))
 
     def unfinished_compressions(self, session_id: str) -> list[tuple[str, str | None]]:
         """(op id, holder) of each compression of ``session_id`` still in phase ``started``."""

@@ -148,6 +148,8 @@ def test_adopted(runtime: Runtime, db: Any) -> None:
     row = _assert_ended(runtime, store, "adopted")
     assert row["messages_after"] == len(out) + 1
     assert [r["phase"] for r in store.compressions("S1")] == ["done", "adopted"]
+    # it took the lock and ended before any summary: the lock time is still recorded (status's lock wait)
+    assert row["summary_started_at"] is None and row["started_at"] <= row["lock_acquired_at"] <= row["finished_at"]
 
 
 def test_a_phase_write_failure_does_not_fail_the_compression(

@@ -179,13 +179,13 @@ def test_status_session_lists_each_compaction(home: HermesLikeHome, monkeypatch:
     store = GuardStore(home.db_path)
     store.begin_compression("op-done", "s1", 12, holder=holder_id("op-done"), strategy="detach_db")
     for step in ("lock_acquired_at", "summary_started_at", "summary_finished_at"):
-        store.mark_compression_step("op-done", step)
+        store.mark_compression_steps("op-done", **{step: None})
     store.set_compression_phase("op-done", "done", snapshot_id="s1.snapshot.1", messages_after=4, summary_chars=321,
                                 finished=True)
     store.begin_compression("op-failed", "s1", 14, holder=holder_id("op-failed"), strategy="detach_db")
     store.set_compression_phase("op-failed", "failed", detail="summary model: HTTP 500", finished=True)
     store.begin_compression("op-killed", "s1", 15, holder=_gone_holder(), strategy="detach_db")
-    store.mark_compression_step("op-killed", "summary_started_at")
+    store.mark_compression_steps("op-killed", summary_started_at=None)
     store.begin_compression("op-running", "s1", 16, holder=holder_id("op-running"), strategy="detach_db")
     store.begin_compression("op-other", "s2", 3)
     store.close()
@@ -225,7 +225,7 @@ def test_an_earlier_layout_gains_the_phase_columns(tmp_path: Path) -> None:
     conn.close()
     store = GuardStore(db)
     store.begin_compression("new", "s", 3, holder="pid=1", strategy="host_native")
-    store.mark_compression_step("new", "summary_started_at", 5.0)
+    store.mark_compression_steps("new", summary_started_at=5.0)
     rows = {r["op_id"]: r for r in store.compressions("s")}
     store.close()
     assert rows["old"]["phase"] == "done" and rows["old"]["strategy"] is None
