@@ -1,4 +1,4 @@
-"""The public install()/uninstall() pair on the real host, and a Hermes release the
+"""The public install()/uninstall() pair on the real host, in every import ordering, and a Hermes release the
 seam table does not know (a faked version string, with and without host attributes)."""
 
 from __future__ import annotations
@@ -136,3 +136,126 @@ def test_a_newer_release_gets_only_observe_seams_and_compaction_stays_hermes_s(
             assert not hasattr(target, "__wrapped__")  # Hermes's own compression, unwrapped
         finally:
             hermes_session_guard.uninstall()
+
+
+# -- import orderings, each in a fresh interpreter --------------------------------------
+_ORDERING = r'''
+import json, sys
+
+import wrapt
+
+ordering = sys.argv[1]
+
+
+def install():
+    import hermes_session_guard
+    return hermes_session_guard.install()
+
+
+def uninstall():
+    import hermes_session_guard
+    hermes_session_guard.uninstall()
+
+
+class _MidImport:
+    """Installs the guard while ``run_agent`` is half imported (in sys.modules, no AIAgent yet)."""
+    fired = False
+
+    def find_spec(self, name, path=None, target=None):
+        module = sys.modules.get("run_agent")
+        if not self.fired and module is not None and not hasattr(module, "AIAgent"):
+            self.fired = True
+            install()
+        return None
+
+
+if ordering == "install, import":
+    install()
+    import run_agent
+elif ordering == "import, install":
+    import run_agent
+    install()
+elif ordering == "half-imported run_agent":
+    hook = _MidImport()
+    sys.meta_path.insert(0, hook)
+    import run_agent
+    assert hook.fired, "run_agent imported nothing while half imported"
+    # its rows were pending until the import finished: patched at the next import or by the
+    # guard's watcher within milliseconds (seams/apply.py); wait for that, not for a time
+    import time
+    import hermes_session_guard
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and {s.state for s in hermes_session_guard.current_runtime().seams
+                                           if s.name == "compression"} != {"patched"}:
+        time.sleep(0.005)
+elif ordering == "install, uninstall, install":
+    import run_agent
+    install()
+    uninstall()
+    install()
+elif ordering == "install, uninstall":
+    import run_agent
+    install()
+    uninstall()
+
+from hermes_session_guard.hostinfo import installed_version, parse_version
+from hermes_session_guard.seams import apply, table
+
+host = parse_version(installed_version())
+depths = {}
+for row in table.SEAMS:  # every target's module imported now (Hermes's threads import some at their own pace)
+    if row.wrapper is None or not row.covers(host):
+        continue
+    try:
+        parent, name, obj = apply._resolve(row.module, row.attribute)
+    except (ImportError, AttributeError, NameError):
+        continue
+    if isinstance(parent, type):
+        if name not in parent.__dict__:  # inherited: wrapped on its owner, another row's target
+            continue
+        obj = parent.__dict__[name]
+    depth = 0
+    while isinstance(obj, wrapt.FunctionWrapper):
+        depth, obj = depth + 1, obj.__wrapped__
+    depths[row.target] = depth
+import hermes_session_guard
+runtime = hermes_session_guard.current_runtime()
+states = {s.name: s.state for s in runtime.seams} if runtime is not None else {}
+with open(sys.argv[2], "w", encoding="utf-8") as out:  # not stdout: a TUI module may take it over
+    json.dump({"depths": depths, "compression": states.get("compression")}, out)
+'''
+
+
+def _ordering(ordering: str, home: Path) -> dict[str, Any]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HERMES_HOME": str(home)}
+    env.pop("HERMES_SESSION_ID", None)
+    result = home / "ordering.json"
+    done = subprocess.run([sys.executable, "-c", _ORDERING, ordering, str(result)], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(result.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("ordering", ["install, import", "half-imported run_agent", "install, uninstall, install"])
+def test_every_import_ordering_patches_the_same_targets_once(home: Path, ordering: str) -> None:
+    """ddtrace-style orderings in fresh interpreters: the guard installed before Hermes is
+    imported, while ``run_agent`` is half imported, or again after an uninstall wraps the
+    same targets as installing after the import, each exactly once; uninstall leaves none."""
+    baseline = _ordering("import, install", home)
+    assert baseline["compression"] == "patched" and HOST_ROW is not None
+    assert baseline["depths"].get(HOST_ROW.target) == 1
+    assert all(depth >= 1 for depth in baseline["depths"].values()), baseline
+    got = _ordering(ordering, home)
+    differing = {t: (baseline["depths"].get(t), got["depths"].get(t))
+                 for t in baseline["depths"].keys() | got["depths"].keys()
+                 if baseline["depths"].get(t) != got["depths"].get(t)}
+    assert differing == {} and got["compression"] == "patched"
+    removed = _ordering("install, uninstall", home)
+    # an inherited method a row wrapped on the class is gone from it again (inherited once more)
+    assert removed["depths"][HOST_ROW.target] == 0 and set(removed["depths"].values()) == {0}
+    assert removed["depths"].keys() <= baseline["depths"].keys()
