@@ -123,19 +123,15 @@ _clean_values: set[str] = set()
 _ID_KEYS = ("_id", "holder")
 
 
-def _remember_clean(value: str) -> None:
-    if len(_clean_values) >= _CLEAN_MAX_VALUES:
-        _clean_values.clear()
-    _clean_values.add(value)
-
-
 def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         if value in _clean_values:
             return value
         out = redact_guard_patterns(value)
         if out == value and len(value) <= _CLEAN_MAX_CHARS:
-            _remember_clean(value)
+            if len(_clean_values) >= _CLEAN_MAX_VALUES:
+                _clean_values.clear()
+            _clean_values.add(value)
         return out
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items()}

@@ -379,12 +379,11 @@ class Occurrences:
 
     def count(self, triggers: tuple[str, ...]) -> int:
         """How many times ``triggers`` occur in all (an upper bound when they overlap)."""
-        counts = self._counts
         total = 0
         for t in triggers:
-            n = counts.get(t)
+            n = self._counts.get(t)
             if n is None:
-                n = counts[t] = (self.text if t.isupper() else self.low).count(t)
+                n = self._counts[t] = self._where(t).count(t)
             total += n
         return total
 

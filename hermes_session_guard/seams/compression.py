@@ -959,9 +959,11 @@ class _Operation:
         brief = host.live_brief(self.agent, self.sid, include_row_ids=True)
         if brief is None or len(brief) > len(mine.keys) or keys_of(brief) != mine.keys[:len(brief)]:
             return False
-        if ids and host.runs_of([m["_row_id"] for m in brief]) == ids:
-            # the brief read is every row ``ids`` names: their digest, for a reference to them,
-            # and whether they hold exactly the list being replaced (roles and texts as stored)
+        if ids and self.snapshot_storage == SnapshotStorage.REFERENCE \
+                and host.runs_of([m["_row_id"] for m in brief]) == ids:
+            # the brief read is every row ``ids`` names: their digest, for the reference this
+            # compaction writes to them, and whether they hold exactly the list being replaced
+            # (roles and texts as stored); a release that copies (0.18.x) needs neither
             self.live_digest = (len(brief), content_digest(brief))
             self.live_is_before = len(brief) == len(self.before) and all(
                 isinstance(m, dict) and m.get("role") == row["role"] and m.get("content") == row["content"]
