@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +20,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .compression_driver import capture_compression_records
 from .conftest import HOST, HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, HOST_ROW, MODE_PARAMS, new_agent
+from .waiting import parked_in, place, wait_for
 
 # The lease the guard holds (the seam table's lock): Hermes's compression_locks from 0.16.
 NATIVE_LOCK = HOST_ROW is not None and HOST_ROW.behaviour.lock == "native"
@@ -126,25 +125,12 @@ def _outcomes(runtime: Any) -> list[dict[str, Any]]:
     return [evs[-1] for evs in _ops(runtime).values() if evs[-1]["event"] != "compression.started"]
 
 
+# Where a compression waits while another holds the session's lock (in-process wait or lease poll).
+_LOCK_WAIT = [place("acquire", "locks", "session_lock.py")]
+
+
 def _parked_on_lock(thread: threading.Thread) -> bool:
-    """``thread`` is inside the guard's compression lock acquire (in-process wait or lease
-    poll): while another compression holds the session's lock, it waits there."""
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "acquire" and code.co_filename.endswith(os.path.join("locks", "session_lock.py")):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
+    return parked_in(_LOCK_WAIT, thread)
 
 
 def _texts(rows: list[dict[str, Any]]) -> list[str]:
@@ -211,8 +197,8 @@ def test_concurrent_contender_waits_then_adopts_without_a_second_summary(
     assert llm.summary_started.wait(60), "the first compression never reached the summary call"
     tb, box_b = _in_thread(lambda: _compress(b, list_b))
     # b is parked on the lock while a's summary is in flight
-    assert _wait_for(lambda: len(_ops(guard)) == 2)
-    assert _wait_for(lambda: _parked_on_lock(tb)), "the contender never reached the compression lock"
+    assert wait_for(lambda: len(_ops(guard)) == 2)
+    assert wait_for(lambda: _parked_on_lock(tb)), "the contender never reached the compression lock"
     assert _outcomes(guard) == [] and len(llm.summary_requests()) == 1
     gate.set()
     ta.join(30)
@@ -472,7 +458,7 @@ def _two_agents_at_once(db: Any, dbs: Any, llm: FakeLLMServer, mode: str) -> tup
     contender = runs[1][0]
     # b is in flight too: at its own summary call (unguarded, no lock), parked on the guard's
     # lock, or already turned away by Hermes's lock (0.20+, which does not wait)
-    assert _wait_for(lambda: len(llm.summary_requests()) >= 2 or _parked_on_lock(contender)
+    assert wait_for(lambda: len(llm.summary_requests()) >= 2 or _parked_on_lock(contender)
                      or not contender.is_alive()), "the second compression never got under way"
     gate.set()
     for t, _ in runs:

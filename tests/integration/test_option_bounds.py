@@ -44,8 +44,8 @@ from .test_one_compression_per_session import (
     _in_thread,
     _ops,
     _outcomes,
-    _wait_for,
 )
+from .waiting import wait_for
 
 dbs = one.dbs  # fixtures shared with the one-compression tests
 lock_config = one.lock_config
@@ -128,7 +128,7 @@ def test_absurd_wait_under_contention_never_rotates(
     try:
         assert llm.summary_started.wait(10), "the first compression never reached the summary call"
         tb, box_b = _in_thread(lambda: _compress(b, list_b))
-        assert _wait_for(lambda: len(_ops(guard)) == 2)
+        assert wait_for(lambda: len(_ops(guard)) == 2)
         time.sleep(0.3)  # b waits on the lock (or has already skipped, for NaN = no wait)
     finally:
         gate.set()

@@ -6,10 +6,7 @@ read when they resumed the session. Cron never runs a turn on an existing sessio
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ from .api_turns import (
 from .conftest import DEFERS_TO_USAGE
 from .test_turn_order_api import HAS_SESSION_CHAT, HERMES_ORDERS_TURNS
 from .tui_import import tui_resume
+from .waiting import parked_in, place, wait_for
 
 SID = "20260701_130000_entry"
 # Hermes 0.21+'s TUI writes a prompt when it is sent (upstream #111868), so a prompt sent
@@ -91,28 +89,7 @@ def _acp_resume(home: Path) -> Callable[[str], Reply]:
 
 # Where a turn waits for another turn of its session: the guard's turn order (0.13-0.19)
 # or Hermes's durable turn lease (0.20+).
-_TURN_WAITS = {("wait", ("locks", "turn_lock.py")), ("acquire_session_turn_lease", ())}
-
-
-def _waiting_for_its_turn() -> bool:
-    """Some thread is parked where a turn waits for the session's other turn."""
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            code = frame.f_code
-            if any(code.co_name == name and code.co_filename.endswith(os.path.join("", *path))
-                   for name, path in _TURN_WAITS):
-                return True
-            frame = frame.f_back
-    return False
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
+_TURN_WAITS = [place("wait", "locks", "turn_lock.py"), place("acquire_session_turn_lease")]
 
 
 @pytest.fixture
@@ -134,8 +111,8 @@ def _during_compression(llm: FakeLLMServer, srv: ApiServer, entry: Callable[[str
         second, more = send_staggered(entry, sent[1:], gap=0)
         # ordered, the entry's turn parks until the compressing turn ends; unordered, it runs on
         # the history it read: to its answer, or to a compression of its own (held like the first)
-        assert _wait_for(lambda: _waiting_for_its_turn() or not second[0].is_alive()
-                         or len(llm.summary_requests()) > 1), f"the {tag} turn neither waited nor ran"
+        assert wait_for(lambda: parked_in(_TURN_WAITS) or not second[0].is_alive()
+                        or len(llm.summary_requests()) > 1, timeout=60), f"the {tag} turn neither waited nor ran"
         assert second[0].is_alive() or not waits, f"the {tag} turn did not wait for the compressing turn"
     finally:
         gate.set()
