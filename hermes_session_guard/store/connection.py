@@ -7,7 +7,6 @@ import logging
 import sqlite3
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,22 +37,13 @@ def connect(target: Path | str, *, read_only: bool = False, timeout: float = 5.0
     return sqlite3.connect(str(target), timeout=timeout, isolation_level=isolation, check_same_thread=not any_thread)
 
 
-def _use_wal(conn: sqlite3.Connection, timeout: float) -> str:
-    """Switch the file to WAL (a no-op once it is) and return the journal mode it
-    has now. The switch needs the file to itself and SQLite answers "database is
-    locked" at once, without its busy handler, while another connection opens a
-    fresh file at the same moment; so retry within the connection's own timeout."""
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        try:
-            row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            return str(row[0]) if row else ""
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
+def _journal_mode(conn: sqlite3.Connection) -> str:
+    """The journal mode state.db has. Hermes chooses it (WAL on 0.13-0.19; 0.20+ keeps a
+    file in rollback mode where WAL is unsafe: an SQLite with the WAL-reset bug, a network
+    or cross-VM filesystem, ``database.journal_mode: delete``), so the guard reads it and
+    never sets it."""
+    row = conn.execute("PRAGMA journal_mode").fetchone()
+    return str(row[0]).lower() if row and row[0] is not None else ""
 
 
 def _read_only_error(exc: BaseException) -> bool:
@@ -85,7 +75,7 @@ class StoreConnection:
                     pass  # created meanwhile, or not creatable: SQLite says which below
             conn = connect(self.db_path, timeout=self._timeout, autocommit=True, any_thread=True)
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
-            self._wal = _use_wal(conn, self._timeout).lower() == "wal"
+            self._wal = _journal_mode(conn) == "wal"
             if sys.platform != "darwin" and self._wal:
                 # No fsync per commit: leases and generation records are short-lived, and a
                 # snapshot is always committed before the Hermes write that replaces the rows

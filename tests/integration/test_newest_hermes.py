@@ -92,6 +92,26 @@ def test_the_0_19_rows_stop_compaction_here_and_native_mode_does_not(
     assert runtime is not None and runtime.store_for(home / "state.db").list_snapshots(other)
 
 
+def test_state_db_keeps_the_journal_mode_hermes_chose(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
+    """Hermes picks state.db's journal mode (0.20+ refuses WAL on an SQLite with the WAL-reset
+    bug, as this machine's 3.40.1 is, on network filesystems, or when configured): a guarded
+    compaction leaves the file in that mode."""
+    import sqlite3
+
+    def mode() -> str:
+        conn = sqlite3.connect(home / "state.db")
+        try:
+            return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        finally:
+            conn.close()
+
+    chosen = mode()
+    agent, messages, out = _compress(db, llm, SID.replace("n3west", "jmode1"))
+    assert len(out) < len(messages) and agent.session_id == SID.replace("n3west", "jmode1")
+    assert guard.store_for(home / "state.db").list_snapshots(agent.session_id)  # the guard's store wrote
+    assert mode() == chosen
+
+
 def _pair(home: Path, llm: FakeLLMServer, sid: str) -> tuple[list[Any], list[list[Any]]]:
     """Two agents, each on its own connection, that loaded the same 48-message session."""
     seed = probe.open_db(home / "state.db")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +170,19 @@ def test_buffer_options_are_validated() -> None:
         assert [f.key for f in cfg.fallbacks] == [f"session_guard.buffer.{key}"]
 
 
+@pytest.mark.parametrize("journal", ["wal", "delete"])
 def test_the_append_commit_waits_for_the_disk_and_later_changes_do_not(
-    store: GuardStore, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: str
 ) -> None:
     """The receipt promises the message is on disk: its commit runs at synchronous=FULL
-    whatever the connection's own level (NORMAL except on macOS); the later state changes
-    run at NORMAL; the connection goes back to its own level after each."""
+    whatever the connection's own level (in WAL, NORMAL except on macOS); in WAL the later
+    state changes run at NORMAL; the connection goes back to its own level after each. In
+    the rollback journal Hermes 0.20+ chooses where WAL is unsafe, every commit is FULL."""
+    import sqlite3
+
+    with closing(sqlite3.connect(tmp_path / "state.db")) as conn:  # the mode Hermes gave state.db
+        conn.execute(f"PRAGMA journal_mode={journal}")
+    store = GuardStore(tmp_path / "state.db")
     levels: list[int] = []
     real = store.transaction
 
@@ -194,5 +201,9 @@ def test_the_append_commit_waits_for_the_disk_and_later_changes_do_not(
     store.begin_compression("op", "S", 3)  # neither: the connection's own level
     with store.reading() as conn:
         own = conn.execute("PRAGMA synchronous").fetchone()[0]
+    store.close()
+    if journal == "delete":
+        assert own == 2 and levels == [2, 2, 2, 2]
+        return
     assert own == (2 if sys.platform == "darwin" else 1)
     assert levels == [2, 1, 1, own]

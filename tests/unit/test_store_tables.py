@@ -121,3 +121,29 @@ def test_the_check_sees_a_hermes_table() -> None:
     sql = "SELECT id FROM messages WHERE session_id = ?"
     assert [next(g for g in m if g) for m in _TABLE_REF.findall(sql)] == ["messages"]
     assert [w for w in re.findall(r"[A-Za-z_]\w*", sql) if w in HERMES_TABLES] == ["messages"]
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal"])
+def test_the_store_keeps_the_journal_mode_hermes_chose(tmp_path: Path, mode: str) -> None:
+    """Hermes 0.20+ keeps state.db in rollback mode where WAL is unsafe (an SQLite with the
+    WAL-reset bug, a network filesystem, ``database.journal_mode: delete``): the guard's
+    writes and reads leave the file in whatever mode Hermes gave it."""
+    import sqlite3
+
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    assert conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0] == mode
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    store = GuardStore(db)
+    try:
+        store.record_generation("s1", block_len=3, block_digest="d", op_id="op", snapshot_id=None)
+        assert store.generation("s1") is not None
+    finally:
+        store.close()
+    check = sqlite3.connect(db)
+    try:
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == mode
+    finally:
+        check.close()
