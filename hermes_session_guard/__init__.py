@@ -13,6 +13,7 @@ from typing import Any
 
 from . import host as _host
 from .config import ConfigError, GuardConfig, load_config, parse_config
+from .fail_open import failing_open
 from .hostinfo import hermes_home
 from .runtime import current_runtime
 from .seams.apply import install as _install
@@ -55,24 +56,24 @@ def register(ctx: Any) -> None:
     """Hermes plugin entry point: read ``session_guard:`` from config.yaml, patch the
     seams, and add ``hermes session-guard ...``, the ``session_guard_recall`` tool and
     ``/handoff-packet``. Never raises into the host."""
-    try:
+    with failing_open("registering the `hermes session-guard` command",
+                      "Hermes runs without `hermes session-guard`; the guard itself stays on",
+                      advice=None, level=logging.WARNING):
         from .commands.cli import register_cli
 
         register_cli(ctx)
-    except Exception as exc:
-        log.warning("session guard: could not register the `hermes session-guard` command: %s", exc)
-    try:
+    with failing_open("registering the session_guard_recall tool",
+                      "the agent runs without the session_guard_recall tool; the guard itself stays on",
+                      advice=None, level=logging.WARNING):
         from .summaries.recall_tool import register_recall_tool
 
         register_recall_tool(ctx)
-    except Exception as exc:
-        log.warning("session guard: could not register the session_guard_recall tool: %s", exc)
-    try:
+    with failing_open("registering the /handoff-packet slash command",
+                      "Hermes runs without /handoff-packet; the guard itself stays on", advice=None,
+                      level=logging.WARNING):
         from .commands.cli import register_slash_commands
 
         register_slash_commands(ctx)
-    except Exception as exc:
-        log.warning("session guard: could not register the /%s slash command: %s", "handoff-packet", exc)
     try:
         config = load_config(hermes_home())
     except ConfigError as exc:
@@ -83,8 +84,5 @@ def register(ctx: Any) -> None:
         log.error("session guard DISABLED: cannot read config.yaml (%s). Hermes continues unguarded; "
                   "fix the file and restart.", type(exc).__name__)
         return
-    try:
+    with failing_open("install", "session guard DISABLED, Hermes continues unguarded"):
         install(config)
-    except Exception as exc:
-        log.error("session guard DISABLED: install failed (%s: %s). Hermes continues unguarded; "
-                  "run `hermes-session-guard selftest`.", type(exc).__name__, exc)

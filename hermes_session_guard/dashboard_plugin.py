@@ -45,6 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .fail_open import failing_open
 from .file_modes import PRIVATE_DIR, links_under, write_private_tree
 
 log = logging.getLogger("hermes_session_guard")
@@ -274,7 +275,8 @@ def activate() -> Any:
     """Switch the guard on in this (dashboard) process when the home enables it, as the
     agent plugin would; return the router the dashboard mounts. Never raises."""
     router = None
-    try:
+    with failing_open("switching the guard on in the dashboard", "its search and export hold the live transcript "
+                      "only"):
         router = _router()
         from . import install
         from .config import ConfigError, load_config
@@ -300,7 +302,4 @@ def activate() -> Any:
             hidden = hide_in_dashboard(runtime)
             log.info("session guard: on in the dashboard process (search and export reach compacted history%s)",
                      "; the session messages view shows no summary" if hidden else "")
-    except Exception as exc:
-        log.error("session guard: could not switch the guard on in the dashboard (%s: %s); its search and export "
-                  "hold the live transcript only. Run `hermes-session-guard selftest`.", type(exc).__name__, exc)
     return router

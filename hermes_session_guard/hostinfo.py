@@ -13,9 +13,9 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-HOST_DISTRIBUTION = "hermes-agent"
+from .fail_open import failing_open
 
-log = logging.getLogger("hermes_session_guard")
+HOST_DISTRIBUTION = "hermes-agent"
 
 Version = tuple[int, ...]
 
@@ -110,11 +110,12 @@ def _host_by_module() -> HostRelease | None:
     origin = Path(spec.origin).resolve().parent if spec.origin else None
     owner = owner_of(origin) if origin is not None else None
     module: ModuleType | None
-    try:
+    # a fork's lazy __version__ may raise; its distribution still says
+    with failing_open("reading hermes_cli.__version__", "the version is read off its distribution",
+                      level=logging.WARNING, advice=None) as failed:
         module = importlib.import_module("hermes_cli")
         version = str(module.__version__)
-    except Exception as exc:  # a fork's lazy __version__ may raise; its distribution still says
-        log.warning("session guard: hermes_cli.__version__ could not be read (%s: %s)", type(exc).__name__, exc)
+    if failed:
         if owner is None:
             return None
         version = metadata.version(owner)

@@ -25,9 +25,8 @@ import logging
 import threading
 from typing import Any
 
+from .fail_open import failing_open
 from .hooks.specs import COMPACTION_FAILED, COMPACTION_STARTED, CompactionEvent
-
-log = logging.getLogger("hermes_session_guard")
 
 SCOPE = "hermes_session_guard"
 SPAN_NAME = "session_guard.compaction"
@@ -56,13 +55,13 @@ _lock = threading.Lock()
 def _instruments() -> _Instruments | None:
     """The instruments, or None when ``opentelemetry-api`` is not importable (looked up once)."""
     if "instruments" not in _state:
-        try:
+        with failing_open("looking up OpenTelemetry for compactions", "compactions are not traced or measured",
+                          advice=None, level=logging.DEBUG) as failed:  # absent, or an API too old for these calls
             trace = importlib.import_module("opentelemetry.trace")
             metrics = importlib.import_module("opentelemetry.metrics")
             context = importlib.import_module("opentelemetry.context")
             _state["instruments"] = _Instruments(trace, metrics, context)
-        except Exception as exc:  # absent, or an API too old for these calls
-            log.debug("session guard: no OpenTelemetry for compactions (%s: %s)", type(exc).__name__, exc)
+        if failed:
             _state["instruments"] = None
     return _state["instruments"]
 
@@ -125,7 +124,7 @@ def record(event: CompactionEvent) -> None:
             span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR))
     finally:
         span.end()
-        try:
+        # ended on another thread or out of order: the span still ended
+        with failing_open("detaching the compaction span's context", "the span still ended", advice=None,
+                          level=logging.DEBUG):
             otel.context.detach(token)
-        except Exception:  # ended on another thread or out of order: the span still ended
-            pass

@@ -13,6 +13,7 @@ import json
 import sys
 
 from ..config import ConfigError
+from ..fail_open import failing_open
 from ..handoff.packet import PathEscapeError
 from ..hostinfo import installed_version
 from ..maintenance.state_inspection import HomeError, check
@@ -73,13 +74,14 @@ def slash_command(raw_args: str) -> str:
     sid = host.current_conversation_session()
     if not sid:
         return "No active session here to write a hand-off packet for."
-    try:
-        path = write_requested_packet(current_runtime(), sid, note, via="/handoff-packet")
-    except (PathEscapeError, ConfigError) as exc:
-        return f"Hand-off packet refused: {exc}"
-    except LookupError:
-        return f"Session {sid} has nothing stored yet; send a message first."
-    except Exception as exc:
-        return f"Hand-off packet failed ({type(exc).__name__}: {exc}); nothing was changed."
+    with failing_open("the /handoff-packet packet", "nothing was changed", level=None) as failed:
+        try:
+            path = write_requested_packet(current_runtime(), sid, note, via="/handoff-packet")
+        except (PathEscapeError, ConfigError) as exc:
+            return f"Hand-off packet refused: {exc}"
+        except LookupError:
+            return f"Session {sid} has nothing stored yet; send a message first."
+    if failed:
+        return f"Hand-off packet failed ({failed.reason}); nothing was changed."
     return (f"📝 Hand-off packet for session {sid} saved at `{path}`. Nothing was switched; "
             "send /new to start fresh and share the packet there.")

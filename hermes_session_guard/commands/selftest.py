@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..host import engines as engine_support
 from ..hostinfo import find_host, hermes_home
 from ..maintenance.plugin_config import PluginConfigError, guard_enabled
@@ -75,10 +76,10 @@ def context_engine_report(home: Any, probe: dict[str, Any], timeout: float) -> d
     """Which promises hold with the context engine the home's config.yaml selects
     (the live probe always runs Hermes's built-in compressor)."""
     patched = any(s.get("name") == "compression" and s.get("state") == "patched" for s in probe.get("seams", []))
-    try:
+    with failing_open("the context engine report", "the report says the engine was not found", level=None) as failed:
         found = engine_support.report_for_home(home, timeout)
-    except Exception as exc:
-        return {"configured": "?", "found": False, "error": f"{type(exc).__name__}: {exc}"}
+    if failed:
+        return {"configured": "?", "found": False, "error": failed.reason}
     if found.get("configured") == engine_support.BUILTIN_ENGINE and found.get("found"):
         return {"configured": engine_support.BUILTIN_ENGINE, "found": True, "builtin": True}
     if not patched and not found.get("error"):

@@ -28,9 +28,8 @@ import logging
 import re
 from collections.abc import Callable
 
+from ..fail_open import failing_open
 from . import rule_set
-
-log = logging.getLogger("hermes_session_guard")
 
 MASK = "[REDACTED]"
 
@@ -320,11 +319,9 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
     # where the literals occur, found once and kept while no rule changes the text
     found = rule_set.Occurrences(text)
     if with_rule_sets:
-        try:
+        with failing_open("the provider rule pass", "the guard's own rules still apply", advice=None,
+                          level=logging.WARNING):
             text = rule_set.redact_with_rules(text, MASK, found)
-        except Exception as exc:
-            log.warning("session guard: the provider rule pass failed (%s: %s); the guard's own rules still apply",
-                        type(exc).__name__, exc)
     for pattern, repl, triggers in _GUARD_RULES:
         if found.text is not text:
             found = rule_set.Occurrences(text)
@@ -353,9 +350,7 @@ def host_pass(text: str, host_redactor: Callable[[str], str] | None) -> str:
     guard's passes already ran, so a failing host pass is logged and the text kept."""
     if host_redactor is None:
         return text
-    try:
+    with failing_open("Hermes's redaction pass", "the guard's own passes still applied", advice=None,
+                      level=logging.WARNING):
         return host_redactor(text)
-    except Exception as exc:
-        log.warning("session guard: Hermes's redaction pass failed (%s: %s); the guard's own passes still applied",
-                    type(exc).__name__, exc)
-        return text
+    return text

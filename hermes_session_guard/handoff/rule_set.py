@@ -46,7 +46,7 @@ from functools import cached_property
 from importlib import resources
 from typing import Any
 
-log = logging.getLogger("hermes_session_guard")
+from ..fail_open import failing_open
 
 WINDOW = 2048
 OVERLAP = 512
@@ -282,21 +282,21 @@ def build(data: list[dict[str, Any]]) -> RuleSet:
 def _detect_secrets_rules(stats: dict[str, int]) -> list[Rule]:
     """detect-secrets' pattern plugins as rules (none when it is not installed)."""
     stats.setdefault("detect_secrets_plugins", 0)
-    try:
+    with failing_open("importing detect-secrets", "detect-secrets is unavailable and its patterns are not used "
+                      "(`pip install detect-secrets`)", advice=None, level=logging.WARNING) as failed:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.plugins.base import RegexBasedDetector
-    except Exception as exc:
-        log.warning("session guard: detect-secrets is unavailable (%s: %s); its patterns are not used. "
-                    "`pip install detect-secrets`.", type(exc).__name__, exc)
+    if failed:
         return []
     out = []
     classes: list[type] = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__)
     for cls in classes:
         if cls.__name__ in DETECT_SECRETS_LEFT_OUT or not issubclass(cls, RegexBasedDetector):
             continue
-        try:
+        with failing_open(f"detect-secrets' {cls.__name__} patterns", "the plugin is left out", advice=None,
+                          level=logging.DEBUG) as failed:
             patterns = tuple(p if isinstance(p, re.Pattern) else re.compile(p) for p in cls().denylist)
-        except Exception:
+        if failed:
             stats["not_compiled"] += 1
             continue
         for pattern in patterns:
@@ -314,11 +314,11 @@ def rule_set() -> RuleSet | None:
     """The shipped rule set, loaded once; ``None`` (said once) when it cannot be read."""
     with _lock:
         if "rules" not in _state:
-            try:
+            with failing_open("loading the provider rule set", "the provider rule set could not be loaded and "
+                              "hand-off packets are redacted by the other passes only", advice=None,
+                              level=logging.WARNING) as failed:
                 _state["rules"] = build(_load_data())
-            except Exception as exc:
-                log.warning("session guard: the provider rule set could not be loaded (%s: %s); hand-off packets "
-                            "are redacted by the other passes only", type(exc).__name__, exc)
+            if failed:
                 _state["rules"] = None
         return _state["rules"]
 

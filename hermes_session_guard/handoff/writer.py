@@ -36,6 +36,7 @@ from typing import Any
 
 from .. import host
 from ..audit import AuditLog
+from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..seam_behaviour import NO_BEHAVIOUR
 from ..store import GuardStore
@@ -192,19 +193,14 @@ def after_compression(
     cfg = runtime.config.handoff
     if not cfg.enabled or agent is None or not session_id or host.persistence_disabled(agent):
         return None
-    try:
+    with failing_open(f"hand-off for {session_id}",
+                      "the conversation continues compressed on the same session") as failed:
         with host.session_db_for(agent) as db:
             return _after_compression(runtime, agent, db, session_id, op_id, compressed)
-    except Exception as exc:
-        log.error(
-            "session guard: hand-off for %s failed (%s: %s); the conversation continues compressed on the same "
-            "session. Run `hermes-session-guard selftest`.", session_id, type(exc).__name__, exc,
-        )
-        runtime.audit.operation(session_id, op_id).warning(
-            "handoff.failed", stage="decide", reason=f"{type(exc).__name__}: {exc}",
-            fallback="compressed continuation",
-        )
-        return HandoffOutcome("failed", session_id, reason=str(exc))
+    runtime.audit.operation(session_id, op_id).warning(
+        "handoff.failed", stage="decide", reason=failed.reason, fallback="compressed continuation",
+    )
+    return HandoffOutcome("failed", session_id, reason=str(failed.exc))
 
 
 def _after_compression(
@@ -229,10 +225,9 @@ def _after_compression(
         return HandoffOutcome("bounded", sid)
 
     def fail(stage: str, exc: BaseException) -> HandoffOutcome:
-        try:
+        with failing_open(f"releasing hand-off reservation {handoff_id}",
+                          "the reservation holds the count until it goes stale", advice=None):
             store.release_handoff(handoff_id)
-        except Exception as rel_exc:
-            log.error("session guard: could not release hand-off reservation %s: %s", handoff_id, rel_exc)
         reason = f"{type(exc).__name__}: {exc}"
         log.error(
             "session guard: %s hand-off of %s failed at %s (%s); continuing compressed on %s, hand-off count "
@@ -242,21 +237,21 @@ def _after_compression(
                       fallback="compressed continuation", count_consumed=False)
         return HandoffOutcome("failed", sid, seq=seq, reason=reason)
 
-    try:
+    with failing_open(f"the hand-off packet of {sid}", "continuing compressed", level=None) as failed:
         inputs = collect_inputs(store, db, sid, compressed, agent=agent, compressions=count,
                                 reason=f"automatic, after {count} compression{'' if count == 1 else 's'}")
         packet = render_packet(inputs, host.host_redactor())
         path = write_packet(runtime.home, cfg.artifact_dir, sid, packet, inputs.created_at)
-    except Exception as exc:
-        return fail("packet", exc)
+    if failed.exc is not None:
+        return fail("packet", failed.exc)
     audit.info("handoff.packet_written", path=str(path), mode=cfg.mode, handoff_seq=seq, lineage_root=root,
                compressions=count)
 
     if cfg.mode == PROMPT_USER:
-        try:
+        with failing_open(f"recording the hand-off of {sid}", "continuing compressed", level=None) as failed:
             store.complete_handoff(handoff_id, child_session_id=None, packet_path=str(path))
-        except Exception as exc:
-            return fail("record", exc)
+        if failed.exc is not None:
+            return fail("record", failed.exc)
         _tell_user(runtime, agent, sid, prompt_text(path, count))
         audit.info("handoff.prompted", path=str(path), handoff_seq=seq)
         return HandoffOutcome("prompted", sid, packet_path=path, seq=seq)
@@ -273,7 +268,7 @@ def _fork(
     seeded = continuation_messages(packet, sid, compressed)
     undo: list[Any] = []
     stage = "create_child"
-    try:
+    with failing_open(f"the hand-off of {sid} to {child}", "continuing compressed", level=None) as failed:
         try:
             order = runtime.behaviour.get("compression", NO_BEHAVIOUR).transcript_order
             host.create_child_session(db, agent, sid, child, seeded, host.system_prompt_of(agent),
@@ -292,20 +287,18 @@ def _fork(
         store.complete_handoff(handoff_id, child_session_id=child, packet_path=str(path))
         stage = "switch"
         undo.append(host.switch_agent_session(agent, child, seeded))
-    except Exception as exc:
+    if failed.exc is not None:
         for step in reversed(undo):
-            try:
+            with failing_open(f"undoing hand-off of {sid} to {child}", "the other undo steps still run",
+                              advice=None):
                 step()
-            except Exception as undo_exc:
-                log.error("session guard: undoing hand-off of %s to %s: %s", sid, child, undo_exc)
-        return fail(stage, exc)
+        return fail(stage, failed.exc)
 
     # Committed: the child exists, routing and the agent point at it.
     compressed[:] = seeded
-    try:
+    with failing_open(f"marking {sid} ended after its hand-off", "the hand-off stands and the parent stays "
+                      "open in state.db", advice=None, level=logging.WARNING):
         host.end_session(db, sid, "handoff")
-    except Exception as exc:
-        log.warning("session guard: could not mark %s ended after its hand-off: %s", sid, exc)
     host.notify_handoff(agent, child, sid)
     runtime.compactions.record_fork(sid, child)
     keys = routing.keys if routing is not None else []
@@ -347,10 +340,9 @@ def write_requested_packet(
         store.record_packet(handoff_id=uuid.uuid4().hex, session_id=session_id, mode=MANUAL,
                             packet_path=str(path))
     finally:
-        try:
+        with failing_open("closing state.db after a requested packet", "the connection is left to be collected",
+                          advice=None, level=logging.DEBUG):
             db.close()
-        except Exception:
-            pass
         if runtime_or_none is None:
             store.close()
     if runtime_or_none is not None:

@@ -9,6 +9,7 @@ from importlib import metadata
 
 import pluggy
 
+from ..fail_open import failing_open
 from . import builtin as builtin_hooks
 from . import specs as hookspecs
 
@@ -53,11 +54,10 @@ def load_extensions(pm: pluggy.PluginManager, entry_points: Iterable[metadata.En
     for ep in entry_points:
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
-        try:
+        with failing_open(f"extension {ep.name!r} ({ep.value})", "it is left out, the guard runs without it",
+                          advice=None, level=logging.WARNING) as failed:
             pm.register(ep.load(), name=ep.name)
-        except Exception as exc:
-            log.warning("session guard: extension %r (%s) left out, the guard runs without it: %s: %s",
-                        ep.name, ep.value, type(exc).__name__, exc)
+        if failed:
             continue
         loaded.append(ep.name)
     for _ in range(len(loaded) + 1):

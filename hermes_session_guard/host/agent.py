@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..hostinfo import state_db_path
 
 log = logging.getLogger("hermes_session_guard")
@@ -91,10 +92,9 @@ def context_engine(agent: Any) -> Any:
 def commit_memory(agent: Any, messages: list[Any]) -> None:
     fn = getattr(agent, "commit_memory_session", None)
     if callable(fn):
-        try:
+        with failing_open("commit_memory_session", "the memory providers do not get these messages",
+                          level=logging.DEBUG, advice=None):
             fn(messages)
-        except Exception as exc:
-            log.debug("session guard: commit_memory_session failed: %s", exc)
 
 
 def compacted_in_place(agent: Any) -> bool:
@@ -169,16 +169,14 @@ def notify_boundary(agent: Any, sid: str) -> None:
     the same id, as the host's in-place path does (0.18.2+)."""
     cc = getattr(agent, "context_compressor", None)
     if cc is not None and hasattr(cc, "on_session_start"):
-        try:
+        with failing_open("the context engine's on_session_start", "the engine is not told of the boundary",
+                          level=logging.DEBUG, advice=None):
             cc.on_session_start(sid, boundary_reason="compression", old_session_id=sid)
-        except Exception as exc:
-            log.debug("session guard: context engine on_session_start failed: %s", exc)
     mm = getattr(agent, "_memory_manager", None)
     if mm is not None:
-        try:
+        with failing_open("memory's on_session_switch", "the memory providers are not told of the boundary",
+                          level=logging.DEBUG, advice=None):
             mm.on_session_switch(sid, parent_session_id=sid, reset=False, reason="compression")
-        except Exception as exc:
-            log.debug("session guard: memory on_session_switch failed: %s", exc)
 
 
 # Hermes 0.20+ may defer plugin tools behind its tool-search bridge: the agent's tool list
@@ -198,7 +196,9 @@ def tool_names(agent: Any) -> set[str]:
 def bridged_tool_names(agent: Any) -> set[str]:
     """The tools ``tool_call`` may reach for this agent: Hermes's own scope for its bridge
     (the deferrable tools of the agent's toolsets, before the bridge collapses them)."""
-    try:
+    # no bridge on this host, or it cannot be read: the list as it is
+    with failing_open("reading the tool-search bridge's tools", "the agent's tool list is taken as it is",
+                      level=logging.DEBUG, advice=None):
         import model_tools
         from tools import tool_search
 
@@ -208,9 +208,7 @@ def bridged_tool_names(agent: Any) -> set[str]:
             quiet_mode=True, skip_tool_search_assembly=True,
         ) or []
         return set(tool_search.scoped_deferrable_names(defs))
-    except Exception as exc:  # no bridge on this host, or it cannot be read: the list as it is
-        log.debug("session guard: the tool-search bridge's tools could not be read: %s", exc)
-        return set()
+    return set()
 
 
 @contextmanager
@@ -250,11 +248,10 @@ def todo_items(agent: Any) -> list[dict[str, Any]] | None:
     read = getattr(store, "read", None)
     if not callable(read):
         return None
-    try:
+    with failing_open("reading the agent's todo list", "the hand-off packet goes without the todo list",
+                      level=logging.DEBUG, advice=None):
         return [dict(item) for item in read()]
-    except Exception as exc:  # the hand-off packet goes without the todo list
-        log.debug("session guard: reading the agent's todo list failed (%s: %s)", type(exc).__name__, exc)
-        return None
+    return None
 
 
 def system_prompt_of(agent: Any) -> str | None:
@@ -269,9 +266,8 @@ def emit_status(agent: Any, text: str) -> bool:
     attached = getattr(agent, "status_callback", None) is not None
     fn = getattr(agent, "_emit_status", None)
     if callable(fn):
-        try:
+        with failing_open("_emit_status", "the status text is not shown", level=logging.DEBUG, advice=None) as failed:
             fn(text)
-        except Exception as exc:
-            log.debug("session guard: _emit_status failed: %s", exc)
+        if failed:
             return False
     return attached

@@ -8,14 +8,13 @@ other request passes untouched. Failure policy: open (the response as Hermes bui
 from __future__ import annotations
 
 import json
-import logging
 import re
 import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-log = logging.getLogger("hermes_session_guard")
+from ..fail_open import failing_open
 
 MESSAGES_ROUTE = re.compile(r"^/api/sessions/([^/]+)/messages/?$")
 MessagesFilter = Callable[[str, list[Any]], list[Any]]
@@ -55,7 +54,9 @@ class _FilteredMessages:
         await self.inner(scope, receive, held)
 
     def rewrite(self, start: dict[str, Any], body: bytes, session_id: str) -> tuple[dict[str, Any], bytes]:
-        try:
+        # fail open: the page shows what Hermes answered
+        with failing_open("filtering the dashboard's session messages", "shown as Hermes built them",
+                          advice=None):
             headers = list(start.get("headers") or [])
             kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
             if start.get("status") != 200 or b"json" not in kind:
@@ -68,10 +69,7 @@ class _FilteredMessages:
             new = json.dumps(data, ensure_ascii=False).encode("utf-8")
             headers = [(k, str(len(new)).encode() if k.lower() == b"content-length" else v) for k, v in headers]
             return {**start, "headers": headers}, new
-        except Exception as exc:  # fail open: the page shows what Hermes answered
-            log.error("session guard: filtering the dashboard's session messages failed (%s: %s); shown as Hermes "
-                      "built them.", type(exc).__name__, exc)
-            return start, body
+        return start, body
 
 
 def shim_dashboard(app: Any, keep: MessagesFilter) -> None:

@@ -5,12 +5,11 @@
 from __future__ import annotations
 
 import inspect
-import logging
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("hermes_session_guard")
+from ..fail_open import failing_open
 
 _shimmed_adapters: weakref.WeakSet[Any] = weakref.WeakSet()
 # send_for_platform: the relay adapter's second send path (scheduled and home deliveries, 0.20+)
@@ -57,11 +56,10 @@ def _filtered_delivery(bound: Any, slot: int, transform: Callable[[str], str | N
         else:
             return await bound(*args, **kwargs)
         if isinstance(content, str):
-            try:
+            # fail open: deliver what the host wrote
+            with failing_open("the delivery filter", "message sent unfiltered", advice=None) as failed:
                 new = transform(content)
-            except Exception as exc:  # fail open: deliver what the host wrote
-                log.error("session guard: delivery filter failed (%s: %s); message sent unfiltered.",
-                          type(exc).__name__, exc)
+            if failed:
                 new = content
             if new is None:
                 return delivered_nothing()

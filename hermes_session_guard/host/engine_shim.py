@@ -5,7 +5,6 @@ it tag a successful one before the host persists it."""
 from __future__ import annotations
 
 import inspect
-import logging
 import threading
 import types
 import weakref
@@ -13,10 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..fail_open import failing_open
 from ..safe_text import sendable_messages
 from . import engines as engine_support
-
-log = logging.getLogger("hermes_session_guard")
 
 _engine_op = threading.local()
 _shimmed_engines: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -91,11 +89,10 @@ def _make_engine_shim(cls: Any) -> Any:
             verdict.failure = failure
             return list(messages)
         if verdict.decorate is not None and isinstance(out, list) and out is not messages:
-            try:
+            # fail open: the summary stays as the host wrote it
+            with failing_open("tagging the compaction summary", "the summary is kept untagged and without its "
+                              "recall line", advice=None):
                 verdict.decorate(list(messages), out)
-            except Exception as exc:  # fail open: the summary stays as the host wrote it
-                log.error("session guard: tagging the compaction summary failed (%s: %s); the summary is "
-                          "kept untagged and without its recall line.", type(exc).__name__, exc)
         return out
 
     compress.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
+
 log = logging.getLogger("hermes_session_guard")
 
 BUILTIN_ENGINE = "compressor"
@@ -85,11 +87,12 @@ class EngineSupport:
 
 
 def _builtin_class() -> type | None:
-    try:
+    with failing_open("importing agent.context_compressor", "no engine is taken for Hermes's own compressor",
+                      level=logging.DEBUG, advice=None):
         from agent.context_compressor import ContextCompressor
-    except Exception:
-        return None
-    return ContextCompressor
+
+        return ContextCompressor
+    return None
 
 
 def builtin_family(engine: Any) -> bool:
@@ -189,10 +192,10 @@ def empty_summary(engine: Any, before: list[Any], after: list[Any]) -> str | Non
 
 
 def engine_name(engine: Any) -> str:
-    try:
+    with failing_open("reading a context engine's name", "its class name stands in", level=logging.DEBUG,
+                      advice=None):
         return str(engine.name)
-    except Exception:
-        return type(engine).__name__
+    return type(engine).__name__
 
 
 _warned: set[tuple[str, str]] = set()
@@ -275,14 +278,13 @@ def load_engine(name: str) -> tuple[Any, str]:
     """The engine Hermes would select for ``name`` in this process's HERMES_HOME, the
     way ``AIAgent`` does (a repo-shipped ``plugins/context_engine/<name>``, then a
     plugin's ``register_context_engine``), or ``(None, why)``. Runs plugin discovery."""
-    try:
+    with failing_open(f"plugins.context_engine loading {name}", "the plugins' registered engine is looked up",
+                      level=logging.DEBUG, advice=None):
         from plugins.context_engine import load_context_engine
 
         engine = load_context_engine(name)
         if engine is not None:
             return engine, "plugins/context_engine"
-    except Exception as exc:
-        log.debug("session guard: plugins.context_engine could not load %s: %s", name, exc)
     from hermes_cli.plugins import discover_plugins, get_plugin_context_engine
 
     discover_plugins()
@@ -358,10 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hermes_session_guard.host.engines")
     parser.add_argument("home")
     args = parser.parse_args(argv)
-    try:
+    with failing_open("inspecting the home's context engine", "the output says why", level=None) as failed:
         out = inspect_home(Path(args.home))
-    except Exception as exc:
-        out = {"configured": "?", "found": False, "error": f"{type(exc).__name__}: {exc}"}
+    if failed:
+        out = {"configured": "?", "found": False, "error": failed.reason}
     print(MARKER + json.dumps(out, default=str), flush=True)
     return 0
 

@@ -6,8 +6,11 @@ importing Hermes modules themselves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
+
+from ..fail_open import failing_open
 
 
 def _rough_estimate(messages: list[Any]) -> int:
@@ -17,12 +20,12 @@ def _rough_estimate(messages: list[Any]) -> int:
 def token_estimator() -> Callable[[list[Any]], int]:
     """Hermes's own rough token estimate of a message list (``agent.model_metadata``), or
     the same four-characters-a-token rule when this release has none."""
-    try:
+    with failing_open("importing agent.model_metadata's token estimate", "four characters count as a token",
+                      level=logging.DEBUG, advice=None):
         from agent.model_metadata import estimate_messages_tokens_rough
 
         return estimate_messages_tokens_rough
-    except Exception:
-        return _rough_estimate
+    return _rough_estimate
 
 
 def session_db_missing() -> str | None:

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open, report
 from ..hostinfo import state_db_path
 
 log = logging.getLogger("hermes_session_guard")
@@ -67,21 +68,26 @@ def approval_pending(session_key: str) -> bool:
         _warn_once("approval-import", "session guard: tools.approval.has_blocking_approval is not importable "
                    "(%s: %s); a pending approval cannot be seen and is treated as none", type(exc).__name__, exc)
         return False
-    try:
+    what, consequence = "tools.approval.has_blocking_approval", "treated as no approval pending"
+    with failing_open(what, consequence, level=None) as failed:
         return bool(has_blocking_approval(session_key))
-    except Exception as exc:
-        _warn_once("approval-call", "session guard: tools.approval.has_blocking_approval failed (%s: %s); "
-                   "treated as no approval pending", type(exc).__name__, exc)
-        return False
+    if failed.exc is not None:
+        report(what, failed.exc, consequence, advice=None, level=_level_once("approval-call"))
+    return False
 
 
 _warned: set[str] = set()
 
 
-def _warn_once(key: str, message: str, *args: Any) -> None:
-    """A warning the first time per process, debug after that (called per gateway message)."""
-    log.log(logging.DEBUG if key in _warned else logging.WARNING, message, *args)
+def _level_once(key: str) -> int:
+    """WARNING the first time per process, DEBUG after that (called per gateway message)."""
+    level = logging.DEBUG if key in _warned else logging.WARNING
     _warned.add(key)
+    return level
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    log.log(_level_once(key), message, *args)
 
 
 def adapter_has_pending(adapter: Any, session_key: str) -> bool:
@@ -99,11 +105,11 @@ async def send_notice(runner: Any, adapter: Any, event: Any, text: str) -> bool:
     source = event.source
     anchor = None
     meta = None
-    try:
+    with failing_open("reading the gateway's reply anchor", "the notice replies to the message itself, without "
+                      "thread metadata", level=logging.DEBUG, advice=None) as failed:
         anchor = runner._reply_anchor_for_event(event)
         meta = runner._thread_metadata_for_source(source, anchor)
-    except Exception as exc:  # reply to the message itself, without thread metadata
-        log.debug("session guard: the gateway's reply anchor is unavailable (%s: %s)", type(exc).__name__, exc)
+    if failed:
         anchor = getattr(event, "message_id", None)
     sender = getattr(adapter, "_send_with_retry", None)
     if callable(sender):
@@ -143,11 +149,10 @@ def transcript_has_user_text(runner: Any, session_id: str | None, text: str | No
     db = runner_session_db(runner)
     if db is None or not session_id or not text:
         return False
-    try:
+    with failing_open(f"reading the transcript of {session_id} to settle a message", "unsettled: the caller keeps "
+                      "the message", level=logging.DEBUG, advice=None) as failed:
         rows = db.get_messages(session_id)
-    except Exception as exc:  # unsettled: the caller keeps the message
-        log.debug("session guard: reading the transcript to settle a message failed (%s: %s)",
-                  type(exc).__name__, exc)
+    if failed:
         return False
     floor = (since or 0) - 1.0
     for row in rows:

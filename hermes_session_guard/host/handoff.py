@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from .persistence import in_timestamp_order
 
 log = logging.getLogger("hermes_session_guard")
@@ -45,10 +46,10 @@ def host_redactor() -> Callable[[str], str] | None:
 
 
 def session_row(db: Any, sid: str) -> dict[str, Any] | None:
-    try:
+    with failing_open(f"reading the session row of {sid}", "the session is taken as having none",
+                      level=logging.DEBUG, advice=None) as failed:
         row = db.get_session(sid)
-    except Exception as exc:
-        log.debug("session guard: reading the session row failed (%s: %s)", type(exc).__name__, exc)
+    if failed:
         return None
     return dict(row) if row else None
 
@@ -124,22 +125,20 @@ def create_child_session(
     ordered = in_timestamp_order(db, parent, messages) if transcript_order == "timestamp" else messages
     db.replace_messages(child, ordered)
     if system_prompt:
-        try:
+        with failing_open(f"update_system_prompt({child})", "the child's row keeps no system prompt",
+                          level=logging.DEBUG, advice=None):
             db.update_system_prompt(child, system_prompt)
-        except Exception as exc:
-            log.debug("session guard: update_system_prompt(%s) failed: %s", child, exc)
-    try:
+    with failing_open(f"carrying the title over to {child}", "the child has no title", level=logging.DEBUG,
+                      advice=None):
         title = db.get_session_title(parent)
         if title:
             db.set_session_title(child, db.get_next_title_in_lineage(title))
-    except Exception as exc:
-        log.debug("session guard: title for %s not carried over: %s", child, exc)
-    try:  # 0.19: a persistent /goal lives per session id
+    # 0.19: a persistent /goal lives per session id
+    with failing_open(f"carrying the goal over to {child}", "the goal stays with the parent", level=logging.DEBUG,
+                      advice=None):
         from hermes_cli.goals import migrate_goal_to_session
 
         migrate_goal_to_session(parent, child, reason="handoff")
-    except Exception as exc:
-        log.debug("session guard: goal not carried over to %s: %s", child, exc)
 
 
 def discard_session(db: Any, sid: str) -> None:
@@ -258,19 +257,15 @@ def notify_handoff(agent: Any, child: str, parent: str) -> None:
     session (boundary reason ``handoff``), as the host does for its own boundaries."""
     cc = getattr(agent, "context_compressor", None)
     if cc is not None and hasattr(cc, "on_session_start"):
-        try:
-            cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent,
-                                platform=getattr(agent, "platform", None) or "cli")
-        except TypeError:
+        with failing_open("the context engine's on_session_start (handoff)", "the engine is not told of the new "
+                          "session", level=logging.DEBUG, advice=None):
             try:
+                cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent,
+                                    platform=getattr(agent, "platform", None) or "cli")
+            except TypeError:
                 cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent)
-            except Exception as exc:
-                log.debug("session guard: context engine on_session_start (handoff): %s", exc)
-        except Exception as exc:
-            log.debug("session guard: context engine on_session_start (handoff): %s", exc)
     mm = getattr(agent, "_memory_manager", None)
     if mm is not None:
-        try:
+        with failing_open("memory's on_session_switch (handoff)", "the memory providers are not told of the new "
+                          "session", level=logging.DEBUG, advice=None):
             mm.on_session_switch(child, parent_session_id=parent, reset=False, reason="handoff")
-        except Exception as exc:
-            log.debug("session guard: memory on_session_switch (handoff): %s", exc)

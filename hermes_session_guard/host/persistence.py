@@ -12,11 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..store import message_text
 from .agent import session_db
 from .reads import live_rows_brief
-
-log = logging.getLogger("hermes_session_guard")
 
 
 def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
@@ -27,10 +26,10 @@ def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list
     start at the first timestamp of ``floor_session`` (the conversation being
     compacted or handed off); a message's own timestamp is kept where it has one
     and still fits the order."""
-    try:
+    with failing_open(f"reading the first timestamps of {floor_session}", 'the messages are ordered from "now"',
+                      level=logging.DEBUG, advice=None) as failed:
         known = [float(r["timestamp"]) for r in db.get_messages(floor_session) if r.get("timestamp") is not None]
-    except Exception as exc:  # order from "now" instead
-        log.debug("session guard: reading the first timestamps failed (%s: %s)", type(exc).__name__, exc)
+    if failed:
         known = []
     last = (min(known) if known else time.time()) - 1e-6
     out: list[Any] = []
@@ -60,10 +59,9 @@ def persist_compacted(
     rows = in_timestamp_order(db, sid, compressed) if transcript_order == "timestamp" else compressed
     db.replace_messages(sid, rows)
     if system_prompt:
-        try:
+        with failing_open(f"update_system_prompt({sid})", "the session row keeps its previous system prompt",
+                          level=logging.DEBUG, advice=None):
             db.update_system_prompt(sid, system_prompt)
-        except Exception as exc:
-            log.debug("session guard: update_system_prompt failed: %s", exc)
     rebase_flush(agent, sid, compressed, flush_cursor)
 
 
@@ -96,10 +94,10 @@ def repairs_pending(agent: Any, messages: list[Any]) -> int:
     if not callable(repair):
         return 0
     trial = [dict(m) if isinstance(m, dict) else m for m in messages]
-    try:
+    with failing_open("the trial alternation repair", "the flush cursor allows for no folds", level=logging.DEBUG,
+                      advice=None) as failed:
         repair(trial)
-    except Exception as exc:
-        log.debug("session guard: trial alternation repair failed: %s", exc)
+    if failed:
         return 0
     return max(0, len(messages) - len(trial))
 

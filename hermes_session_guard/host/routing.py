@@ -14,18 +14,17 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("hermes_session_guard")
+from ..fail_open import failing_open
 
 
 def live_gateway_runner() -> Any:
     """The ``GatewayRunner`` of this process, if a gateway runs here (never imports it)."""
     module = sys.modules.get("gateway.run")
     ref = getattr(module, "_gateway_runner_ref", None) if module is not None else None
-    try:
+    with failing_open("the gateway runner reference", "no gateway is taken to run here", level=logging.DEBUG,
+                      advice=None):
         return ref() if callable(ref) else None
-    except Exception as exc:
-        log.debug("session guard: the gateway runner reference failed (%s: %s)", type(exc).__name__, exc)
-        return None
+    return None
 
 
 def gateway_routes_to(session_id: str) -> bool:
@@ -84,10 +83,9 @@ def move_gateway_routing(parent: str, child: str) -> RoutingMove | None:
     recorder = getattr(store, "_record_gateway_session_peer", None)
     if callable(recorder):
         for key, entry, _ in moved:
-            try:
+            with failing_open(f"the gateway peer record for {child}", "the chat is routed without it",
+                              level=logging.DEBUG, advice=None):
                 recorder(child, key, getattr(entry, "origin", None))
-            except Exception as exc:
-                log.debug("session guard: gateway peer record for %s failed: %s", child, exc)
     return RoutingMove([key for key, _, _ in moved], restore)
 
 
@@ -121,11 +119,11 @@ def current_conversation_session() -> str | None:
     if current is not None:
         runner, source = current[0](), current[1]
         if runner is not None and source is not None:
-            try:
+            with failing_open("reading the chat's routed session", "the chat's routed session is unknown",
+                              level=logging.DEBUG, advice=None) as failed:
                 key = runner._session_key_for_source(source)
                 entry = runner.session_store._entries.get(key)
-            except Exception as exc:
-                log.debug("session guard: the chat's routed session is unknown (%s: %s)", type(exc).__name__, exc)
+            if failed:
                 entry = None
             return getattr(entry, "session_id", None) if entry is not None else None
     return os.environ.get("HERMES_SESSION_ID") or None

@@ -10,12 +10,14 @@ from __future__ import annotations
 import copy
 import importlib
 import importlib.util
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..hostinfo import installed_version
 
 FALLBACK_HYGIENE_PERCENT = 0.85
@@ -62,11 +64,12 @@ def _hygiene_percent_from_source() -> float:
 
 def load_host_rules() -> HostRules | None:
     """The installed release's rules, or None when Hermes cannot be imported here."""
-    try:
+    with failing_open("importing Hermes's config, model metadata and compressor", "the release's rules are unknown",
+                      level=logging.DEBUG, advice=None) as failed:
         hconfig = importlib.import_module("hermes_cli.config")
         metadata = importlib.import_module("agent.model_metadata")
         compressor = importlib.import_module("agent.context_compressor")
-    except Exception:
+    if failed:
         return None
     cls = getattr(compressor, "ContextCompressor", None)
     rules = HostRules(

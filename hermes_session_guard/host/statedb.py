@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..files import atomic_write_text
 from .agent import db_path, session_db
 from .markers import SUMMARY_MARKERS
@@ -179,11 +180,10 @@ def gateway_running() -> bool | None:
     except ImportError as exc:
         log.debug("session guard: gateway.status is not importable (%s: %s)", type(exc).__name__, exc)
         return None
-    try:
+    with failing_open("the gateway runtime lock check", "whether a gateway runs is unknown", level=logging.DEBUG,
+                      advice=None):
         return bool(status.is_gateway_runtime_lock_active())
-    except Exception as exc:
-        log.debug("session guard: the gateway runtime lock check failed (%s: %s)", type(exc).__name__, exc)
-        return None
+    return None
 
 
 _OPEN_ATTEMPTS = 5
@@ -267,7 +267,6 @@ def session_db_for(agent: Any) -> Iterator[Any]:
     try:
         yield db
     finally:
-        try:
+        with failing_open("closing the SessionDB", "its connection is left to the garbage collector",
+                          level=logging.DEBUG, advice=None):
             db.close()
-        except Exception as exc:
-            log.debug("session guard: closing the SessionDB failed (%s: %s)", type(exc).__name__, exc)

@@ -27,6 +27,7 @@ Only psutil, socket and the standard library are used: no signals, no fcntl.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import threading
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 import psutil
+
+from ..fail_open import failing_open
 
 ALIVE = "alive"
 DEAD = "dead"
@@ -73,12 +76,13 @@ _own_lock = threading.Lock()
 
 def process_start(pid: int) -> float | None:
     """When process ``pid`` started (None if there is no such process or it cannot be read)."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
-    except Exception:
-        return None
+    with failing_open(f"reading the start time of pid {pid}", "the start time is taken as unknown", advice=None,
+                      level=logging.DEBUG):
+        try:
+            return float(psutil.Process(pid).create_time())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return None
+    return None
 
 
 def this_process() -> ProcessIdentity:
@@ -129,10 +133,10 @@ def pid_only(holder: str | None) -> int | None:
 
 
 def pid_running(pid: int) -> bool:
-    try:
+    with failing_open(f"looking up pid {pid}", "the process is taken for running", advice=None,
+                      level=logging.DEBUG):  # cannot tell: never call a process dead on a failed look-up
         return psutil.pid_exists(pid)
-    except Exception:
-        return True  # cannot tell: never call a process dead on a failed look-up
+    return True
 
 
 def liveness(ident: ProcessIdentity | None) -> str:

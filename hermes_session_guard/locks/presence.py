@@ -24,11 +24,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fail_open import failing_open
 from ..store.connection import connect
 from ..store.schema import PROCESSES_DDL, PROCESSES_TABLE
 from . import liveness
-
-log = logging.getLogger("hermes_session_guard")
 
 TABLE, DDL = PROCESSES_TABLE, PROCESSES_DDL
 # A row from another machine counts as running while its heartbeat is younger than this.
@@ -107,10 +106,10 @@ def announce_quietly(db_path: Path | str, kind: str = "agent") -> None:
         return  # never create a state.db just to announce ourselves
     with _lock:
         _retry_at[key] = now + _RETRY_SECONDS
-    try:
+    # presence is advisory for operators; never fail the host for it
+    with failing_open(f"recording this process in {TABLE}", "it is retried at a later call", advice=None,
+                      level=logging.DEBUG):
         announce(db_path, kind)
-    except Exception as exc:  # presence is advisory for operators; never fail the host for it
-        log.debug("session guard: could not record this process in %s: %s", TABLE, exc)
 
 
 def withdraw(db_path: Path | str) -> None:
@@ -127,10 +126,9 @@ def withdraw_all() -> None:
         paths = sorted({str(p) for p in _announced.values()})
         _announced.clear()
     for path in paths:
-        try:
+        with failing_open(f"withdrawing this process from {TABLE}", "its row stays until a reader finds it dead",
+                          advice=None, level=logging.DEBUG):
             withdraw(path)
-        except Exception as exc:
-            log.debug("session guard: could not withdraw this process from %s: %s", TABLE, exc)
 
 
 def running(conn: sqlite3.Connection, *, now: float | None = None, include_self: bool = False) -> list[Presence]:

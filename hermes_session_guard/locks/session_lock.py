@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..fail_open import failing_open
 from ..seam_behaviour import LockMode
 from ..store import GuardStore
 from . import liveness
@@ -156,21 +157,22 @@ class LockGrant:
             return False
         if self.lease is None:
             return True
-        try:
+        with failing_open(f"confirming the compression lease of {self.session_id}",
+                          "the lease is taken as not held and nothing is written", advice=None,
+                          level=logging.WARNING):
             return self.lease.holder(self.session_id) == self.holder
-        except Exception as exc:
-            log.warning("session guard: could not confirm the compression lease: %s", exc)
-            return False
+        return False
 
     def refresh(self) -> bool:
         if self.lease is None or self.released:
             return not self.released
-        try:
+        # not a fault yet: the lease stays valid until it expires, and a lost lease is
+        # reported by the outcome (still_held is checked before anything is written)
+        with failing_open(f"compression lease refresh of {self.session_id}",
+                          "retrying; the lease is still valid until it expires", advice=None,
+                          level=logging.INFO) as failed:
             ok = self.lease.refresh(self.session_id, self.holder, self.lease_seconds)
-        except Exception as exc:
-            # not a fault yet: the lease stays valid until it expires, and a lost lease is
-            # reported by the outcome (still_held is checked before anything is written)
-            log.info("session guard: compression lease refresh failed (%s); retrying", exc)
+        if failed:
             return True  # transient: the lease is still valid until it expires
         if not ok:
             self.lost = True
@@ -303,14 +305,13 @@ class SessionLocks:
             if grant in self._leased:
                 self._leased.remove(grant)
         if grant.lease is not None:
-            try:
+            # retried before the next acquire; at worst it lapses by itself.
+            # INFO: the operation's own outcome already reports the database fault behind it.
+            with failing_open(f"releasing the compression lease of {grant.session_id}",
+                              f"retried before the next compression, and it expires in {grant.lease_seconds:.0f}s "
+                              "at the latest", advice=None, level=logging.INFO) as failed:
                 grant.lease.release(grant.session_id, grant.holder)
-            except Exception as exc:  # retried before the next acquire; at worst it lapses by itself
-                # INFO: the operation's own outcome already reports the database fault behind it.
-                log.info(
-                    "session guard: releasing the compression lease failed (%s); retried before the next "
-                    "compression, and it expires in %.0fs at the latest", exc, grant.lease_seconds,
-                )
+            if failed:
                 with self._cond:
                     self._unreleased.append(grant)
         with self._cond:
@@ -330,12 +331,12 @@ class SessionLocks:
             self._unreleased = [g for g in self._unreleased if g not in pending]
         failed, error = [], None
         for grant in pending:
-            try:
+            with failing_open(f"releasing the compression lease of {grant.session_id} again",
+                              "it stays queued for the next retry", advice=None, level=logging.DEBUG) as attempt:
                 grant.lease.release(grant.session_id, grant.holder)  # type: ignore[union-attr]
-            except Exception as exc:
-                log.debug("session guard: releasing a compression lease failed again: %s", exc)
+            if attempt:
                 failed.append(grant)
-                error = exc
+                error = attempt.exc
         if failed:
             with self._cond:
                 self._unreleased[:0] = failed

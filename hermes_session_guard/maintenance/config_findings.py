@@ -24,12 +24,14 @@ the config lines to paste. ``doctor`` prints them; they fail it only with ``--st
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, OptionFallback, parse_config
+from ..fail_open import failing_open
 from ..host.rules import HostRules, load_host_rules
 
 RECOMMENDED_TIMEOUT = 300  # seconds; the value Hermes's own PR raised the default to, and seed 001's advice
@@ -182,9 +184,10 @@ def _window(rules: HostRules, providers: list[dict[str, Any]], model: str, base_
     if found:
         return found, "custom_providers"
     if rules.cached_context is not None and model and base_url:
-        try:
+        with failing_open("Hermes's context cache", "the window is looked up in the model table", advice=None,
+                          level=logging.DEBUG) as failed:
             cached = rules.cached_context(model, base_url)
-        except Exception:
+        if failed:
             cached = None
         if _int(cached):
             return _int(cached), "Hermes context cache"
@@ -248,10 +251,9 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
     aux = config_section(cfg, "auxiliary", "compression")
     providers: list[dict[str, Any]] = []
     if rules.custom_providers is not None:
-        try:
+        with failing_open("Hermes's custom providers", "config.yaml's custom_providers list is read as written",
+                          advice=None, level=logging.DEBUG):
             providers = rules.custom_providers(cfg)
-        except Exception:
-            providers = []
     if not providers and isinstance(cfg.get("custom_providers"), list):
         providers = [p for p in cfg["custom_providers"] if isinstance(p, dict)]
     main = main_model(cfg, rules, providers)

@@ -30,6 +30,7 @@ keeping them side by side is what makes that reviewable.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import host
+from ..fail_open import failing_open
 from ..file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode
 from ..seams.compression import snapshot_id_for
 from ..store import GuardStore
@@ -404,9 +406,8 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
             done["orphans"] += 1
     finally:
         store.close()
-        try:
+        with failing_open("closing state.db after the repair", "the connection is left to be collected",
+                          advice=None, level=logging.DEBUG):
             db.close()
-        except Exception:
-            pass
     return done
 

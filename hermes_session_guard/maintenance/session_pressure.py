@@ -15,6 +15,7 @@ the guard's audit log, the home's config.yaml.
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
 from collections import Counter, defaultdict
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import audit, host
+from ..fail_open import failing_open
 from ..host import facts
 from .config_findings import HostRules, config_section, load_host_rules, main_model, merge_defaults, read_config
 from .state_inspection import HomeState, readonly_connection
@@ -58,10 +60,9 @@ def thresholds_for(home: Path, rules: HostRules | None = None) -> Thresholds:
     cfg = merge_defaults(rules.defaults, raw)
     providers: list[dict[str, Any]] = []
     if rules.custom_providers is not None:
-        try:
+        with failing_open("Hermes's custom providers", "the thresholds are worked out without custom providers",
+                          advice=None, level=logging.DEBUG):
             providers = rules.custom_providers(cfg)
-        except Exception:
-            providers = []
     main = main_model(cfg, rules, providers)
     try:
         percent = float(config_section(cfg, "compression").get("threshold", 0.5))

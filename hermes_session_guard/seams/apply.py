@@ -37,6 +37,7 @@ from typing import Any
 import wrapt
 
 from ..config import GuardConfig
+from ..fail_open import failing_open
 from ..host import close_readers, unshim_adapters, unshim_dashboards, unshim_engines
 from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
@@ -209,11 +210,10 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
 
 def _apply_logged(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
     row = candidates.first
-    try:
+    with failing_open(row, "the seam is not patched", level=None) as failed:
         status = _apply_candidates(candidates, runtime)
-    except Exception as exc:
-        status = SeamStatus(row.seam, row.target, SeamState.FAILED, f"{type(exc).__name__}: {exc}",
-                            row.failure_policy)
+    if failed:
+        status = SeamStatus(row.seam, row.target, SeamState.FAILED, failed.reason, row.failure_policy)
     if status.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED) and not candidates.by_signature:
         log.warning("session guard: seam %s %s: %s", status.name, status.state, status.reason)
     return status
@@ -332,10 +332,12 @@ def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus
         return next(s for s in runtime.seams if s.name == seam)
     for module_name, state in states.items():
         if state == "absent" and not all(r.lazy for r in wraps if r.module == module_name):
-            try:
+            # verification says why, for the rows that needed it
+            with failing_open(f"importing {module_name}", "its rows are verified against a module that is not there",
+                              level=logging.DEBUG, advice=None) as failed:
                 importlib.import_module(module_name)
-            except Exception:
-                continue  # verification says why, for the rows that needed it
+            if failed:
+                continue
             states[module_name] = module_state(module_name)
     if any(state == "importing" for state in states.values()):
         first = not _half_built_pending()

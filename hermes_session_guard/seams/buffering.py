@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import host
+from ..fail_open import failing_open
 from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder
@@ -291,15 +292,17 @@ async def on_busy_message(
     adapter = host.adapter_for(runner, event.source)
     audit = runtime.audit.operation(sid or session_key, op_id)
     try:
-        entry = inbox.append(
-            session_key=session_key,
-            session_id=sid,
-            op_id=op_id,
-            payload=host.event_payload(event),
-            text=host.event_text(event),
-            user_id=host.event_user_id(event),
-            max_messages=cfg.max_messages,
-        )
+        with failing_open("session_guard_inbox", f"could not store a message for {session_key}: Hermes queues it in "
+                          "memory as it would without the guard", advice=None, lets_through=(InboxFull,)) as failed:
+            entry = inbox.append(
+                session_key=session_key,
+                session_id=sid,
+                op_id=op_id,
+                payload=host.event_payload(event),
+                text=host.event_text(event),
+                user_id=host.event_user_id(event),
+                max_messages=cfg.max_messages,
+            )
     except InboxFull as full:
         audit.warning("message.refused", session_key=session_key, user_id=host.event_user_id(event),
                       waiting=full.waiting, limit=full.limit, reason="buffer.max_messages reached")
@@ -310,18 +313,13 @@ async def on_busy_message(
         )
         await _notify(runner, adapter, event, _overflow_text(cfg.overflow_text, full.waiting, full.limit))
         return True
-    except Exception as exc:
-        log.error(
-            "session guard: could not store a message for %s in session_guard_inbox (%s: %s); failing open, "
-            "Hermes queues it in memory as it would without the guard.", session_key, type(exc).__name__, exc,
-        )
+    if failed:
         return await call_host()
-    try:
+    # stored: it must not also go to Hermes
+    with failing_open(f"the message.buffered event of message #{entry.seq} for {session_key}",
+                      "the message is buffered all the same", level=logging.WARNING, advice=None):
         audit.info("message.buffered", seq=entry.seq, position=entry.position, session_key=session_key,
                    user_id=entry.user_id, while_compressing=compressing)
-    except Exception as exc:  # stored: it must not also go to Hermes
-        log.warning("session guard: message #%d for %s is buffered but its audit event failed: %s",
-                    entry.seq, session_key, exc)
     if cfg.receipt and adapter is not None:
         await _notify(runner, adapter, event, cfg.receipt_text)
     return True
@@ -330,24 +328,19 @@ async def on_busy_message(
 async def _notify(runner: Any, adapter: Any, event: Any, text: str) -> None:
     if adapter is None or not text:
         return
-    try:
+    with failing_open(f"sending a notice to chat {host.event_chat_id(event)}", "the chat does not get this notice",
+                      level=logging.WARNING, advice=None):
         await host.send_notice(runner, adapter, event, text)
-    except Exception as exc:
-        log.warning("session guard: could not send a notice to chat %s: %s", host.event_chat_id(event), exc)
 
 
 def _event_for(runtime: Runtime, inbox: Inbox, entry: InboxEntry) -> Any | None:
-    try:
+    with failing_open(f"buffered message #{entry.seq} for {entry.session_key}", "it cannot be rebuilt for this "
+                      "Hermes and is kept in session_guard_inbox with state 'failed'", advice=None) as failed:
         return host.event_from_payload(entry.payload, entry.seq)
-    except Exception as exc:
-        inbox.fail(entry.seq)
-        _entry_audit(runtime, entry).error("message.undeliverable", seq=entry.seq, position=entry.position,
-                                           reason=f"{type(exc).__name__}: {exc}")
-        log.error(
-            "session guard: buffered message #%d for %s cannot be rebuilt for this Hermes (%s: %s); it is kept "
-            "in session_guard_inbox with state 'failed'.", entry.seq, entry.session_key, type(exc).__name__, exc,
-        )
-        return None
+    inbox.fail(entry.seq)
+    _entry_audit(runtime, entry).error("message.undeliverable", seq=entry.seq, position=entry.position,
+                                       reason=failed.reason)
+    return None
 
 
 def _settled(runtime: Runtime, entries: list[InboxEntry]) -> None:

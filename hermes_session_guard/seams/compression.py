@@ -99,6 +99,7 @@ from ..contract.generations import (
     turn_in_progress,
     turn_last,
 )
+from ..fail_open import failing_open
 from ..handoff.redaction import redact_guard_patterns
 from ..hooks.manager import get_plugin_manager
 from ..hooks.specs import (
@@ -314,11 +315,10 @@ class _Operation:
         """Write the durable op row; a failure here must not fail the compression. Said
         once per operation: in the outcome event when it is still to come and reports a
         problem itself, otherwise in one WARNING line."""
-        try:
+        with failing_open("recording the compression phase", "the compression goes on", level=None) as failed:
             write(*args, **kwargs)
-        except Exception as exc:
-            if self.phase_error is None:
-                self.phase_error = f"{type(exc).__name__}: {exc}"
+        if failed and self.phase_error is None:
+            self.phase_error = failed.reason
 
     def warn_phase(self) -> None:
         if self.phase_warned:
@@ -363,7 +363,9 @@ class _Operation:
             if self.end_emitted:
                 return
             self.end_emitted = True
-        try:
+        # a subscriber's failure never reaches the compaction
+        with failing_open("a compaction event subscriber", "the compaction goes on", level=logging.DEBUG,
+                          advice=None):
             name = COMPACTION_STARTED if outcome is None else _EVENT_OF.get(outcome.status, COMPACTION_FAILED)
             summary_ms = None
             if self.summary_started_at is not None and outcome is not None:
@@ -388,14 +390,12 @@ class _Operation:
                 messages_buffered=self.buffered_meanwhile() if outcome is not None else None,
             )
             self.pm.hook.session_guard_compaction_event(event=event, agent=self.agent)
-        except Exception as exc:  # a subscriber's failure never reaches the compaction
-            log.debug("session guard: a compaction event subscriber failed (%s: %s)", type(exc).__name__, exc)
 
     def buffered_meanwhile(self) -> int | None:
-        try:
+        with failing_open("counting the messages buffered meanwhile", "the event leaves the count out",
+                          level=logging.DEBUG, advice=None):
             return Inbox(self.store).buffered_during(self.op_id)
-        except Exception:
-            return None
+        return None
 
     def outcome(self, status: str, reason: str = "", *, after: int | None = None,
                 snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:
@@ -421,14 +421,12 @@ class _Operation:
             # After the lock is released and outside the pinned log context: an
             # extension may move the conversation on (an explicit, logged hand-off
             # fork), and the tag must then follow it.
-            try:
+            with failing_open("an after-compression extension", f"the compression of {self.sid} stands",
+                              advice=None):
                 self.pm.hook.session_guard_after_compression(
                     session_id=self.sid, op_id=self.op_id, snapshot_id=snapshot_id, compressed=continued,
                     agent=self.agent,
                 )
-            except Exception as exc:
-                log.error("session guard: an after-compression extension failed (%s: %s); the compression of %s "
-                          "stands.", type(exc).__name__, exc, self.sid)
         return result
 
     def run_locked(self, lock: LockPolicy) -> tuple[list[Any], str]:
@@ -471,15 +469,15 @@ class _Operation:
         gone (locks.liveness; a pid-only holder of a Hermes without the guard whose pid is
         gone on this machine) is released, holder-qualified, so Hermes's acquire takes it
         now instead of waiting out the lease. Returns the holder released."""
-        try:
+        # Hermes's own lock path decides, as without the guard
+        with failing_open(f"clearing the dead holder of {self.sid}'s compression lock", "Hermes waits for its lease",
+                          level=logging.WARNING, advice=None) as failed:
             leases = host.native_leases(self.agent)
             holder = leases.holder(self.sid) if leases is not None else None
             if leases is None or holder is None or not holder_dead(holder):
                 return None
             leases.release(self.sid, holder)
-        except Exception as exc:  # Hermes's own lock path decides, as without the guard
-            log.warning("session guard: could not clear the dead holder of %s's compression lock (%s: %s); Hermes "
-                        "waits for its lease.", self.sid, type(exc).__name__, exc)
+        if failed:
             return None
         self.audit.warning("lock.taken_over", dead_holder=holder, lock="host")
         return holder
@@ -563,11 +561,13 @@ class _Operation:
                     # Write-ahead, as on 0.19: Hermes archives those rows right after this and keeps
                     # them, so the reference goes first. A process killed between the two writes
                     # leaves the transcript live and referenced, never compacted with no snapshot.
-                    try:
+                    # on failure, written once Hermes returned (write_reference)
+                    with failing_open("the snapshot reference written ahead", "written after Hermes's commit",
+                                      level=None) as failed:
                         self.store_reference(snapshot_id, created_at, self.referenced)
                         self.written_ahead = snapshot_id
-                    except Exception as exc:  # written once Hermes returned (write_reference)
-                        self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
+                    if failed:
+                        self.audit.info("snapshot.deferred", reason=failed.reason)
             live_now: list[tuple[int, int]] = []
             if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
@@ -584,14 +584,14 @@ class _Operation:
                 # right after its engine returns, so the snapshot goes first. A process
                 # killed between the two writes then leaves the history in the snapshot and
                 # still live, never only in Hermes's archived rows.
-                try:
+                # On failure, retried once the host returned. Not a problem yet: if the retry fails
+                # (snapshot.failed) or Hermes's own write fails too (compression.failed,
+                # usually the same state.db fault), that event is the one loud line.
+                with failing_open("the snapshot written ahead", "retried after Hermes's commit", level=None) as failed:
                     self.write_snapshot_ahead(snapshot_id, created_at, live_now)
                     self.written_ahead = snapshot_id
-                except Exception as exc:
-                    # Retried once the host returned. Not a problem yet: if the retry fails
-                    # (snapshot.failed) or Hermes's own write fails too (compression.failed,
-                    # usually the same state.db fault), that event is the one loud line.
-                    self.audit.info("snapshot.deferred", reason=f"{type(exc).__name__}: {exc}")
+                if failed:
+                    self.audit.info("snapshot.deferred", reason=failed.reason)
             span[0] = compacted_range(engine_input, engine_output)
             # An engine of its own (not Hermes's compressor family) writes summaries in its
             # own format: the guard knows them by position, as what the engine produced.
@@ -636,11 +636,11 @@ class _Operation:
             _, adopted = self.check_generation()
             if adopted is not None:
                 return adopted
-        try:
+        with failing_open("settling the compaction", "the compaction stands", level=None) as failed:
             return self.settle(compressed, system_prompt, verdict.failure, snapshot_id, created_at, span[0],
                                arrived[0])
-        except Exception as exc:
-            return self.guard_failed_after_host(exc, compressed, system_prompt)
+        assert failed.exc is not None
+        return self.guard_failed_after_host(failed.exc, compressed, system_prompt)
 
     def summary_finished(self) -> None:
         """When the summary call ended: its context engine returned (seen by the shim), else
@@ -725,7 +725,7 @@ class _Operation:
         final = compressed
         if strategy == Strategy.DETACH_DB:
             foreign = self.arrived_meanwhile(foreign)
-        try:
+        with failing_open("the guard's persistence", "reported below", level=None) as failed:
             if strategy == Strategy.HOST_NATIVE and host.session_db(agent) is not None:
                 snapshot_id = self.written_ahead or self.write_reference(planned_id, created_at)
             elif self.written_ahead is None:
@@ -738,10 +738,10 @@ class _Operation:
                 host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.flush_cursor,
                                       transcript_order=self.transcript_order)
                 self.persisted = final
-        except Exception as exc:
-            reason = f"guard persistence failed: {type(exc).__name__}: {exc}"
+        if failed:
+            reason = f"guard persistence failed: {failed.reason}"
             if strategy == Strategy.DETACH_DB:
-                self.error_type = type(exc).__name__
+                self.error_type = type(failed.exc).__name__
                 # Fail closed: nothing reached the live transcript, so keep the
                 # uncompressed conversation rather than a compaction that was never stored.
                 return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
@@ -760,13 +760,12 @@ class _Operation:
                 compressed.extend(kept)
                 host.rebase_flush(agent, sid, compressed, self.flush_cursor)
         if strategy in IN_PLACE_STRATEGIES and foreign:
-            try:
+            with failing_open("carrying over", "the messages stay where they were", level=None) as failed:
                 host.append_messages(agent, sid, foreign)
                 compressed.extend(foreign)
                 host.rebase_flush(agent, sid, compressed, self.flush_cursor)
-            except Exception as exc:
-                self.audit.warning("carry_over.failed", reason=f"{type(exc).__name__}: {exc}",
-                                   messages=len(foreign))
+            if failed:
+                self.audit.warning("carry_over.failed", reason=failed.reason, messages=len(foreign))
         # Turns that other agents of the session persisted meanwhile stay after the
         # compacted block in state.db (in arrival order), but in the list this agent
         # continues with they go before its own turn in progress, which it is answering.
@@ -782,20 +781,21 @@ class _Operation:
             host.notify_boundary(agent, sid)
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
-        try:
+        # the tags stay on the live list; only a reload loses them
+        with failing_open("recording the summaries", "a reload loses their tags", level=None) as failed:
             first, last = span or (None, None)
             store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
-        except Exception as exc:  # the tags stay on the live list; only a reload loses them
-            self.audit.warning("summaries.record_failed", reason=f"{type(exc).__name__}: {exc}")
+        if failed:
+            self.audit.warning("summaries.record_failed", reason=failed.reason)
         generation: int | None = None
-        try:
+        with failing_open("recording the generation", "the next check reads no generation", level=None) as failed:
             record = store.record_generation(
                 sid, block_len=len(block), block_digest=block_digest(keys_of(block)), op_id=self.op_id,
                 snapshot_id=snapshot_id,
             )
             generation = record.generation
-        except Exception as exc:
-            self.audit.warning("generation.failed", reason=f"{type(exc).__name__}: {exc}")
+        if failed:
+            self.audit.warning("generation.failed", reason=failed.reason)
         self.runtime.compactions.record(sid, final)
         summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))
         self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars),
@@ -814,12 +814,11 @@ class _Operation:
         the messages found before the summary call are kept as they were."""
         if host.session_db(self.agent) is None:
             return foreign
-        try:
+        with failing_open("reading the live transcript", "the messages found before are kept",
+                          level=None) as failed:
             return foreign_messages(self.mine(), Keyed(host.live_transcript(self.agent, self.sid)))
-        except Exception as exc:
-            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
-                               stage="before persisting the compaction")
-            return foreign
+        self.audit.warning("generation.check_failed", reason=failed.reason, stage="before persisting the compaction")
+        return foreign
 
     def mine(self) -> Keyed:
         """The pre-compression list with its keys, computed once per operation."""
@@ -841,7 +840,7 @@ class _Operation:
         """After Hermes compacted in place: the live messages ``compressed`` does not carry
         (in stored order), and the ``foreign`` messages that are not live. On a failed read
         nothing is added and nothing carried over."""
-        try:
+        with failing_open("reading the live transcript", "nothing is added or carried over", level=None) as failed:
             mine = set(Keyed(compressed).keys)
             brief = host.live_brief(self.agent, self.sid)
             if brief is not None:  # every live row is one of the list's and every foreign message is live
@@ -849,9 +848,8 @@ class _Operation:
                 if stored <= mine and stored.issuperset(keys_of(foreign)):
                     return [], []
             live = Keyed(host.live_transcript(self.agent, self.sid))
-        except Exception as exc:
-            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
-                               stage="after Hermes compacted")
+        if failed:
+            self.audit.warning("generation.check_failed", reason=failed.reason, stage="after Hermes compacted")
             return [], []
         stored = set(live.keys)
         theirs = Keyed(foreign)
@@ -907,20 +905,19 @@ class _Operation:
         hint = "Run `hermes-session-guard selftest`."
         persisted = self.persisted
         if persisted is None and self.strategy in IN_PLACE_STRATEGIES:
-            try:  # failed before the guard looked: whether Hermes wrote in place decides
+            # failed before the guard looked: whether Hermes wrote in place decides
+            with failing_open("asking whether Hermes compacted in place", "taken as not", level=logging.DEBUG,
+                              advice=None):
                 if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
                     persisted = compressed
-            except Exception:
-                pass
-        try:
+        # the audit itself is what failed: still say so once
+        with failing_open(f"auditing a {reason}", "the caller continues with what state.db holds") as failed:
             if persisted is None:
                 return self.leave_unchanged("failed", reason, "error", system_prompt=system_prompt, hint=hint)
             self.finish(self.outcome("done", reason + "; the compaction stands", after=len(persisted)), "error",
                         hint=hint)
-        except Exception as audit_exc:  # the audit itself is what failed: still say so once
-            log.error("session guard: %s (%s: %s). %s", reason, type(audit_exc).__name__, audit_exc, hint)
-            if persisted is None:
-                return _unchanged(self.messages, self.before), system_prompt
+        if failed and persisted is None:
+            return _unchanged(self.messages, self.before), system_prompt
         return persisted if persisted is not None else self.messages, system_prompt
 
     def check_generation(self) -> tuple[list[Any], tuple[list[Any], str] | None]:
@@ -933,7 +930,8 @@ class _Operation:
         self.live_digest, self.live_is_before = None, False
         if host.session_db(self.agent) is None:
             return [], None
-        try:
+        # on failure, compress as before, under the lock, without the generation check
+        with failing_open("the generation check", "compressed without it", level=None) as failed:
             ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy in IN_PLACE_STRATEGIES else None
             mine = self.mine()
             if self.holds_live(mine, ids):  # the live rows are this list's own, in order: nothing foreign, not behind
@@ -943,9 +941,8 @@ class _Operation:
             standing = assess(mine, live, self.store.generation(self.sid), has_summary_block)
             foreign = [] if standing.stale else foreign_messages(mine, live)
             self.live_ids = ids
-        except Exception as exc:
-            # Compress as before, under the lock, without the generation check.
-            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}")
+        if failed:
+            self.audit.warning("generation.check_failed", reason=failed.reason)
             return [], None
         if standing.stale:
             return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
@@ -976,21 +973,19 @@ class _Operation:
         Hermes's lease)? The same live row ids as that check read say no without reading the
         transcript again (any commit archives rows and writes new ones). A failed read says
         no: Hermes compacts as it would alone."""
-        try:
+        with failing_open("the generation check", "Hermes compacts as it would alone", level=None) as failed:
             if self.live_ids and host.live_row_ranges(self.db_path, self.sid) == self.live_ids:
                 return False
             live = Keyed(host.live_transcript(self.agent, self.sid))
             return assess(self.mine(), live, self.store.generation(self.sid), has_summary_block).stale
-        except Exception as exc:
-            self.audit.warning("generation.check_failed", reason=f"{type(exc).__name__}: {exc}",
-                               stage="under Hermes's compression lease")
-            return False
+        self.audit.warning("generation.check_failed", reason=failed.reason, stage="under Hermes's compression lease")
+        return False
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the
         messages only this list has, instead of summarising the same turns again."""
         sid, store = self.sid, self.store
-        try:
+        with failing_open("reading earlier transcripts", "left unchanged", level=None) as failed:
             versions = []
             for snap in reversed(store.list_snapshots(sid)):
                 try:
@@ -998,8 +993,8 @@ class _Operation:
                 except SnapshotGone:  # Hermes no longer holds its rows: no earlier transcript to line up with
                     continue
             new = genuinely_new(mine, [*versions, live], live, standing.block_len)
-        except Exception as exc:
-            return self.leave_unchanged("failed", f"reading earlier transcripts failed: {type(exc).__name__}: {exc}",
+        if failed:
+            return self.leave_unchanged("failed", f"reading earlier transcripts failed: {failed.reason}",
                                         "warning", generation=standing.generation)
         if new is None:
             return self.leave_unchanged(
@@ -1019,10 +1014,10 @@ class _Operation:
         # (The compacted block itself may end with the compressing turn's prompt, not answered yet.)
         block = standing.block_len - turn_in_progress(live.messages[:standing.block_len], has_summary_block)
         adopted = own_turn_apart(adopted, keys_of(adopted), own, has_summary_block, start=block)
-        try:
+        with failing_open("adopting the live transcript", "left unchanged", level=None) as failed:
             host.append_messages(self.agent, sid, new)
-        except Exception as exc:
-            return self.leave_unchanged("failed", f"adopting the live transcript failed: {type(exc).__name__}: {exc}",
+        if failed:
+            return self.leave_unchanged("failed", f"adopting the live transcript failed: {failed.reason}",
                                         "warning", generation=standing.generation)
         host.rebase_flush(self.agent, sid, adopted, self.flush_cursor)
         host.await_real_usage(self.agent)

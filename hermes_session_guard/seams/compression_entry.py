@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import host
 from ..audit import new_op_id
-from ..fail_open import fail_open as _fail_open
+from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
 from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
@@ -79,26 +79,25 @@ def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[
     system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
     cause = f"{type(exc).__name__}: {exc}"
     sid = None
-    try:
+    with failing_open(row, "the skip is logged for an unknown session", when="reading the session id",
+                      level=logging.DEBUG, advice=None):
         sid = host.session_id(agent)
-    except Exception:
-        pass
     log.error(
         "session guard: seam %s failed before the host ran (%s); failing closed: compression of %s skipped, "
         "messages unchanged, Hermes retries at its next threshold check. Run `hermes-session-guard selftest`.",
         row.target, cause, sid or "(unknown session)",
     )
-    try:
+    with failing_open(row, "no compression.failed event records the skip", when="auditing the skipped compression",
+                      level=logging.DEBUG, advice=None):
         runtime.audit.operation(sid or "-", new_op_id()).error(
             "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
             messages_before=len(messages) if isinstance(messages, list) else None,
             messages_after=len(messages) if isinstance(messages, list) else None, session_id_after=sid,
         )
-    except Exception as audit_exc:
-        log.debug("session guard: could not audit the skipped compression: %s", audit_exc)
-    try:
+    with failing_open(row, "the skip returns the agent's cached system prompt (or the one Hermes passed)",
+                      when="reading the system prompt", level=logging.DEBUG, advice=None) as failed:
         prompt = host.current_system_prompt(agent, system_message)
-    except Exception:
+    if failed:
         prompt = str(getattr(agent, "_cached_system_prompt", None) or system_message or "")
     return messages, prompt
 
@@ -112,26 +111,25 @@ def stepped_aside(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, .
     the cause. On a rotating host the ADR 0019 rule stands instead (:func:`skipped_before_host`)."""
     cause = f"{type(exc).__name__}: {exc}"
     sid = None
-    try:
+    with failing_open(row, "the step-aside is logged for an unknown session", when="reading the session id",
+                      level=logging.DEBUG, advice=None):
         sid = host.session_id(agent)
-    except Exception as read_exc:
-        log.debug("session guard: no session id on the agent: %s", read_exc)
     log.error(
         "session guard: seam %s failed before the host ran (%s); stepping aside: Hermes compacts %s in place "
         "on its own this time. Run `hermes-session-guard selftest`.", row.target, cause, sid or "(unknown session)",
     )
-    try:
+    with failing_open(row, "no compression.failed event records the step-aside", when="auditing the step-aside",
+                      level=logging.DEBUG, advice=None):
         runtime.audit.operation(sid or "-", new_op_id()).error(
             "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
             stepped_aside=True,
         )
-    except Exception as audit_exc:
-        log.debug("session guard: could not audit the step-aside: %s", audit_exc)
     scope: Any = host.forced_in_place(agent)
-    try:
+    # an agent that refuses the attribute: Hermes's own setting decides
+    with failing_open(row, "Hermes's own setting decides whether it compacts in place",
+                      when="forcing in-place compaction", level=logging.DEBUG, advice=None) as failed:
         scope.__enter__()
-    except Exception as scope_exc:  # an agent that refuses the attribute: Hermes's own setting decides
-        log.debug("session guard: could not force in-place compaction: %s", scope_exc)
+    if failed:
         scope = None
     try:
         return wrapped(*args, **kwargs)
@@ -146,12 +144,10 @@ def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     the lock on that session; otherwise Hermes's own acquire, unchanged."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "Hermes's own lock decides", advice=None):
             sid = args[0] if args else kwargs.get("session_id")
             if host.native_lock_held_here(instance, sid):
                 return True
-        except Exception as exc:
-            _fail_open(row, exc, "Hermes's own lock decides", advice=None)
         return wrapped(*args, **kwargs)
 
     return wrapper

@@ -13,14 +13,12 @@ from typing import Any
 
 from .. import host
 from ..contract.gateway_transcript import rebase_after_compaction
-from ..fail_open import fail_open as _fail_open
+from ..fail_open import failing_open, report
 from ..host import client_events
 from ..runtime import Runtime
 from ..seam_behaviour import GatewayTranscript
 from . import buffering
 from .row import SeamRow, Wrapper
-
-log = logging.getLogger("hermes_session_guard")
 
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -39,7 +37,8 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sid: Any = None
         source: Any = None
-        try:
+        with failing_open(row, "this turn runs as Hermes routed it, without the guard's notices or transcript "
+                               "re-base") as failed:
             sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
             source = kwargs["source"] if "source" in kwargs else args[3]
             target = runtime.compactions.fork_target(sid) if sid else sid
@@ -54,34 +53,28 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                 sid = target
             mark = runtime.compactions.mark()
             notices = runtime.notices.pop(sid) if sid else []
-        except Exception as exc:
-            _fail_open(row, exc, "this turn runs as Hermes routed it, without the guard's notices or "
-                                 "transcript re-base")
+        if failed:
             sid, notices = None, []
         await _deliver(instance, source, sid, notices)
         result = await wrapped(*args, **kwargs)
         if sid:
-            try:
+            with failing_open(row, "guard notices decided during this turn are not sent", when="after the turn",
+                              level=logging.DEBUG, advice=None) as failed:
                 after = runtime.notices.pop(sid)
                 moved_to = runtime.compactions.fork_target(sid)
                 if moved_to != sid:
                     after += runtime.notices.pop(moved_to)
-            except Exception:
+            if failed:
                 after = []
             await _deliver(instance, source, sid, after)
         if sid and rebase:
-            try:
+            with failing_open(row, f"the gateway's JSONL transcript for {sid} may still hold pre-compaction history "
+                                   "(state.db is correct)", when="after the turn", advice="doctor"):
                 compaction = runtime.compactions.since(sid, mark)
                 if compaction is not None:
                     forked = runtime.compactions.fork_since(sid, mark) is not None
                     rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
                                             jsonl=transcript == GatewayTranscript.JSONL_AND_OFFSET)
-            except Exception as exc:
-                log.error(
-                    "session guard: seam %s failed after the turn (%s: %s); the gateway's JSONL transcript "
-                    "for %s may still hold pre-compaction history (state.db is correct). Run "
-                    "`hermes-session-guard doctor`.", row.target, type(exc).__name__, exc, sid,
-                )
         return result
 
     return wrapper
@@ -89,10 +82,9 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
 async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]) -> None:
     for text in notices:
-        try:
+        with failing_open(f"delivering a notice to the chat of {sid}", "the chat does not get this guard notice",
+                          level=logging.WARNING, advice=None):
             await host.gateway_send(runner, source, text)
-        except Exception as exc:
-            log.warning("session guard: could not deliver a notice to the chat of %s: %s", sid, exc)
 
 
 def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -102,10 +94,8 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with ExitStack() as stack:
-            try:
+            with failing_open(row, "guard slash commands in this message cannot tell which chat they came from"):
                 stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
-            except Exception as exc:
-                _fail_open(row, exc, "guard slash commands in this message cannot tell which chat they came from")
             return await wrapped(*args, **kwargs)
 
     return wrapper
@@ -135,7 +125,7 @@ def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         except Exception as exc:
             if called:
                 raise
-            _fail_open(row, exc, "Hermes handles this message as it would without the guard")
+            report(row, exc, "Hermes handles this message as it would without the guard")
             return await wrapped(*args, **kwargs)
 
     return wrapper
@@ -146,12 +136,10 @@ def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         picked = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "buffered messages wait for the next turn or restart"):
             session_key = _arg(args, kwargs, 0, "session_key")
             return buffering.on_drain(runtime, instance, session_key, picked)
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
-            return picked
+        return picked
 
     return wrapper
 
@@ -160,17 +148,13 @@ def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
 
     def after(instance: Any, event: Any) -> None:
-        try:
+        with failing_open(row, "buffered messages wait for the next turn or restart"):
             buffering.on_handler_done(runtime, instance, event)
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages wait for the next turn or restart")
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         event = _arg(args, kwargs, 0, "event")
-        try:
+        with failing_open(row, "buffered messages are still delivered"):
             buffering.on_handler_start(instance, event)
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages are still delivered")
         try:
             result = await wrapped(*args, **kwargs)
         except asyncio.CancelledError:
@@ -189,10 +173,8 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "buffered messages stay in session_guard_inbox for the next start"):
             buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
-        except Exception as exc:
-            _fail_open(row, exc, "buffered messages stay in session_guard_inbox for the next start")
         return result
 
     return wrapper
@@ -205,22 +187,19 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         callback = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "this run's event stream carries no compaction events", once=True) as failed:
             run_id = _arg(args, kwargs, 0, "run_id")
             loop = _arg(args, kwargs, 1, "loop")
-        except Exception as exc:
-            _fail_open(row, exc, "this run's event stream carries no compaction events", once=True)
+        if failed:
             return callback
 
         def with_compaction_events(event_type: str, *cb_args: Any, **cb_kwargs: Any) -> Any:
-            try:
+            with failing_open(row, "the event goes to Hermes's own callback (a compaction event is dropped there)",
+                              once=True):
                 event = client_events.run_event(run_id, event_type, cb_kwargs)
                 if event is not None:
                     client_events.push_run_event(instance, run_id, loop, event)
                     return None
-            except Exception as exc:
-                _fail_open(row, exc, "the event goes to Hermes's own callback (a compaction event is dropped there)",
-                           once=True)
             return callback(event_type, *cb_args, **cb_kwargs)
 
         return with_compaction_events
@@ -234,10 +213,9 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     session compacts the interrupt is left out (see buffering.interrupt_or_queue)."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "the running turn is interrupted as without the guard") as failed:
             agent = _arg(args, kwargs, 2, "agent")
-        except Exception as exc:
-            _fail_open(row, exc, "the running turn is interrupted as without the guard")
+        if failed:
             return wrapped(*args, **kwargs)
         ran: list[Any] = []
 
@@ -250,7 +228,7 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         except Exception as exc:
             if ran:  # the host's own interrupt failed: its error, not the guard's
                 raise
-            _fail_open(row, exc, "the running turn is interrupted as without the guard")
+            report(row, exc, "the running turn is interrupted as without the guard")
             return wrapped(*args, **kwargs)
         return ran[0] if ran else None
 
@@ -264,10 +242,8 @@ def cli_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     compacts (see buffering.defer_cli_interrupts)."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "input typed while this turn compacts interrupts it as without the guard"):
             buffering.defer_cli_interrupts(runtime, instance)
-        except Exception as exc:
-            _fail_open(row, exc, "input typed while this turn compacts interrupts it as without the guard")
         return wrapped(*args, **kwargs)
 
     return wrapper
@@ -294,7 +270,7 @@ def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], 
             except Exception as exc:
                 if called:
                     raise
-                _fail_open(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
+                report(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
                 return wrapped(*args, **kwargs)
 
         return wrapper
@@ -316,12 +292,10 @@ def tui_prompt_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     gets the oldest prompt held back during a compaction."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "held prompts wait for the next drain"):
             session = _arg(args, kwargs, 2, "session")
             if isinstance(session, dict) and session.get(buffering.HELD_PROMPTS):
                 buffering.release_held_prompt(session, session["history_lock"])
-        except Exception as exc:
-            _fail_open(row, exc, "held prompts wait for the next drain")
         return wrapped(*args, **kwargs)
 
     return wrapper

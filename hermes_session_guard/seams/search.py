@@ -20,11 +20,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..fail_open import fail_open
+from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..summaries import search_index
-
-log = logging.getLogger("hermes_session_guard")
 
 Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -132,28 +130,25 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     term no snapshot holds goes to Hermes alone, without a second full-text query."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "the snapshots are searched in full", when="reading the snapshot vocabulary",
+                          level=logging.DEBUG, advice=None):
             if no_snapshot_can_match(runtime, instance, args, kwargs):
                 return wrapped(*args, **kwargs)
-        except Exception as exc:
-            log.debug("session guard: snapshot vocabulary unavailable (%s: %s); full snapshot search",
-                      type(exc).__name__, exc)
-        try:
+        with failing_open(row, "this search returns Hermes's own rows only (compacted turns are not searched)",
+                          advice="doctor", once=True) as failed:
             call = _bind(wrapped, args, kwargs)
             limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
             hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
-        except Exception as exc:
-            fail_open(row, exc, "this search returns Hermes's own rows only (compacted turns are not searched)",
-                      advice="doctor", once=True)
+        if failed:
             return wrapped(*args, **kwargs)
         if not hits:
             return wrapped(*args, **kwargs)
         host = wrapped(**{**call, "limit": limit + offset, "offset": 0})
-        try:
+        with failing_open(row, "snapshot hits follow Hermes's own", when="ranking Hermes's own hits",
+                          level=logging.DEBUG, advice=None) as failed:
             ranks = search_index.host_ranks(runtime.store_for(instance.db_path), fts_query,
                                             [r.get("id") for r in host]) if fts_query and host else {}
-        except Exception as exc:
-            log.debug("session guard: could not rank Hermes's own hits (%s); snapshot hits follow them", exc)
+        if failed:
             ranks = {}
         merged = merge(list(host or []), hits, ranks, call.get("sort"))[offset:offset + limit]
         for hit in merged:
@@ -181,14 +176,12 @@ def export_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` lists "
+                               "the compacted history", advice="doctor", once=True):
             if isinstance(result, dict):
                 _with_snapshots(runtime, instance, [result])
             elif isinstance(result, list):
                 _with_snapshots(runtime, instance, result)
-        except Exception as exc:
-            fail_open(row, exc, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` "
-                                   "lists the compacted history", advice="doctor", once=True)
         return result
 
     return wrapper
@@ -203,10 +196,10 @@ def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     it reads for a hit includes the session's snapshots (see the next wrapper)."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "session_search reads the live transcript of a hit only", advice="doctor",
+                          once=True) as failed:
             token = _mark_whole_conversation()
-        except Exception as exc:
-            fail_open(row, exc, "session_search reads the live transcript of a hit only", advice="doctor", once=True)
+        if failed:
             return wrapped(*args, **kwargs)
         try:
             return wrapped(*args, **kwargs)
@@ -225,15 +218,13 @@ def search_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         result = wrapped(*args, **kwargs)
         if not _whole_conversation.get():
             return result
-        try:
+        with failing_open(row, "session_search reads the live transcript only", advice="doctor", once=True):
             sid = args[0] if args else kwargs.get("session_id")
             store = runtime.store_for(instance.db_path)
             found = search_index.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
             if found and isinstance(result, list):
                 older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
                 return [*older, *result]
-        except Exception as exc:
-            fail_open(row, exc, "session_search reads the live transcript only", advice="doctor", once=True)
         return result
 
     return wrapper
@@ -246,7 +237,8 @@ def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     snapshot belongs to ``session_id``. Hermes's own ids go to Hermes unchanged."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id",
+                          advice="doctor", once=True):
             call = _bind(wrapped, args, kwargs)
             anchor = call.get("around_message_id")
             if isinstance(anchor, int) and anchor < 0:
@@ -254,9 +246,6 @@ def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                                                     anchor, _as_int(call.get("window"), 5))
                 if view is not None:
                     return view
-        except Exception as exc:
-            fail_open(row, exc, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id",
-                      advice="doctor", once=True)
         return wrapped(*args, **kwargs)
 
     return wrapper

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import host
-from ..fail_open import fail_open
+from ..fail_open import failing_open, report
 from ..hostinfo import state_db_path
 from ..runtime import Runtime
 from ..store import message_text, text_hash
@@ -45,11 +45,9 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "the recall line may reach the next summary prompt"):
             return strip_recall_header(result) if isinstance(result, str) else result
-        except Exception as exc:
-            fail_open(row, exc, "the recall line may reach the next summary prompt")
-            return result
+        return result
 
     return wrapper
 
@@ -61,11 +59,9 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "summaries load untagged"):
             if isinstance(result, list):
                 _tag_loaded(runtime, instance, _arg(args, kwargs, 0, "session_id"), result, native_key)
-        except Exception as exc:
-            fail_open(row, exc, "summaries load untagged")
         return result
 
     return wrapper
@@ -79,13 +75,11 @@ def resume_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "summaries load untagged"):
             sid = _arg(args, kwargs, 0, "session_id")
             for part in result if isinstance(result, tuple) else ():
                 if isinstance(part, list):
                     _tag_loaded(runtime, instance, sid, part, native_key)
-        except Exception as exc:
-            fail_open(row, exc, "summaries load untagged")
         return result
 
     return wrapper
@@ -125,7 +119,7 @@ def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                           "summary keys and is not sent. Run `hermes-session-guard selftest`.",
                           row.target, type(exc).__name__, exc)
                 raise
-            fail_open(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
+            report(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
             return messages
 
     return wrapper
@@ -144,13 +138,12 @@ def request_tools_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         agent = _agent(instance, args, kwargs)
-        try:
+        with failing_open(row, "the recall tool is offered as the host configured it") as failed:
             sid = host.session_id(agent)
             runtime.remember_session(sid, host.db_path(agent))
             hide = set() if RECALL_TOOL not in host.tool_names(agent) or offered(runtime, agent) \
                 else {RECALL_TOOL}
-        except Exception as exc:
-            fail_open(row, exc, "the recall tool is offered as the host configured it")
+        if failed:
             return wrapped(*args, **kwargs)
         with host.tools_hidden(agent, hide):
             return wrapped(*args, **kwargs)
@@ -165,7 +158,7 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         prompt = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "the system prompt has no recall rule"):
             from .compression import compressing_session
 
             agent = _agent(instance, args, kwargs)
@@ -176,8 +169,6 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(agent)))
             ):
                 return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
-        except Exception as exc:
-            fail_open(row, exc, "the system prompt has no recall rule")
         return prompt
 
     return wrapper
@@ -191,11 +182,9 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         if _arg(args, kwargs, 0, "function_name") != RECALL_TOOL:
             return wrapped(*args, **kwargs)
         with ExitStack() as stack:
-            try:
+            with failing_open(row, "the recall tool gets only the session id Hermes hands it (with none it reads "
+                                   "nothing)"):
                 stack.enter_context(calling_session(_arg(args, kwargs, 4, "session_id")))
-            except Exception as exc:
-                fail_open(row, exc, "the recall tool gets only the session id Hermes hands it (with none it "
-                                       "reads nothing)")
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -211,13 +200,12 @@ def cli_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         swapped: list[tuple[str, list[Any], list[Any]]] = []
-        try:
+        with failing_open(row, "history is shown as the host renders it") as failed:
             for name in _CLI_HISTORY_LISTS:
                 history = getattr(instance, name, None)
                 if isinstance(history, list):
                     swapped.append((name, history, display_messages(history, runtime.config.summaries.visible)))
-        except Exception as exc:
-            fail_open(row, exc, "history is shown as the host renders it")
+        if failed:
             swapped = []
         if not swapped:
             return wrapped(*args, **kwargs)
@@ -243,21 +231,19 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         mode = runtime.config.summaries.visible
-        try:
+        shown: list[Any] | None = None
+        with failing_open(row, "history is shown as the host renders it"):
             history = _arg(args, kwargs, 0, "history")
             if isinstance(history, list) and mode == HIDDEN:
-                return wrapped(display_messages(history, mode))
-        except Exception as exc:
-            fail_open(row, exc, "history is shown as the host renders it")
-            return wrapped(*args, **kwargs)
+                shown = display_messages(history, mode)
+        if shown is not None:  # Hermes's own call stays outside the guard's handler: it runs once
+            return wrapped(shown)
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "history is shown as the host renders it"):
             history = _arg(args, kwargs, 0, "history")
             return tag_rendered(result, history if isinstance(history, list) else None) \
                 if isinstance(result, list) else result
-        except Exception as exc:
-            fail_open(row, exc, "history is shown as the host renders it")
-            return result
+        return result
 
     return wrapper
 
@@ -267,7 +253,7 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         response = await wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, "session messages are returned as the host built them"):
             if getattr(response, "status", None) != 200 or not getattr(response, "text", None):
                 return response
             payload = json.loads(response.text)
@@ -279,9 +265,7 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             if mode != HIDDEN:
                 _tag_rows_the_host_hid(runtime, instance, args, payload["data"])
             return host.json_response_like(response, payload)
-        except Exception as exc:
-            fail_open(row, exc, "session messages are returned as the host built them")
-            return response
+        return response
 
     return wrapper
 
@@ -353,10 +337,8 @@ def delivery_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        try:
+        with failing_open(row, f"{type(instance).__name__} delivers unfiltered"):
             host.shim_adapter(instance, lambda text: outgoing_text(text, runtime.config.summaries.visible))
-        except Exception as exc:
-            fail_open(row, exc, f"{type(instance).__name__} delivers unfiltered")
         return result
 
     return wrapper

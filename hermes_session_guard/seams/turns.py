@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import host
 from ..contract.generations import keys_of
-from ..fail_open import fail_open
+from ..fail_open import failing_open
 from ..hostinfo import state_db_path
 from ..locks.turn_lock import HOST_TURN_LEASES, TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
 from ..runtime import Runtime
@@ -103,32 +103,30 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cfg = runtime.config.turns
         try:
-            sid = host.session_id(instance)
-            if not cfg.enabled or not sid or not is_conversation_agent(instance):
-                return wrapped(*args, **kwargs)
-            locks = _locks(runtime, host.db_path(instance))
-            if locks.held_by_thread(sid) is not None:
-                return wrapped(*args, **kwargs)  # a turn inside this thread's own turn
-            ticket = locks.claim_delegated(sid)
-            if ticket is None:
-                ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
-                                    retry_after(cfg.wait_seconds))
+            ticket: TurnTicket | None = None
+            with failing_open(row, "this turn runs without the per-session turn order", when="before the turn",
+                              lets_through=(TurnBusy,)):
+                sid = host.session_id(instance)
+                if cfg.enabled and sid and is_conversation_agent(instance):
+                    locks = _locks(runtime, host.db_path(instance))
+                    if locks.held_by_thread(sid) is None:  # else a turn inside this thread's own turn
+                        ticket = locks.claim_delegated(sid)
+                        if ticket is None:
+                            ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
+                                                retry_after(cfg.wait_seconds))
         except TurnBusy as busy:
             runtime.audit.operation(busy.session_id).warning("turn.refused", waited_ms=round(busy.waited * 1000),
                                                              scope=busy.scope)
             log.warning("session guard: %s", busy)
             raise
-        except Exception as exc:
-            fail_open(row, exc, "this turn runs without the per-session turn order", when="before the turn")
+        if ticket is None:  # unordered (off, no session, nested, or the guard failed): Hermes's call, once
             return wrapped(*args, **kwargs)
         try:
             # the lines below carry this session's [session] tag, whatever the thread served last
             with host.pinned_log_context(sid):
-                try:
+                with failing_open(row, f"the turn of {sid} runs on the history its caller passed",
+                                  when="reading the live transcript before the turn", advice=None):
                     args, kwargs = _with_live_history(runtime, instance, sid, ticket, args, kwargs)
-                except Exception as exc:
-                    log.error("session guard: could not read the live transcript of %s before its turn (%s: %s); "
-                              "the turn runs on the history its caller passed.", sid, type(exc).__name__, exc)
                 if ticket.queued_behind:
                     runtime.audit.operation(sid).info("turn.dequeued", behind=ticket.queued_behind,
                                                       waited_ms=round(ticket.waited * 1000))
@@ -151,20 +149,17 @@ def live_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     its caller passed (ERROR log); one giving the child's lease back leaves it to expire."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with failing_open(row, "the turn runs on the history its caller passed", when="before the turn"):
             sid = host.session_id(instance)
             if runtime.config.turns.enabled and sid and is_conversation_agent(instance):
                 with host.pinned_log_context(sid):
                     args, kwargs = _with_live_history(runtime, instance, sid, None, args, kwargs)
-        except Exception as exc:
-            fail_open(row, exc, "the turn runs on the history its caller passed", when="before the turn")
         try:
             return wrapped(*args, **kwargs)
         finally:
-            try:
+            # the child's lease then expires on its own (its ttl)
+            with failing_open(row, "a hand-off child's turn lease is left to expire", when="after the turn"):
                 host.release_carried_turn_leases(instance)
-            except Exception as exc:  # the child's lease then expires on its own (its ttl)
-                fail_open(row, exc, "a hand-off child's turn lease is left to expire", when="after the turn")
 
     return wrapper
 
@@ -174,9 +169,10 @@ async def _body_session(instance: Any, request: Any) -> str:
     way the handler reads it: ``session_id`` (runs), else, when the body brings no
     ``conversation_history`` of its own, the session stored with ``previous_response_id``
     (or the latest response of ``conversation``). ``""``: a new session."""
-    try:
+    with failing_open("the JSON body of an API request", "the request is taken to start a new session (no turn "
+                      "order)", level=logging.DEBUG, advice=None) as failed:
         body = await request.json()  # aiohttp keeps the body: the handler reads it again
-    except Exception:
+    if failed:
         return ""
     if not isinstance(body, dict):
         return ""
@@ -238,28 +234,27 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cfg = runtime.config.turns
-        try:
+        ticket: TurnTicket | None = None
+        with failing_open(row, "this turn runs without the per-session turn order", when="before the request",
+                          advice=None):
             request = args[0] if args else kwargs["request"]
             sid = await _request_session(instance, request, source) if cfg.enabled else None
-            if not sid:
-                return await wrapped(*args, **kwargs)
-            locks = _locks(runtime, state_db_path(runtime.home), lease_table)
-            ticket = locks.enqueue(sid)
-        except Exception as exc:
-            fail_open(row, exc, "this turn runs without the per-session turn order", when="before the request",
-                      advice=None)
+            if sid:
+                locks = _locks(runtime, state_db_path(runtime.home), lease_table)
+                ticket = locks.enqueue(sid)
+        if ticket is None:  # a new session, turns off, or the guard failed: Hermes's handler, once
             return await wrapped(*args, **kwargs)
         try:
-            await locks.wait_async(ticket, cfg.wait_seconds, cfg.lease_seconds, retry_after(cfg.wait_seconds))
+            with failing_open(f"the turn lease of {sid}", "this turn runs without the per-session turn order",
+                              advice=None, lets_through=(TurnBusy,)) as failed:
+                await locks.wait_async(ticket, cfg.wait_seconds, cfg.lease_seconds, retry_after(cfg.wait_seconds))
         except TurnBusy as busy:
-            runtime.audit.operation(sid).warning("turn.refused", waited_ms=round(busy.waited * 1000),
-                                                 scope=busy.scope, http_status=503)
+            runtime.audit.operation(ticket.session_id).warning("turn.refused", waited_ms=round(busy.waited * 1000),
+                                                               scope=busy.scope, http_status=503)
             log.warning("session guard: %s", busy)
             return busy_response(busy)
-        except Exception as exc:
+        if failed:
             locks.cancel(ticket)
-            fail_open(f"the turn lease of {sid}", exc, "this turn runs without the per-session turn order",
-                      advice=None)
             return await wrapped(*args, **kwargs)
         before = set(_run_tasks(instance))
         handed_off = False

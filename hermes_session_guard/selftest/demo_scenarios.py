@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import sys
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..store.connection import connect
 from . import probe
 
@@ -243,11 +245,11 @@ def anomaly_b(llm: Any, home: Path, runtime: Any, in_place: bool | None) -> dict
 
         def compress(i: int) -> None:
             hermes_logging.set_session_context(OTHER_SESSION)  # a pool thread that served another session
-            try:
+            with failing_open(f"agent {i}'s compression", "reported, the demo goes on", level=None) as failed:
                 results[i], _ = agents[i]._compress_context(lists[i], "You are a test agent.",
                                                             approx_tokens=150_000)
-            except Exception as exc:  # reported, the demo goes on
-                errors.append(f"agent {i}: {type(exc).__name__}: {exc}")
+            if failed:
+                errors.append(f"agent {i}: {failed.reason}")
 
         with probe.capture_host_compression_logs() as lines:
             threads = [threading.Thread(target=compress, args=(0,))]
@@ -272,10 +274,9 @@ def anomaly_b(llm: Any, home: Path, runtime: Any, in_place: bool | None) -> dict
         return out
     finally:
         for database in dbs:
-            try:
+            with failing_open("closing a demo state.db", "the connection is left to be collected", advice=None,
+                              level=logging.DEBUG):
                 database.close()
-            except Exception:
-                pass
 
 
 # -- one process, four runs -----------------------------------------------------------------
@@ -296,10 +297,10 @@ def _run(name: str, guard_on: bool, root: Path, llm: Any, in_place: bool | None,
         runtime = None
     started = time.perf_counter()
     _phase(f"{name} guard {'on' if guard_on else 'off'}: start")
-    try:
+    with failing_open(f"demo scenario {name}", "reported in its result", level=None) as failed:
         result = body(home, runtime)
-    except Exception as exc:
-        result = {"problems": [f"scenario failed: {type(exc).__name__}: {exc}"], "clean": False, "error": True}
+    if failed:
+        result = {"problems": [f"scenario failed: {failed.reason}"], "clean": False, "error": True}
     result["seconds"] = round(time.perf_counter() - started, 2)
     return result
 
@@ -344,12 +345,12 @@ def main() -> int:
     out = sys.stdout
     root = Path(os.environ["HERMES_HOME"])
     release_default = "--release-default" in sys.argv[1:]
-    try:
+    with failing_open("the demo", "reported in its payload", level=None) as failed:
         payload = run_demo(root, release_default)
-    except Exception as exc:
+    if failed.exc is not None:
         import traceback
 
-        payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        payload = {"ok": False, "error": failed.reason, "traceback": "".join(traceback.format_exception(failed.exc))}
     print("\n" + MARKER + json.dumps(payload, default=str), file=out, flush=True)
     return 0 if payload.get("ok") else 1
 

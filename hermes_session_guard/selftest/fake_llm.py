@@ -34,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from ..fail_open import failing_open
+
 __all__ = [
     "ANTHROPIC_MESSAGE_KEYS",
     "ToolCallReply",
@@ -384,10 +386,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_error(500, f"Unknown failure spec: {failure!r}", api)
                 return
 
-        try:
+        with failing_open("the fake LLM's reply function", "the request gets a 500", level=None) as failed:
             reply = text_override if text_override is not None else fake._reply_for(kind, body)
-        except Exception as exc:
-            self._send_error(500, f"reply function failed: {exc!r}", api)
+        if failed.exc is not None:
+            self._send_error(500, f"reply function failed: {failed.exc!r}", api)
             return
 
         model = str(body.get("model") or (fake.models[0] if fake.models else "fake-model"))

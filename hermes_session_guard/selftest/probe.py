@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..file_modes import make_private_dirs, write_private_text
 from ..store.connection import connect
 
@@ -250,11 +251,11 @@ def import_display_modules(runtime: Any) -> list[str]:
         row = select_row(status.name, version)
         if row is None:
             continue
-        try:
+        with failing_open(f"importing {row.module}", "reported through the row's status", level=None) as failed:
             importlib.import_module(row.module)
             imported.append(row.module)
-        except Exception as exc:  # reported through the row's status
-            imported.append(f"{row.module} ({type(exc).__name__}: {exc})")
+        if failed:
+            imported.append(f"{row.module} ({failed.reason})")
     # apply_pending never blocks (it runs inside imports): the seams' own watcher thread may
     # hold the lock for a moment, so ask until nothing imported is left waiting.
     for _ in range(200):
@@ -422,11 +423,12 @@ def summary_tag_check(result: ProbeResult, llm: Any, agent: Any, compressed: lis
     header = bool(summaries) and f"[Original context: session {sid}, turns " in str(summaries[0].get("content"))
     llm.reset()
     llm.configure(strict=True, reply_text="probe ok")
-    try:
+    # a 400 surfaces as an error result or an exception, depending on the host
+    with failing_open("the strict provider's turn", "reported as its error", level=None) as failed:
         reply = agent.run_conversation("probe: one more question", conversation_history=compressed)
         answered = reply.get("final_response") == "probe ok"
-    except Exception as exc:  # a 400 surfaces as an error result or an exception, depending on the host
-        answered, reply = False, {"error": f"{type(exc).__name__}: {exc}"}
+    if failed:
+        answered, reply = False, {"error": failed.reason}
     # The turn's own request (a host may make side requests after it: a title, a review)
     chats = [c for c in llm.chat_requests()
              if any(isinstance(m, dict) and m.get("content") == "probe: one more question"
@@ -529,10 +531,11 @@ def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> Pr
                                                             approx_tokens=150_000)
         ctx.host_lines = lines
         for check in checks:
-            try:
+            # one broken check must not hide the others
+            with failing_open(f"check {check.name!r}", "reported as failed", level=None) as failed:
                 check.verify(ctx, result)
-            except Exception as exc:  # one broken check must not hide the others
-                result.check(check.name, False, f"{type(exc).__name__}: {exc}")
+            if failed:
+                result.check(check.name, False, failed.reason)
     return result
 
 
@@ -542,13 +545,13 @@ def main() -> int:
 
     out = sys.stdout  # imported host modules may re-point sys.stdout (the TUI gateway sends it to stderr)
     home = Path(os.environ["HERMES_HOME"])
-    try:
+    with failing_open("the contract probe", "reported in its payload", level=None) as failed:
         result = run_contract_probe(home)
         payload = result.as_dict()
-    except Exception as exc:  # report, don't traceback: selftest prints it
+    if failed.exc is not None:  # report, don't traceback: selftest prints it
         import traceback
 
-        payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
+        payload = {"ok": False, "error": failed.reason, "traceback": "".join(traceback.format_exception(failed.exc)),
                    "checks": [], "seams": []}
     print("\nSESSION_GUARD_PROBE " + json.dumps(payload), file=out, flush=True)
     return 0 if payload.get("ok") else 1

@@ -22,11 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..fail_open import failing_open
 from ..store import text_hash
 from . import host_port
 from .recall import Recall, recall_content, recall_text
-
-log = logging.getLogger("hermes_session_guard")
 
 RECALL_TOOL = "session_guard_recall"
 TOOLSET = "session_guard"
@@ -120,10 +119,11 @@ def lineage(db_path: Path, session_id: str, store: Any = None) -> list[str]:
         return members
     i = 0
     while i < len(members) and len(members) < MAX_LINEAGE:
-        try:
+        with failing_open(f"reading hand-off records of {members[i]} for recall",
+                          "the conversation's own history still answers", advice=None,
+                          level=logging.WARNING) as failed:
             parent = handoff_parent(store, members[i])
-        except Exception as exc:  # the conversation's own history still answers
-            log.warning("session guard: reading hand-off records for recall failed: %s", exc)
+        if failed:
             return members
         if parent is not None and parent not in members:
             members += [parent, *(a for a in ancestors(db_path, parent) if a not in members)]
@@ -139,13 +139,13 @@ def has_compacted_history(runtime: Any, session_id: str, db_path: Path) -> bool:
     path = Path(db_path)
     if not session_id or not path.exists():
         return False
-    try:
+    with failing_open(f"reading the hand-off lineage of {session_id}", "the session is taken to have no compacted "
+                      "history of its lineage", advice=None, level=logging.WARNING) as failed:
         store = runtime.store_for(path)
         if handoff_parent(store, session_id) is None:
             return False
         members = lineage(path, session_id, store)
-    except Exception as exc:
-        log.warning("session guard: reading the hand-off lineage of %s failed: %s", session_id, exc)
+    if failed:
         return False
     if any(runtime.has_snapshots(member, path) for member in members[1:]):
         runtime.note_snapshot(session_id, path)
@@ -175,14 +175,13 @@ def recall(args: Any, session_id: str) -> str:
         return json.dumps({"error": "this conversation has no stored history"})
     store = runtime.store_for(db_path)
     members = lineage(db_path, session_id, store)
-    try:
+    with failing_open(f"indexing archived turns of {session_id} for recall", "snapshots still answer", advice=None,
+                      level=logging.WARNING):
         # Compressions leave their snapshots unindexed (indexing is the costly part of a
         # snapshot write); every snapshot of the file enters here, so the index statistics
         # a query ranks by are the same as if each had been indexed when it was written.
         store.index_missing_snapshots(None, recall_text)
         refresh_archived(store, db_path, session_id, members)
-    except Exception as exc:  # snapshots still answer
-        log.warning("session guard: indexing archived turns for recall failed: %s", exc)
     engine = Recall(
         store=store, session_id=session_id, lineage=members, max_chars=runtime.config.recall.max_chars,
         db_path=db_path, stored_text=lambda row_id: host_port.bound().stored_message(db_path, row_id),
@@ -220,11 +219,9 @@ def handler(args: Any, **kwargs: Any) -> str:
     session_id = _calling_session.get() or kwargs.get("session_id") or None
     if not session_id:
         return json.dumps({"error": "session_guard_recall: the calling conversation is unknown; nothing was read"})
-    try:
+    with failing_open(f"recall for {session_id}", "the tool answers with the error's type", advice=None) as failed:
         return recall(args, str(session_id))
-    except Exception as exc:
-        log.error("session guard: recall failed (%s: %s)", type(exc).__name__, exc)
-        return json.dumps({"error": f"session_guard_recall failed: {type(exc).__name__}"})
+    return json.dumps({"error": f"session_guard_recall failed: {type(failed.exc).__name__}"})
 
 
 def register_recall_tool(ctx: Any) -> None:
