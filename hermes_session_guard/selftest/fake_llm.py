@@ -14,10 +14,12 @@ Responses are HTTP/1.0 style: non-stream bodies carry ``Content-Length`` and
 every response is sent with ``Connection: close``, so clients never wait on a
 half-open keep-alive connection.
 
-Why one module of ~900 lines: it is one self-contained HTTP server (handler, both
-wire formats, streaming, failure injection, the request log) that the self-test, the
-tests and the benchmarks start the same way; split, its parts would only import
-each other.
+It is one self-contained HTTP server (handler, both wire formats, streaming, the
+request log) that the self-test, the demo and the benchmarks start the same way. What
+only the tests need (injected summary failures, tool-call replies) lives in the tests,
+in a subclass: ``FakeLLMServer.handler_class`` names the request handler the server
+builds, whose ``_reply_to`` may answer a request itself and whose ``_send_reply`` may
+render a reply that is not text; ``FakeLLMServer.classify`` may be overridden too.
 """
 
 from __future__ import annotations
@@ -31,17 +33,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import unquote, urlsplit
 
 from ..fail_open import failing_open
 
 __all__ = [
     "ANTHROPIC_MESSAGE_KEYS",
-    "ToolCallReply",
     "DEFAULT_SUMMARY_TEXT",
     "OPENAI_MESSAGE_KEYS",
     "SUMMARY_MARKERS",
+    "FakeLLMHandler",
     "FakeLLMServer",
     "RequestRecord",
     "contains_summary_marker",
@@ -78,9 +80,9 @@ DEFAULT_SUMMARY_TEXT = (
 )
 
 GATE_TIMEOUT_SECONDS = 60.0
+STREAM_CHUNK_CHARS = 8  # characters of reply text per streamed chunk (SSE delta)
 
 RequestKind = Literal["summary", "chat", "other"]
-FailureSpec = tuple[Any, ...]
 
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _MESSAGES_PATHS = frozenset({"/v1/messages", "/messages"})
@@ -103,33 +105,6 @@ _ANTHROPIC_ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
-
-_GARBAGE_PATTERN = bytes([0xFF, 0xFE, 0xC3, 0x28, 0xA0, 0xA1, 0xE2, 0x28, 0xA1, 0x80])
-
-
-@dataclass(frozen=True)
-class ToolCallReply:
-    """What a ``reply_fn`` returns to make the model call tools instead of answering:
-    ``calls`` is a list of ``(tool_name, arguments_dict)``; ``text`` optional prose."""
-
-    calls: list[tuple[str, dict[str, Any]]]
-    text: str = ""
-
-    def openai_tool_calls(self) -> list[dict[str, Any]]:
-        return [
-            {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}
-            for name, args in self.calls
-        ]
-
-    def anthropic_blocks(self) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text}] if self.text else []
-        blocks += [
-            {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", "name": name, "input": args}
-            for name, args in self.calls
-        ]
-        return blocks
-
 
 @dataclass(frozen=True)
 class RequestRecord:
@@ -180,17 +155,8 @@ def contains_summary_marker(body: dict[str, Any], markers: tuple[str, ...] = SUM
     return False
 
 
-def _normalize_spec(spec: Any) -> FailureSpec:
-    if isinstance(spec, str):
-        return (spec,)
-    if isinstance(spec, (tuple, list)) and spec:
-        return tuple(spec)
-    raise ValueError(f"invalid failure spec: {spec!r}")
-
-
-def _chunk_text(text: str, size: int) -> list[str]:
-    size = max(1, size)
-    return [text[i : i + size] for i in range(0, len(text), size)]
+def _chunk_text(text: str) -> list[str]:
+    return [text[i : i + STREAM_CHUNK_CHARS] for i in range(0, len(text), STREAM_CHUNK_CHARS)]
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -198,7 +164,7 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, fake: FakeLLMServer) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", 0), fake.handler_class)
         self.fake = fake
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -207,7 +173,10 @@ class _HTTPServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class FakeLLMHandler(BaseHTTPRequestHandler):
+    """Answers one request for ``self.server.fake``; a subclass named by a server's
+    ``handler_class`` may override ``_reply_to`` and ``_send_reply``."""
+
     server: _HTTPServer
     protocol_version = "HTTP/1.0"
     server_version = "FakeLLM/1.0"
@@ -279,9 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
-    def _write(self, data: bytes, delay: float) -> None:
-        if delay > 0:
-            self.server.fake._sleep(delay)
+    def _write(self, data: bytes) -> None:
         self.wfile.write(data)
         self.wfile.flush()
 
@@ -342,10 +309,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle_llm(self, api: str, path: str, body: dict[str, Any], raw: bytes, kind: RequestKind) -> None:
         fake = self.server.fake
-        failure: FailureSpec | None = None
         if kind == "summary":
             fake.summary_started.set()
-            failure = fake._take_failure()
 
         violation = fake._check_strict(api, path, body)
         if violation is not None:
@@ -359,47 +324,29 @@ class _Handler(BaseHTTPRequestHandler):
             if fake._sleep(fake.summary_latency) or not fake._wait_gate():
                 return
 
-        text_override: str | None = None
-        if failure is not None:
-            name = str(failure[0])
-            arg = failure[1] if len(failure) > 1 else None
-            if name == "status":
-                status = int(arg) if arg is not None else 500
-                message = str(failure[2]) if len(failure) > 2 else f"Injected summary failure (HTTP {status})"
-                self._send_error(status, message, api)
-                return
-            if name == "timeout":
-                fake._sleep(float(arg) if arg is not None else 30.0)
-                self.close_connection = True
-                return
-            if name == "garbage":
-                nbytes = int(arg) if arg is not None else 1024
-                reps = nbytes // len(_GARBAGE_PATTERN) + 1
-                self._send_bytes(200, (_GARBAGE_PATTERN * reps)[:nbytes])
-                return
-            if name == "empty":
-                text_override = ""
-            elif name == "huge":
-                nchars = int(arg) if arg is not None else 1_000_000
-                text_override = ("lorem ipsum " * (nchars // 12 + 1))[:nchars]
-            else:
-                self._send_error(500, f"Unknown failure spec: {failure!r}", api)
-                return
-
-        with failing_open("the fake LLM's reply function", "the request gets a 500", level=None) as failed:
-            reply = text_override if text_override is not None else fake._reply_for(kind, body)
-        if failed.exc is not None:
-            self._send_error(500, f"reply function failed: {failed.exc!r}", api)
+        reply = self._reply_to(api, kind, body)
+        if reply is None:
             return
-
         model = str(body.get("model") or (fake.models[0] if fake.models else "fake-model"))
-        stream = bool(body.get("stream"))
-        if isinstance(reply, ToolCallReply):
-            prompt_tokens, completion_tokens = fake._usage(raw, reply.text)
-            self._tool_call_reply(api, stream, model, reply, prompt_tokens, completion_tokens, body)
-            return
+        self._send_reply(api, bool(body.get("stream")), model, reply, raw, body)
+
+    def _reply_to(self, api: str, kind: RequestKind, body: dict[str, Any]) -> object:
+        """The reply to an LLM request that passed the strict check, latency and gate, for
+        ``_send_reply``; None when the request was answered here (a failing reply function
+        gets a 500). A subclass may answer a request itself before the normal reply."""
+        with failing_open("the fake LLM's reply function", "the request gets a 500", level=None) as failed:
+            reply = self.server.fake._reply_for(kind, body)
+        if failed.exc is None:
+            return reply
+        self._send_error(500, f"reply function failed: {failed.exc!r}", api)
+        return None
+
+    def _send_reply(self, api: str, stream: bool, model: str, reply: object, raw: bytes,
+                    body: dict[str, Any]) -> None:
+        """Send ``reply`` as the assistant's text in ``api``'s wire format; a subclass may
+        render other replies (``raw`` is the request body as received, for the usage)."""
         text = str(reply)
-        prompt_tokens, completion_tokens = fake._usage(raw, text)
+        prompt_tokens, completion_tokens = self.server.fake._usage(raw, text)
         if api == "openai":
             if stream:
                 include_usage = (body.get("stream_options") or {}).get("include_usage")
@@ -410,76 +357,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._anthropic_stream(model, text, prompt_tokens, completion_tokens)
         else:
             self._anthropic_json(model, text, prompt_tokens, completion_tokens)
-
-    def _tool_call_reply(
-        self, api: str, stream: bool, model: str, reply: ToolCallReply, prompt_tokens: int,
-        completion_tokens: int, body: dict[str, Any],
-    ) -> None:
-        if api == "openai":
-            calls = reply.openai_tool_calls()
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                     "total_tokens": prompt_tokens + completion_tokens}
-            if not stream:
-                self._send_json(200, {
-                    "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
-                    "created": int(time.time()), "model": model,
-                    "choices": [{"index": 0, "logprobs": None, "finish_reason": "tool_calls",
-                                 "message": {"role": "assistant", "content": reply.text or None,
-                                             "tool_calls": calls, "refusal": None}}],
-                    "usage": usage, "system_fingerprint": None,
-                })
-                return
-            include_usage = (body.get("stream_options") or {}).get("include_usage")
-            chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-
-            def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-                obj: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                                       "model": model, "system_fingerprint": None,
-                                       "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                    "finish_reason": finish}]}
-                if finish and include_usage is not False:
-                    obj["usage"] = usage
-                return b"data: " + json.dumps(obj).encode("utf-8") + b"\n\n"
-
-            self._start_stream()
-            self._write(chunk({"role": "assistant", "content": reply.text or None}, None), 0)
-            for i, call in enumerate(calls):
-                self._write(chunk({"tool_calls": [{"index": i, **call}]}, None), 0)
-            self._write(chunk({}, "tool_calls"), 0)
-            self._write(b"data: [DONE]\n\n", 0)
-            return
-        blocks = reply.anthropic_blocks()
-        message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
-                   "stop_reason": "tool_use", "stop_sequence": None,
-                   "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}}
-        if not stream:
-            self._send_json(200, {**message, "content": blocks})
-            return
-
-        def event(name: str, data: dict[str, Any]) -> bytes:
-            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-
-        self._start_stream()
-        self._write(event("message_start", {"type": "message_start", "message": {
-            **message, "content": [], "stop_reason": None, "usage": {"input_tokens": prompt_tokens, "output_tokens": 0}
-        }}), 0)
-        for i, block in enumerate(blocks):
-            if block["type"] == "text":
-                self._write(event("content_block_start", {"type": "content_block_start", "index": i,
-                                                          "content_block": {"type": "text", "text": ""}}), 0)
-                self._write(event("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                          "delta": {"type": "text_delta", "text": block["text"]}}), 0)
-            else:
-                start = {**block, "input": {}}
-                self._write(event("content_block_start", {"type": "content_block_start", "index": i,
-                                                          "content_block": start}), 0)
-                self._write(event("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
-                    "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}), 0)
-            self._write(event("content_block_stop", {"type": "content_block_stop", "index": i}), 0)
-        self._write(event("message_delta", {"type": "message_delta",
-                                            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                                            "usage": {"output_tokens": completion_tokens}}), 0)
-        self._write(event("message_stop", {"type": "message_stop"}), 0)
 
     # -- OpenAI -----------------------------------------------------------
 
@@ -514,8 +391,6 @@ class _Handler(BaseHTTPRequestHandler):
         completion_tokens: int,
         include_usage: Any,
     ) -> None:
-        fake = self.server.fake
-        delay = fake.stream_delay
         chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         usage = {
@@ -540,10 +415,10 @@ class _Handler(BaseHTTPRequestHandler):
             return b"data: " + json.dumps(obj).encode("utf-8") + b"\n\n"
 
         self._start_stream()
-        self._write(chunk({"role": "assistant", "content": ""}, None), 0)
-        for piece in _chunk_text(text, fake.stream_chunk_chars):
-            self._write(chunk({"content": piece}, None), delay)
-        self._write(chunk({}, "stop", with_usage=include_usage is not False), delay)
+        self._write(chunk({"role": "assistant", "content": ""}, None))
+        for piece in _chunk_text(text):
+            self._write(chunk({"content": piece}, None))
+        self._write(chunk({}, "stop", with_usage=include_usage is not False))
         if include_usage:
             final = {
                 "id": chunk_id,
@@ -554,8 +429,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [],
                 "usage": usage,
             }
-            self._write(b"data: " + json.dumps(final).encode("utf-8") + b"\n\n", 0)
-        self._write(b"data: [DONE]\n\n", 0)
+            self._write(b"data: " + json.dumps(final).encode("utf-8") + b"\n\n")
+        self._write(b"data: [DONE]\n\n")
 
     # -- Anthropic --------------------------------------------------------
 
@@ -573,9 +448,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, payload)
 
     def _anthropic_stream(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        fake = self.server.fake
-        delay = fake.stream_delay
-
         def event(name: str, data: dict[str, Any]) -> bytes:
             return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -590,22 +462,21 @@ class _Handler(BaseHTTPRequestHandler):
             "stop_sequence": None,
             "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
         }
-        self._write(event("message_start", {"type": "message_start", "message": message}), 0)
+        self._write(event("message_start", {"type": "message_start", "message": message}))
         self._write(
             event(
                 "content_block_start",
                 {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            ),
-            0,
+            )
         )
-        for piece in _chunk_text(text, fake.stream_chunk_chars):
+        for piece in _chunk_text(text):
             delta = {
                 "type": "content_block_delta",
                 "index": 0,
                 "delta": {"type": "text_delta", "text": piece},
             }
-            self._write(event("content_block_delta", delta), delay)
-        self._write(event("content_block_stop", {"type": "content_block_stop", "index": 0}), delay)
+            self._write(event("content_block_delta", delta))
+        self._write(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
         self._write(
             event(
                 "message_delta",
@@ -614,40 +485,37 @@ class _Handler(BaseHTTPRequestHandler):
                     "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                     "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
                 },
-            ),
-            0,
+            )
         )
-        self._write(event("message_stop", {"type": "message_stop"}), 0)
+        self._write(event("message_stop", {"type": "message_stop"}))
 
 
 class FakeLLMServer:
     """Loopback OpenAI/Anthropic-compatible fake LLM server.
 
     Behaviour attributes may be reassigned at any time, including while the
-    server runs; ``configure(**kwargs)`` does the same under the lock.
+    server runs; ``configure(**kwargs)`` does the same under the lock. What
+    ``reply_fn`` and ``summary_fn`` return is sent as its ``str()``.
     """
+
+    handler_class: ClassVar[type[FakeLLMHandler]] = FakeLLMHandler
 
     def __init__(
         self,
         *,
         models: list[str] | None = None,
         reply_text: str = "OK.",
-        reply_fn: Callable[[dict[str, Any]], str | ToolCallReply] | None = None,
+        reply_fn: Callable[[dict[str, Any]], str] | None = None,
         summary_text: str = DEFAULT_SUMMARY_TEXT,
         summary_fn: Callable[[dict[str, Any]], str] | None = None,
-        summary_predicate: Callable[[dict[str, Any]], bool] | None = None,
         latency: float = 0.0,
         summary_latency: float = 0.0,
         summary_gate: threading.Event | None = None,
         gate_timeout: float = GATE_TIMEOUT_SECONDS,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = 10,
-        fail_next_summary: list[Any] | None = None,
-        fail_all_summaries: FailureSpec | None = None,
         strict: bool = False,
         context_length: int | None = None,
-        stream_chunk_chars: int = 8,
-        stream_delay: float = 0.0,
     ) -> None:
         self._defaults = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.models: list[str] = list(models) if models is not None else ["fake-model"]
@@ -655,7 +523,6 @@ class FakeLLMServer:
         self.reply_fn = reply_fn
         self.summary_text = summary_text
         self.summary_fn = summary_fn
-        self.summary_predicate = summary_predicate
         self.latency = latency
         self.summary_latency = summary_latency
         self.summary_gate = summary_gate
@@ -663,12 +530,8 @@ class FakeLLMServer:
         self.summary_started = threading.Event()
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
-        self.fail_next_summary: list[Any] = list(fail_next_summary or [])
-        self.fail_all_summaries = fail_all_summaries
         self.strict = strict
         self.context_length = context_length
-        self.stream_chunk_chars = stream_chunk_chars
-        self.stream_delay = stream_delay
 
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -747,9 +610,7 @@ class FakeLLMServer:
 
     def classify(self, body: dict[str, Any]) -> RequestKind:
         """Return ``"summary"`` or ``"chat"`` for an LLM request body."""
-        predicate = self.summary_predicate
-        is_summary = predicate(body) if predicate is not None else contains_summary_marker(body)
-        return "summary" if is_summary else "chat"
+        return "summary" if contains_summary_marker(body) else "chat"
 
     # -- recorded traffic -------------------------------------------------
 
@@ -794,8 +655,6 @@ class FakeLLMServer:
                 for name, value in self._defaults.items():
                     if name == "models":
                         value = list(value) if value is not None else ["fake-model"]
-                    elif name == "fail_next_summary":
-                        value = list(value or [])
                     setattr(self, name, value)
             self._requests.clear()
             self._violations.clear()
@@ -829,14 +688,6 @@ class FakeLLMServer:
             gate.wait(min(0.05, remaining))
         return not self._stopping.is_set()
 
-    def _take_failure(self) -> FailureSpec | None:
-        with self._lock:
-            if self.fail_next_summary:
-                return _normalize_spec(self.fail_next_summary.pop(0))
-            if self.fail_all_summaries is not None:
-                return _normalize_spec(self.fail_all_summaries)
-        return None
-
     def _check_strict(self, api: str, path: str, body: dict[str, Any]) -> tuple[int, str] | None:
         if not self.strict:
             return None
@@ -853,16 +704,12 @@ class FakeLLMServer:
             self._violations.extend((path, index, key) for index, key in found)
         return found[0]
 
-    def _reply_for(self, kind: RequestKind, body: dict[str, Any]) -> str | ToolCallReply:
-        fn: Callable[[dict[str, Any]], str | ToolCallReply] | None
+    def _reply_for(self, kind: RequestKind, body: dict[str, Any]) -> object:
+        """The reply for the handler's ``_send_reply``: text here; a subclass may return
+        other replies that its handler renders."""
         if kind == "summary":
-            fn, text = self.summary_fn, self.summary_text
-        else:
-            fn, text = self.reply_fn, self.reply_text
-        if fn is None:
-            return text
-        reply = fn(body)
-        return reply if isinstance(reply, ToolCallReply) and kind == "chat" else str(reply)
+            return self.summary_text if self.summary_fn is None else str(self.summary_fn(body))
+        return self.reply_text if self.reply_fn is None else str(self.reply_fn(body))
 
     def _usage(self, raw: bytes, text: str) -> tuple[int, int]:
         prompt = self.prompt_tokens if isinstance(self.prompt_tokens, int) else max(1, len(raw) // 4)

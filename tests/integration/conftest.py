@@ -19,7 +19,8 @@ from hermes_session_guard.hostinfo import installed_version, parse_version
 from hermes_session_guard.seam_behaviour import Strategy
 from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
+
+from ..fake_llm import ScriptedLLMServer
 
 # The matrix script always installs one: hermes-agent, or a repackaging found by hermes_cli.
 HERMES_VERSION = installed_version()
@@ -58,13 +59,13 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 
 @pytest.fixture(scope="session")
-def llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as srv:
+def llm() -> Iterator[ScriptedLLMServer]:
+    with ScriptedLLMServer() as srv:
         yield srv
 
 
 @pytest.fixture(scope="session")
-def discovered(llm: FakeLLMServer) -> Any:
+def discovered(llm: ScriptedLLMServer) -> Any:
     """Hermes's own plugin discovery loads the guard once per process, from the
     config.yaml of the session-wide HERMES_HOME (plugins.enabled: [session-guard])."""
     probe.write_config(Path(os.environ["HERMES_HOME"]), llm.base_url)
@@ -72,7 +73,7 @@ def discovered(llm: FakeLLMServer) -> Any:
 
 
 @pytest.fixture
-def home(tmp_path: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, llm: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch) -> Path:
     h = tmp_path / "hermes_home"
     probe.write_config(h, llm.base_url)
     monkeypatch.setenv("HERMES_HOME", str(h))
@@ -146,7 +147,7 @@ def db(home: Path) -> Iterator[Any]:
         pass
 
 
-def new_agent(db: Any, llm: FakeLLMServer, sid: str, mode: str, **kwargs: Any) -> Any:
+def new_agent(db: Any, llm: ScriptedLLMServer, sid: str, mode: str, **kwargs: Any) -> Any:
     agent = probe.make_agent(db, llm.base_url, sid, **kwargs)
     if HOST_HAS_IN_PLACE:
         agent.compression_in_place = mode == "in_place"

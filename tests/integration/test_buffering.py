@@ -25,9 +25,9 @@ from hermes_session_guard import audit
 from hermes_session_guard.config import GuardConfig
 from hermes_session_guard.inbox.repository import DELIVERED, Inbox
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
+from ..fake_llm import ScriptedLLMServer
 from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODE_PARAMS
 
 # The reproductions without the guard need a host that rotates on every compression and
@@ -76,12 +76,12 @@ def buffer_config(guard: Any) -> Iterator[Callable[..., None]]:
     guard.config = before
 
 
-def _set_mode(home: Path, llm: FakeLLMServer, mode: str) -> None:
+def _set_mode(home: Path, llm: ScriptedLLMServer, mode: str) -> None:
     if mode == "in_place" or HOST_HAS_IN_PLACE:
         probe.write_config(home, llm.base_url, in_place=(mode == "in_place"))
 
 
-async def _open_session(gw: GatewayHarness, llm: FakeLLMServer, trigger: str, source: Any, tag: str) -> str:
+async def _open_session(gw: GatewayHarness, llm: ScriptedLLMServer, trigger: str, source: Any, tag: str) -> str:
     """A chat whose history (messages ``<tag>-<i>: ...``) makes the next message compress
     (by ``trigger``)."""
     n, tokens = HISTORY[trigger]
@@ -100,7 +100,7 @@ def new_tag() -> str:
     return "h" + uuid.uuid4().hex[:8]
 
 
-async def _summary_started(llm: FakeLLMServer, tag: str, since: float, timeout: float = 30.0) -> None:
+async def _summary_started(llm: ScriptedLLMServer, tag: str, since: float, timeout: float = 30.0) -> None:
     """Wait until the summary call for this session's history has reached the fake LLM
     (a summary request from another test's leftover thread does not count)."""
     loop = asyncio.get_running_loop()
@@ -116,7 +116,7 @@ class Observed:
     sid: str
     sent: list[str]
     home: Path
-    llm: FakeLLMServer
+    llm: ScriptedLLMServer
     sources: list[Any] = field(default_factory=list)
     tag: str = "hist"
 
@@ -127,7 +127,8 @@ class Observed:
         return [str(r["content"]) for r in probe.live_messages(self.home / "state.db", self.sid)]
 
 
-async def _followups_during_compression(llm: FakeLLMServer, home: Path, trigger: str, n: int, users: int) -> Observed:
+async def _followups_during_compression(llm: ScriptedLLMServer, home: Path, trigger: str, n: int,
+                                        users: int) -> Observed:
     gw = await start_gateway()
     group = users > 1
     sources = [
@@ -185,7 +186,7 @@ def assert_delivered_in_order(obs: Observed) -> None:
     ],
 )
 def test_followups_during_compression_are_answered_in_order(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str, trigger: str, n: int, users: int
+    guard: Any, llm: ScriptedLLMServer, home: Path, mode: str, trigger: str, n: int, users: int
 ) -> None:
     """Seed scenario 'Post-compression message delivery' with 1, 5 and 50 follow-ups
     from one sender and from several senders sharing one session (a group thread)."""
@@ -212,7 +213,7 @@ def test_followups_during_compression_are_answered_in_order(
                         ("hygiene", 50, 3)],
 )
 def test_followups_during_compression_are_lost_without_the_guard(
-    no_guard: None, llm: FakeLLMServer, home: Path, trigger: str, n: int, users: int
+    no_guard: None, llm: ScriptedLLMServer, home: Path, trigger: str, n: int, users: int
 ) -> None:
     obs = run(_followups_during_compression(llm, home, trigger, n, users))
     with pytest.raises(AssertionError):
@@ -229,7 +230,7 @@ async def _until(predicate: Callable[[], bool], timeout: float = 30.0, what: str
         await asyncio.sleep(0.01)
 
 
-async def _buffer_then_stop(llm: FakeLLMServer, home: Path, n: int) -> tuple[GatewayHarness, str, list[str]]:
+async def _buffer_then_stop(llm: ScriptedLLMServer, home: Path, n: int) -> tuple[GatewayHarness, str, list[str]]:
     """Runner A: compression held, ``n`` follow-ups arrive, then A stops (its tasks are
     cancelled, as a shutdown or crash leaves them) before the compression ends."""
     gw = await start_gateway()
@@ -263,7 +264,7 @@ def _assert_replayed_once(gw_b: GatewayHarness, home: Path, sid: str, sent: list
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_restart_replays_buffered_messages_once_in_order(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     """A new GatewayRunner on the same HERMES_HOME answers what the previous one had
     buffered, in order, once; a third runner replays nothing."""
@@ -287,7 +288,7 @@ def test_restart_replays_buffered_messages_once_in_order(
 
 
 @ON_ROTATING_HOSTS
-def test_restart_loses_buffered_messages_without_the_guard(no_guard: None, llm: FakeLLMServer, home: Path) -> None:
+def test_restart_loses_buffered_messages_without_the_guard(no_guard: None, llm: ScriptedLLMServer, home: Path) -> None:
     async def scenario() -> tuple[GatewayHarness, str, list[str]]:
         _, sid, sent = await _buffer_then_stop(llm, home, 3)
         gw_b = await start_gateway()
@@ -334,7 +335,7 @@ asyncio.run(main())
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_crash_mid_compression_replays_buffered_messages_once(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     """A gateway process dies (os._exit) while compressing with three messages
     buffered; the next gateway on the same HERMES_HOME answers them, in order, once."""
@@ -382,7 +383,7 @@ def test_crash_mid_compression_replays_buffered_messages_once(
 
 # -- the seed's two-agent loop -----------------------------------------------------------
 
-async def _two_agent_loop(llm: FakeLLMServer, home: Path) -> tuple[GatewayHarness, str, list[str]]:
+async def _two_agent_loop(llm: ScriptedLLMServer, home: Path) -> tuple[GatewayHarness, str, list[str]]:
     """Agent A serves a shared thread. Alice force-compresses it (/compress) while bot B
     keeps posting status reports, each time waiting briefly for A's reply before the next."""
     gw = await start_gateway()
@@ -414,7 +415,7 @@ async def _two_agent_loop(llm: FakeLLMServer, home: Path) -> tuple[GatewayHarnes
     return gw, sid, sent
 
 
-def _assert_a_saw_b(gw: GatewayHarness, llm: FakeLLMServer, sid: str, sent: list[str]) -> None:
+def _assert_a_saw_b(gw: GatewayHarness, llm: ScriptedLLMServer, sid: str, sent: list[str]) -> None:
     answers = [r for r in gw.replies() if r.startswith("re: ")]
     assert answers == [f"re: {t}" for t in sent] + ["re: question"], gw.replies()
     # A's first turn after the compression is bob's first report, in the compacted session
@@ -430,7 +431,7 @@ def _assert_a_saw_b(gw: GatewayHarness, llm: FakeLLMServer, sid: str, sent: list
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_two_agent_loop_a_sees_b_messages_after_forced_compression(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     """Seed test plan: 'simulated 2-agent loop where A is force-compressed while B is
     sending — assert A's next turn sees B's message'."""
@@ -442,7 +443,7 @@ def test_two_agent_loop_a_sees_b_messages_after_forced_compression(
 
 
 @ON_ROTATING_HOSTS
-def test_two_agent_loop_loses_b_messages_without_the_guard(no_guard: None, llm: FakeLLMServer, home: Path) -> None:
+def test_two_agent_loop_loses_b_messages_without_the_guard(no_guard: None, llm: ScriptedLLMServer, home: Path) -> None:
     gw, sid, sent = run(_two_agent_loop(llm, home))
     with pytest.raises(AssertionError):
         _assert_a_saw_b(gw, llm, sid, sent)
@@ -461,7 +462,7 @@ class _NoReuse(OrderedDict):  # type: ignore[type-arg]
 BINDING_PATHS = ["success", "interrupted", "empty_reply", "agent_cache_miss", "followup_recursion"]
 
 
-async def _binding_path(llm: FakeLLMServer, home: Path, path: str) -> tuple[GatewayHarness, str]:
+async def _binding_path(llm: ScriptedLLMServer, home: Path, path: str) -> tuple[GatewayHarness, str]:
     """A turn that compresses (preflight) and ends by ``path``, then one more message."""
     gw = await start_gateway()
     tag = new_tag()
@@ -501,7 +502,7 @@ async def _binding_path(llm: FakeLLMServer, home: Path, path: str) -> tuple[Gate
     return gw, sid
 
 
-def _assert_routing_on_live_id(gw: GatewayHarness, llm: FakeLLMServer, home: Path, sid: str) -> None:
+def _assert_routing_on_live_id(gw: GatewayHarness, llm: ScriptedLLMServer, home: Path, sid: str) -> None:
     assert gw.bound_session_id() == sid
     rows = probe.sessions_table(home / "state.db")
     assert [(r["id"], r["ended_at"]) for r in rows] == [(sid, None)], [(r["id"], r["end_reason"]) for r in rows]
@@ -535,7 +536,7 @@ def _no_empty_reply_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("path", BINDING_PATHS)
 def test_gateway_binding_stays_on_the_live_id(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str, path: str, monkeypatch: pytest.MonkeyPatch
+    guard: Any, llm: ScriptedLLMServer, home: Path, mode: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _set_mode(home, llm, mode)
     if path == "empty_reply":
@@ -547,7 +548,7 @@ def test_gateway_binding_stays_on_the_live_id(
 @ON_ROTATING_HOSTS
 @pytest.mark.parametrize("path", BINDING_PATHS)
 def test_gateway_binding_leaves_the_live_id_without_the_guard(
-    no_guard: None, llm: FakeLLMServer, home: Path, path: str
+    no_guard: None, llm: ScriptedLLMServer, home: Path, path: str
 ) -> None:
     gw, sid = run(_binding_path(llm, home, path))
     with pytest.raises(AssertionError):
@@ -556,7 +557,7 @@ def test_gateway_binding_leaves_the_live_id_without_the_guard(
 
 # -- receipts, the operator's cap, failing open ------------------------------------------
 
-async def _compressing_then(llm: FakeLLMServer, home: Path, during: Callable[[GatewayHarness], Awaitable[Any]]
+async def _compressing_then(llm: ScriptedLLMServer, home: Path, during: Callable[[GatewayHarness], Awaitable[Any]]
                             ) -> tuple[GatewayHarness, str]:
     """Hygiene compression held open while ``during(gw)`` runs; then everything drains."""
     gw = await start_gateway()
@@ -574,7 +575,7 @@ async def _compressing_then(llm: FakeLLMServer, home: Path, during: Callable[[Ga
 
 
 def test_over_the_cap_is_refused_to_the_sender_and_logged(
-    guard: Any, buffer_config: Callable[..., None], llm: FakeLLMServer, home: Path,
+    guard: Any, buffer_config: Callable[..., None], llm: ScriptedLLMServer, home: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``buffer.max_messages`` caps the buffer; a message over it is refused loudly
@@ -598,7 +599,7 @@ def test_over_the_cap_is_refused_to_the_sender_and_logged(
 
 
 def test_receipt_is_sent_only_after_the_message_is_stored(
-    guard: Any, llm: FakeLLMServer, home: Path
+    guard: Any, llm: ScriptedLLMServer, home: Path
 ) -> None:
     stored_when_receipted: list[list[str]] = []
 
@@ -619,7 +620,7 @@ def test_receipt_is_sent_only_after_the_message_is_stored(
     assert stored_when_receipted == [["msg-0"], ["msg-0", "msg-1"], ["msg-0", "msg-1", "msg-2"]]
 
 
-def test_receipts_can_be_switched_off(guard: Any, buffer_config: Callable[..., None], llm: FakeLLMServer,
+def test_receipts_can_be_switched_off(guard: Any, buffer_config: Callable[..., None], llm: ScriptedLLMServer,
                                       home: Path) -> None:
     buffer_config(receipt=False)
 
@@ -633,7 +634,7 @@ def test_receipts_can_be_switched_off(guard: Any, buffer_config: Callable[..., N
 
 
 def test_a_store_failure_fails_open_to_hermes(
-    guard: Any, llm: FakeLLMServer, home: Path, mocker: Any, caplog: pytest.LogCaptureFixture
+    guard: Any, llm: ScriptedLLMServer, home: Path, mocker: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """If the inbox cannot store the message, Hermes gets it as it would without the
     guard (nothing is dropped by the guard) and one ERROR line says why."""
@@ -680,7 +681,7 @@ def _lease_elsewhere(home: Path, sid: str, holder: str) -> Callable[[], None]:
 
 
 def test_a_compression_lease_held_by_another_process_buffers_follow_ups(
-    guard: Any, llm: FakeLLMServer, home: Path
+    guard: Any, llm: ScriptedLLMServer, home: Path
 ) -> None:
     """A turn is running here while another process compresses the same session (it
     holds the session's compression lock): a follow-up waits in the inbox behind that
@@ -722,7 +723,7 @@ def test_a_compression_lease_held_by_another_process_buffers_follow_ups(
     assert gw.bound_session_id() == sid
 
 
-def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: ScriptedLLMServer, home: Path) -> None:
     async def during(gw: GatewayHarness) -> None:
         await gw.send_text("/help")
 
@@ -730,7 +731,7 @@ def test_slash_commands_during_compression_go_to_hermes(guard: Any, llm: FakeLLM
     assert Inbox(guard.store_for(home / "state.db")).entries() == []
 
 
-def test_selftest_check_for_buffered_delivery(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_selftest_check_for_buffered_delivery(guard: Any, llm: ScriptedLLMServer, home: Path) -> None:
     from hermes_session_guard.selftest.gateway import BUFFER_CHECK, check_buffered_delivery
 
     result = probe.ProbeResult()
@@ -738,7 +739,7 @@ def test_selftest_check_for_buffered_delivery(guard: Any, llm: FakeLLMServer, ho
     assert [c["name"] for c in result.checks] == [BUFFER_CHECK]
 
 
-def test_gateway_names_the_guard_uses_exist_in_this_hermes(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_gateway_names_the_guard_uses_exist_in_this_hermes(guard: Any, llm: ScriptedLLMServer, home: Path) -> None:
     """Every gateway name listed in host.HOST_NAMES is present on a live runner,
     its session store and its adapter (a new Hermes release that renames one fails here)."""
     from hermes_session_guard.host import HOST_NAMES

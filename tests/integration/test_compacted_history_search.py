@@ -23,8 +23,9 @@ import pytest
 
 import hermes_session_guard
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer, ToolCallReply
+from hermes_session_guard.selftest.fake_llm import DEFAULT_SUMMARY_TEXT
 
+from ..fake_llm import ScriptedLLMServer, ToolCallReply
 from .conftest import (
     HOST_HAS_IN_PLACE,
     HOST_NATIVE_MODE,
@@ -71,7 +72,7 @@ def _recap(body: dict) -> str:
     return SUMMARY_WITH if TOKEN in transcript else SUMMARY_WITHOUT
 
 
-def _tool_answer(llm: FakeLLMServer) -> str:
+def _tool_answer(llm: ScriptedLLMServer) -> str:
     """The tool's answer as the model got it (Hermes may cut a long one short)."""
     # the latest request that carries a tool result (an auxiliary call, e.g. the title, may come after it)
     messages = [r.body["messages"] for r in llm.chat_requests()
@@ -88,7 +89,7 @@ def _result_sessions(answer: str) -> list[str]:
     return sorted(set(re.findall(r'"session_id": "([^"]+)"', _results(answer))))
 
 
-def _use_home(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> Any:
+def _use_home(home: Path, llm: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> Any:
     import hermes_state
 
     probe.write_config(home, llm.base_url, **({"in_place": mode == "in_place"} if HOST_HAS_IN_PLACE else {}),
@@ -98,7 +99,7 @@ def _use_home(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, m
     return probe.open_db(home / "state.db")
 
 
-def _search_tool(db: Any, llm: FakeLLMServer, sid: str, mode: str, history: list | None = None) -> str:
+def _search_tool(db: Any, llm: ScriptedLLMServer, sid: str, mode: str, history: list | None = None) -> str:
     """The model calls session_search; Hermes dispatches it to its own tool function. Returns
     what that function answered (the model may get it cut short, 0.15+ windows are long)."""
     import tools.session_search_tool as tool
@@ -154,7 +155,7 @@ def _dashboard_export(sid: str) -> str | None:
     return response.text
 
 
-def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> dict[str, Any]:
+def _observe(home: Path, llm: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> dict[str, Any]:
     """Compact SID once, then look for the token every way Hermes offers."""
     db = _use_home(home, llm, monkeypatch, mode)
     messages = probe.seed_messages()
@@ -197,7 +198,7 @@ def _observe(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mo
     return seen
 
 
-def _stranger(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> dict[str, Any]:
+def _stranger(home: Path, llm: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch, mode: str) -> dict[str, Any]:
     """Another profile: its own HERMES_HOME and state.db."""
     db = _use_home(home, llm, monkeypatch, mode)
     probe.seed_session(db, STRANGER, probe.seed_messages(4, 200, tag="stranger"))
@@ -209,7 +210,7 @@ def _stranger(home: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, m
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_compacted_turn_is_found_guarded_exactly_as_unguarded(
-    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    guard: Any, llm: ScriptedLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     with unguarded():
         plain = _observe(tmp_path / "unguarded", llm, monkeypatch, mode)
@@ -250,7 +251,7 @@ def test_a_compacted_turn_is_found_guarded_exactly_as_unguarded(
         assert seen["dashboard"] in (None, []), seen
 
 
-def test_export_marks_the_snapshot_rows(guard: Any, llm: FakeLLMServer, tmp_path: Path,
+def test_export_marks_the_snapshot_rows(guard: Any, llm: ScriptedLLMServer, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The export of a session carries its snapshots, marked as such and verbatim, beside
     Hermes's own rows (the live transcript)."""
@@ -282,13 +283,13 @@ def _seed_with_token(db: Any) -> list[dict]:
     return messages
 
 
-def _found_from_other(db: Any, llm: FakeLLMServer, mode: str) -> tuple[list[str], bool]:
+def _found_from_other(db: Any, llm: ScriptedLLMServer, mode: str) -> tuple[list[str], bool]:
     answer = _search_tool(db, llm, OTHER, mode)
     return _result_sessions(answer), SUMMARY_WITH in answer or f'"content": "{OPENING}' in _results(answer)
 
 
 def test_a_lineage_repair_keeps_the_compacted_turn_findable(
-    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    guard: Any, llm: ScriptedLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Hermes rotated on its own (before the guard was there); `repair --apply` brings the
@@ -317,7 +318,7 @@ def test_a_lineage_repair_keeps_the_compacted_turn_findable(
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_handed_off_parent_stays_findable_and_its_child_is_its_lineage(
-    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    guard: Any, llm: ScriptedLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """After a hand-off the conversation continues in a child of SID: another conversation
     still finds the compacted turn under SID; the child, whose lineage SID is, does not
@@ -346,7 +347,7 @@ def test_a_handed_off_parent_stays_findable_and_its_child_is_its_lineage(
 
 
 def test_the_guard_export_command_writes_hermes_export_with_the_snapshots(
-    guard: Any, llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    guard: Any, llm: ScriptedLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`hermes sessions export` starts without plugins on 0.13-0.17; `hermes-session-guard

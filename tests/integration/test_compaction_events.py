@@ -30,8 +30,8 @@ import pytest
 
 from hermes_session_guard.host.client_events import TOOL_NAME
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
+from ..fake_llm import ScriptedLLMServer
 from .api_turns import API_KEY, ApiServer, chat_completion, post, running_api_server
 from .conftest import DEFERS_TO_USAGE, HOST, anchor_on_real_usage
 from .tui_import import tui_resume
@@ -69,7 +69,7 @@ def server(home: Path) -> Iterator[ApiServer]:
         yield srv
 
 
-def _seed(db: Any, llm: FakeLLMServer, srv: ApiServer) -> list[dict[str, Any]]:
+def _seed(db: Any, llm: ScriptedLLMServer, srv: ApiServer) -> list[dict[str, Any]]:
     """A stored session over the compression threshold, which the next request compacts
     (0.21+: its agent resumes it priced by the provider, ``api_turns._anchor_agents``)."""
     messages = probe.seed_messages(tag="evt")
@@ -127,7 +127,7 @@ def _no_text(events: list[dict[str, Any]], messages: list[dict[str, Any]]) -> No
 
 
 def test_run_events_say_started_while_the_summary_is_held_then_completed(
-    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+    guard: Any, db: Any, llm: ScriptedLLMServer, server: ApiServer
 ) -> None:
     messages = _seed(db, llm, server)
     gate = threading.Event()
@@ -153,7 +153,7 @@ def test_run_events_say_started_while_the_summary_is_held_then_completed(
 
 
 def test_run_events_say_started_then_failed_when_the_summary_fails(
-    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+    guard: Any, db: Any, llm: ScriptedLLMServer, server: ApiServer
 ) -> None:
     messages = _seed(db, llm, server)
     llm.configure(fail_all_summaries=("status", 500))
@@ -168,7 +168,7 @@ def test_run_events_say_started_then_failed_when_the_summary_fails(
 
 
 def test_chat_completions_stream_carries_tool_progress_records(
-    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+    guard: Any, db: Any, llm: ScriptedLLMServer, server: ApiServer
 ) -> None:
     _seed(db, llm, server)
     reply = chat_completion(server, SID, "and now?", stream=True)
@@ -184,7 +184,7 @@ def test_chat_completions_stream_carries_tool_progress_records(
 @pytest.mark.skipif(HOST >= (0, 21, 0), reason="Hermes 0.22's own chat stream carries `event: hermes.status` records "
                     "while it compacts, which client 0.3.3 rejects (HermesProtocolError) with or without the guard")
 def test_the_typed_api_client_reads_a_stream_with_a_compaction(
-    guard: Any, db: Any, llm: FakeLLMServer, server: ApiServer
+    guard: Any, db: Any, llm: ScriptedLLMServer, server: ApiServer
 ) -> None:
     _seed(db, llm, server)
     done = subprocess.run([CLIENT_PYTHON, "-c", _CLIENT, server.base, API_KEY, SID, "and now?"],
@@ -204,7 +204,7 @@ def test_the_typed_api_client_reads_a_stream_with_a_compaction(
 
 @pytest.mark.parametrize("fails", [False, True], ids=["completed", "failed"])
 def test_a_tui_client_sees_the_compaction_start_and_end_as_status_updates(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, tui: Any, fails: bool
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, tui: Any, fails: bool
 ) -> None:
     """A TUI turn that compacts: its session gets one ``status.update`` (kind
     ``session_guard.compaction``) when the compaction starts and one when it ends, saying
@@ -253,7 +253,7 @@ class _AcpUpdates:
 
 @pytest.mark.parametrize("fails", [False, True], ids=["completed", "failed"])
 def test_an_acp_client_sees_the_compaction_as_a_tool_call(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, fails: bool
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, fails: bool
 ) -> None:
     """An ACP prompt that compacts: its client gets a ``tool_call`` (in progress) when the
     compaction starts and a ``tool_call_update`` of the same id when it ends, completed
@@ -302,7 +302,7 @@ _STARTED_LINE = re.compile(r"Compacting the context: (\d+) messages \(op (\w+)\)
 _DONE_LINE = re.compile(r"Context compacted: (\d+) -> (\d+) messages \(op (\w+), snapshot (\S+)\)")
 
 
-def _chat_after_compaction(llm: FakeLLMServer, home: Path, trigger: str) -> tuple[list[str], str]:
+def _chat_after_compaction(llm: ScriptedLLMServer, home: Path, trigger: str) -> tuple[list[str], str]:
     """What a platform chat received when its next message compacts the session (by
     ``trigger``: inside the agent's turn, or the gateway's session hygiene before it)."""
     from hermes_session_guard.selftest.gateway import start_gateway
@@ -326,7 +326,7 @@ def _chat_after_compaction(llm: FakeLLMServer, home: Path, trigger: str) -> tupl
 
 @pytest.mark.parametrize("trigger", ["preflight", "hygiene"])
 def test_a_platform_chat_sees_the_compaction_as_status_lines(
-    guard: Any, llm: FakeLLMServer, home: Path, trigger: str
+    guard: Any, llm: ScriptedLLMServer, home: Path, trigger: str
 ) -> None:
     """A chat whose session compacts in its turn gets a status line when the compaction
     starts and one when it ends, through the status callback the gateway gave the turn's
@@ -350,7 +350,7 @@ def test_a_platform_chat_sees_the_compaction_as_status_lines(
     assert not any("-1:" in r for r in replies if r.startswith(("Compacting", "Context")))  # no seeded text
 
 
-def test_chat_status_off_posts_no_status_line(guard: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_chat_status_off_posts_no_status_line(guard: Any, llm: ScriptedLLMServer, home: Path) -> None:
     """``events.chat_status: false``: the chat gets the answer and no compaction line."""
     from dataclasses import replace
 

@@ -13,10 +13,11 @@ import pytest
 
 from hermes_session_guard.config import GuardConfig, parse_config
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
+from hermes_session_guard.selftest.fake_llm import iter_message_text
 from hermes_session_guard.summaries.recall import OUTPUT_MARKER
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler, lineage
 
+from ..fake_llm import ScriptedLLMServer, ToolCallReply
 from .conftest import MODE_PARAMS, new_agent
 from .test_recall_tool import _reachable, recall_call, turn_requests
 
@@ -46,7 +47,7 @@ def _conversation(tag: str, fact: str) -> list[dict[str, Any]]:
     return messages
 
 
-def _compacted(db: Any, llm: FakeLLMServer, sid: str, tag: str, fact: str, mode: str) -> tuple[Any, list]:
+def _compacted(db: Any, llm: ScriptedLLMServer, sid: str, tag: str, fact: str, mode: str) -> tuple[Any, list]:
     messages = _conversation(tag, fact)
     probe.seed_session(db, sid, messages)
     agent = new_agent(db, llm, sid, mode, enabled_toolsets=["session_guard"])
@@ -76,7 +77,7 @@ def _tool_names(body: dict) -> set[str]:
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_fresh_session_child_recalls_its_parents_snapshots_and_nothing_else(
-    fresh_session: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+    fresh_session: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     runtime = fresh_session()
     store = runtime.store_for(home / "state.db")

@@ -12,10 +12,11 @@ import pytest
 
 from hermes_session_guard import host
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
+from hermes_session_guard.selftest.fake_llm import iter_message_text
 from hermes_session_guard.summaries.recall import OUTPUT_MARKER
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, handler
 
+from ..fake_llm import ScriptedLLMServer, ToolCallReply
 from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS, new_agent
 
 SYSTEM = "You are a test agent."
@@ -31,7 +32,7 @@ def _conversation(tag: str, fact: str, at: int = 9) -> list[dict]:
     return messages
 
 
-def _compacted_session(db: Any, llm: FakeLLMServer, sid: str, tag: str, fact: str, mode: str) -> tuple[Any, list]:
+def _compacted_session(db: Any, llm: ScriptedLLMServer, sid: str, tag: str, fact: str, mode: str) -> tuple[Any, list]:
     messages = _conversation(tag, fact)
     probe.seed_session(db, sid, messages)
     agent = new_agent(db, llm, sid, mode, enabled_toolsets=["session_guard"])
@@ -88,7 +89,7 @@ def _reachable(body: dict) -> bool:
     return _bridged(body) and any(RECALL_TOOL in json.dumps(t) for t in body.get("tools") or [])
 
 
-def turn_requests(llm: FakeLLMServer) -> list[Any]:
+def turn_requests(llm: ScriptedLLMServer) -> list[Any]:
     """The model requests of the agent's turns: Hermes 0.22 also asks the model for a
     session title (a structured-output request, ``response_format``) after a turn."""
     return [r for r in llm.chat_requests() if not r.body.get("response_format")]
@@ -114,7 +115,7 @@ def _model_calls(*calls: tuple[str, dict]) -> Any:
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     fresh = new_agent(db, llm, SID_B, mode, enabled_toolsets=["session_guard"])
     assert RECALL_TOOL in host.tool_names(fresh)  # registered by the plugin, enabled by its toolset (maybe bridged)
@@ -135,7 +136,7 @@ def test_tool_and_rule_are_offered_only_once_the_session_has_compacted_history(
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_the_model_recalls_the_exact_text_through_hermes_tool_dispatch(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, api: str, mode: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, api: str, mode: str
 ) -> None:
     agent, compressed = _compacted_session(db, llm, SID_A, "a", FACT_A, mode)
     if api == "anthropic":
@@ -156,7 +157,7 @@ def test_the_model_recalls_the_exact_text_through_hermes_tool_dispatch(
 
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
-def test_recall_never_reads_another_conversation(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
+def test_recall_never_reads_another_conversation(guard: Any, db: Any, llm: ScriptedLLMServer, home: Path,
                                                  mode: str) -> None:
     _compacted_session(db, llm, SID_B, "b", SECRET_B, mode)
     (snap_b,) = guard.store_for(home / "state.db").list_snapshots(SID_B)
@@ -185,7 +186,7 @@ def test_recall_never_reads_another_conversation(guard: Any, db: Any, llm: FakeL
     assert "is not part of this conversation" in answers[2] and "is not part of this conversation" in answers[3]
 
 
-def _without_guard_compaction(db: Any, llm: FakeLLMServer, sid: str, in_place: bool) -> tuple[Any, list]:
+def _without_guard_compaction(db: Any, llm: ScriptedLLMServer, sid: str, in_place: bool) -> tuple[Any, list]:
     import hermes_session_guard
 
     messages = _conversation("a", FACT_A)
@@ -201,7 +202,7 @@ def _without_guard_compaction(db: Any, llm: FakeLLMServer, sid: str, in_place: b
     return agent, compressed
 
 
-def test_recall_finds_turns_the_host_compacted_before_the_guard_ran(guard: Any, db: Any, llm: FakeLLMServer,
+def test_recall_finds_turns_the_host_compacted_before_the_guard_ran(guard: Any, db: Any, llm: ScriptedLLMServer,
                                                                    home: Path) -> None:
     """A rotation the host did on its own (0.14 always, 0.19 with in_place: false): the
     child continues the parent, and the parent's rows are this conversation's turns."""
@@ -216,7 +217,7 @@ def test_recall_finds_turns_the_host_compacted_before_the_guard_ran(guard: Any, 
 
 @pytest.mark.skipif(not HOST_HAS_IN_PLACE, reason="0.18+ archives compacted rows in place")
 def test_recall_finds_rows_the_host_archived_in_place_before_the_guard_ran(guard: Any, db: Any,
-                                                                           llm: FakeLLMServer, home: Path) -> None:
+                                                                           llm: ScriptedLLMServer, home: Path) -> None:
     _without_guard_compaction(db, llm, SID_A, in_place=True)
     assert not guard.store_for(home / "state.db").list_snapshots(SID_A)
     with calling_session(SID_A):
@@ -231,7 +232,7 @@ def test_without_a_host_session_nothing_is_read(guard: Any) -> None:
     assert "unknown" in answer and OUTPUT_MARKER not in answer
 
 
-def test_recall_can_be_switched_off(guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_recall_can_be_switched_off(guard: Any, db: Any, llm: ScriptedLLMServer, home: Path) -> None:
     from hermes_session_guard.config import parse_config
 
     before = guard.config

@@ -30,10 +30,11 @@ from hermes_session_guard.seams import buffering, compression, compression_entry
 from hermes_session_guard.seams import summaries as summary_seams
 from hermes_session_guard.seams.table import SeamRow, seam_names, select_row
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer, ToolCallReply, iter_message_text
+from hermes_session_guard.selftest.fake_llm import iter_message_text
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE
 
+from ..fake_llm import ScriptedLLMServer, ToolCallReply
 from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
 from .test_recall_tool import _reachable, recall_call, turn_requests
 from .tui_import import tui_server
@@ -59,7 +60,7 @@ class Ctx:
     row: SeamRow
     guard: Any
     db: Any
-    llm: FakeLLMServer
+    llm: ScriptedLLMServer
     home: Path
     mode: str
     monkeypatch: pytest.MonkeyPatch
@@ -687,7 +688,7 @@ def _wrapped_here() -> list[Any]:
 
 @pytest.mark.parametrize(("seam", "mode"), _wrapped_here())
 def test_a_guard_failure_inside_a_seam_keeps_hermes_serving(
-    seam: str, mode: str, guard: Any, db: Any, llm: FakeLLMServer, home: Path,
+    seam: str, mode: str, guard: Any, db: Any, llm: ScriptedLLMServer, home: Path,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     row = select_row(seam, HOST)

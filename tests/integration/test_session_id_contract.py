@@ -11,15 +11,15 @@ import pytest
 
 from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
+from ..fake_llm import ScriptedLLMServer
 from .conftest import HOST_HAS_IN_PLACE, MODES, log_tags_in, new_agent
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
 
 
-def _seeded_agent(db: Any, llm: FakeLLMServer, mode: str, n: int = probe.SEED_MESSAGES) -> tuple[Any, list]:
+def _seeded_agent(db: Any, llm: ScriptedLLMServer, mode: str, n: int = probe.SEED_MESSAGES) -> tuple[Any, list]:
     messages = probe.seed_messages(n)
     probe.seed_session(db, SID, messages)
     agent = new_agent(db, llm, SID, mode)
@@ -46,7 +46,7 @@ def _events(runtime: Any, op_id: str | None = None) -> list[dict]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_direct_compression_keeps_every_id(guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str) -> None:
+def test_direct_compression_keeps_every_id(guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str) -> None:
     agent, messages = _seeded_agent(db, llm, mode)
     import hermes_logging
 
@@ -96,7 +96,7 @@ def test_direct_compression_keeps_every_id(guard: Any, db: Any, llm: FakeLLMServ
 
 @pytest.mark.parametrize("mode", MODES)
 def test_next_turn_is_persisted_after_the_compacted_transcript(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     agent, messages = _seeded_agent(db, llm, mode)
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
@@ -121,7 +121,7 @@ def test_next_turn_is_persisted_after_the_compacted_transcript(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_preflight_compression_in_a_real_turn_keeps_the_id(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     agent, messages = _seeded_agent(db, llm, mode)
     llm.configure(reply_text="answer after preflight")
@@ -143,7 +143,7 @@ def test_preflight_compression_in_a_real_turn_keeps_the_id(
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("failure", [("status", 500), ("empty",)])
 def test_aborted_compression_changes_nothing(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str, failure: tuple
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str, failure: tuple
 ) -> None:
     agent, messages = _seeded_agent(db, llm, mode)
     llm.configure(fail_all_summaries=failure)
@@ -164,7 +164,7 @@ def test_aborted_compression_changes_nothing(
 
 
 @pytest.mark.skipif(HOST_HAS_IN_PLACE and "rotate" not in MODES, reason="host never rotates")
-def test_anomaly_a_reproduces_without_the_guard(no_guard: None, db: Any, llm: FakeLLMServer, home: Path) -> None:
+def test_anomaly_a_reproduces_without_the_guard(no_guard: None, db: Any, llm: ScriptedLLMServer, home: Path) -> None:
     """Hermes as shipped (rotation mode): the done line names a new id the started
     line never did, and the conversation moves to a child session."""
     agent, messages = _seeded_agent(db, llm, "rotate")
@@ -180,7 +180,7 @@ def test_anomaly_a_reproduces_without_the_guard(no_guard: None, db: Any, llm: Fa
 
 @pytest.mark.parametrize("mode", MODES)
 def test_resumed_turn_with_preflight_stores_the_compacted_transcript_once(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     """A resumed conversation (history loaded from state.db, as the CLI and the
     gateway do, on an agent that never flushed) compresses before its turn: state.db
@@ -209,7 +209,7 @@ def test_resumed_turn_with_preflight_stores_the_compacted_transcript_once(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_agent_without_a_session_db_keeps_the_id_and_the_snapshot(
-    guard: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     """The shape of the gateway's session-hygiene agent up to 0.17 (no SessionDB:
     the gateway rewrites the transcript itself afterwards). The host cannot rotate;

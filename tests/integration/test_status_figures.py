@@ -22,10 +22,10 @@ from hermes_session_guard.commands import cli
 from hermes_session_guard.inbox.repository import Inbox
 from hermes_session_guard.maintenance.session_pressure import p95
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import start_gateway
 from hermes_session_guard.store.snapshots import read_snapshot_references
 
+from ..fake_llm import ScriptedLLMServer
 from .conftest import HOST_NATIVE_MODE, new_agent
 
 SID = "20260528_093510_66bfaec7"
@@ -52,7 +52,7 @@ def _compress(agent: Any, messages: list[Any]) -> list[Any]:
 
 
 def test_status_counts_durations_pressure_of_a_session_driven_through_the_host(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, capsys: pytest.CaptureFixture[str]
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from agent.model_metadata import estimate_messages_tokens_rough
 
@@ -115,7 +115,7 @@ def test_status_counts_durations_pressure_of_a_session_driven_through_the_host(
 
 
 def test_status_mid_compression_shows_the_buffered_message_and_a_live_holder(
-    guard: Any, llm: FakeLLMServer, home: Path, capsys: pytest.CaptureFixture[str]
+    guard: Any, llm: ScriptedLLMServer, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: dict[str, Any] = {}
 

@@ -12,8 +12,8 @@ import pytest
 
 from hermes_session_guard import audit
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
+from ..fake_llm import ScriptedLLMServer
 from .conftest import HOST_HAS_IN_PLACE, MODE_PARAMS
 
 SID = "20260528_155201_68dc5996"
@@ -40,7 +40,7 @@ FAULTS = {
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_summary_failure_leaves_everything_unchanged(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str, fault: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str, fault: str
 ) -> None:
     base_url = llm.base_url
     if fault == "refused":

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.selftest import probe
-from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries.tags import is_summary_text, original_part
 
+from ..fake_llm import ScriptedLLMServer
 from .conftest import HOST, HOST_HAS_IN_PLACE, HOST_ROW, MODE_PARAMS, new_agent
 
 SID = "20260528_093510_66bfaec7"
@@ -24,7 +24,7 @@ NATIVE = "_compressed_summary"
 HOST_TAGS_NATIVELY = bool(HOST_ROW and HOST_ROW.behaviour.native_summary_key == NATIVE)
 
 
-def _seeded(db: Any, llm: FakeLLMServer, mode: str, n: int = probe.SEED_MESSAGES, chars: int = probe.MESSAGE_CHARS,
+def _seeded(db: Any, llm: ScriptedLLMServer, mode: str, n: int = probe.SEED_MESSAGES, chars: int = probe.MESSAGE_CHARS,
             **kwargs: Any) -> tuple[Any, list]:
     messages = probe.seed_messages(n, chars)
     probe.seed_session(db, SID, messages)
@@ -50,7 +50,7 @@ def _turn_of(text: str) -> int:
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 @pytest.mark.parametrize("shape", [(probe.SEED_MESSAGES, probe.MESSAGE_CHARS), (30, 3000)], ids=["big", "merged"])
 def test_summary_is_tagged_recorded_and_names_the_compacted_turns(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str, shape: tuple[int, int]
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str, shape: tuple[int, int]
 ) -> None:
     agent, messages = _seeded(db, llm, mode, *shape)
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
@@ -81,7 +81,7 @@ def test_summary_is_tagged_recorded_and_names_the_compacted_turns(
 
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
-def test_tag_survives_a_reload(guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str) -> None:
+def test_tag_survives_a_reload(guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str) -> None:
     agent, messages = _seeded(db, llm, mode)
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
 
@@ -108,7 +108,7 @@ def test_state_db_drops_the_tag_without_the_guard(no_guard: None, db: Any, home:
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_a_later_compression_resummarises_without_the_recall_line(
-    guard: Any, db: Any, llm: FakeLLMServer, home: Path, mode: str
+    guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, mode: str
 ) -> None:
     agent, messages = _seeded(db, llm, mode)
     compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
@@ -140,7 +140,7 @@ def test_a_later_compression_resummarises_without_the_recall_line(
     assert [s.snapshot_id for s in snaps][-1] == headers[0][3]
 
 
-def _strict_turns(agent: Any, llm: FakeLLMServer, messages: list, question: str = "next question") -> list:
+def _strict_turns(agent: Any, llm: ScriptedLLMServer, messages: list, question: str = "next question") -> list:
     llm.configure(strict=True, reply_text="strict ok")
     result = agent.run_conversation(question, conversation_history=messages)
     assert result["final_response"] == "strict ok", result.get("error")
@@ -154,7 +154,7 @@ def _strict_turns(agent: Any, llm: FakeLLMServer, messages: list, question: str 
 
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)
-def test_strict_openai_provider_accepts_every_request(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
+def test_strict_openai_provider_accepts_every_request(guard: Any, db: Any, llm: ScriptedLLMServer, home: Path,
                                                       mode: str) -> None:
     agent, messages = _seeded(db, llm, mode)
     _strict_turns(agent, llm, messages)
@@ -169,7 +169,7 @@ def test_strict_openai_provider_accepts_every_request(guard: Any, db: Any, llm: 
 @pytest.mark.skipif(HOST >= (0, 21, 0), reason="Hermes 0.21+'s auxiliary client refuses an Anthropic base_url that is "
                     "not an Anthropic host ('not an Anthropic-compatible host'): no compaction runs through that "
                     "transport against the local fake provider")
-def test_strict_anthropic_provider_accepts_every_request(guard: Any, db: Any, llm: FakeLLMServer, home: Path,
+def test_strict_anthropic_provider_accepts_every_request(guard: Any, db: Any, llm: ScriptedLLMServer, home: Path,
                                                          mode: str) -> None:
     agent, messages = _seeded(db, llm, mode)
     agent = probe.make_agent(db, llm.anthropic_base_url, SID, provider="anthropic", api_key="sk-ant-fake",
@@ -186,7 +186,7 @@ def test_strict_anthropic_provider_accepts_every_request(guard: Any, db: Any, ll
         m["content"], list) else m["content"]) for m in chats[-1].body["messages"])
 
 
-def test_strict_provider_rejects_the_tag_without_the_guard(no_guard: None, db: Any, llm: FakeLLMServer,
+def test_strict_provider_rejects_the_tag_without_the_guard(no_guard: None, db: Any, llm: ScriptedLLMServer,
                                                            home: Path) -> None:
     """Why the guard strips: a tagged message reaches the wire on 0.14 (no stripping)
     and on 0.19 (only _-prefixed keys are stripped)."""
@@ -200,7 +200,7 @@ def test_strict_provider_rejects_the_tag_without_the_guard(no_guard: None, db: A
     assert any(key == "is_compressed_summary" for _, _, key in llm.violations)
 
 
-def test_without_the_recall_line_the_tag_still_survives_a_reload(guard: Any, db: Any, llm: FakeLLMServer,
+def test_without_the_recall_line_the_tag_still_survives_a_reload(guard: Any, db: Any, llm: ScriptedLLMServer,
                                                                  home: Path) -> None:
     from hermes_session_guard.config import parse_config
 

@@ -25,12 +25,21 @@ from hermes_session_guard.selftest.fake_llm import (  # noqa: E402
     RequestRecord,
 )
 
+from ..fake_llm import ScriptedLLMServer, ToolCallReply  # noqa: E402
+
 SUMMARY_PROMPT = "Create a structured handoff summary of the conversation below."
 
 
 @pytest.fixture
 def srv() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedLLMServer]:
+    """The tests' subclass (tests/fake_llm.py): failure specs, summary_predicate, tool calls."""
+    with ScriptedLLMServer() as server:
         yield server
 
 
@@ -380,7 +389,7 @@ def test_summary_classification_content_parts_and_system(srv: FakeLLMServer) -> 
 
 
 def test_custom_summary_predicate_and_summary_fn() -> None:
-    with FakeLLMServer(
+    with ScriptedLLMServer(
         summary_predicate=lambda body: body.get("model") == "compressor",
         summary_fn=lambda body: f"summary of {len(body['messages'])} messages",
     ) as server:
@@ -435,9 +444,9 @@ def test_summary_latency_only_delays_summaries(srv: FakeLLMServer) -> None:
     assert summary_elapsed >= 0.5
 
 
-def test_fail_next_summary_status_500_then_recovers(srv: FakeLLMServer) -> None:
-    srv.fail_next_summary.append(("status", 500))
-    url = f"{srv.base_url}/chat/completions"
+def test_fail_next_summary_status_500_then_recovers(scripted: ScriptedLLMServer) -> None:
+    scripted.fail_next_summary.append(("status", 500))
+    url = f"{scripted.base_url}/chat/completions"
     status, _, raw = _request(url, _chat_body(SUMMARY_PROMPT))
     assert status == 500
     assert json.loads(raw)["error"]["message"]
@@ -446,13 +455,13 @@ def test_fail_next_summary_status_500_then_recovers(srv: FakeLLMServer) -> None:
     status, _, raw = _request(url, _chat_body(SUMMARY_PROMPT))
     assert status == 200
     assert json.loads(raw)["choices"][0]["message"]["content"] == DEFAULT_SUMMARY_TEXT
-    assert srv.fail_next_summary == []
-    assert len(srv.summary_requests()) == 2
+    assert scripted.fail_next_summary == []
+    assert len(scripted.summary_requests()) == 2
 
 
-def test_fail_specs_empty_garbage_timeout(srv: FakeLLMServer) -> None:
-    url = f"{srv.base_url}/chat/completions"
-    srv.fail_next_summary.extend([("empty",), ("garbage", 64), ("timeout", 0.2)])
+def test_fail_specs_empty_garbage_timeout(scripted: ScriptedLLMServer) -> None:
+    url = f"{scripted.base_url}/chat/completions"
+    scripted.fail_next_summary.extend([("empty",), ("garbage", 64), ("timeout", 0.2)])
 
     status, _, raw = _request(url, _chat_body(SUMMARY_PROMPT))
     assert status == 200
@@ -468,18 +477,18 @@ def test_fail_specs_empty_garbage_timeout(srv: FakeLLMServer) -> None:
         urllib.request.urlopen(
             urllib.request.Request(url, data=json.dumps(_chat_body(SUMMARY_PROMPT)).encode()), timeout=5
         )
-    assert len(srv.summary_requests()) == 3
+    assert len(scripted.summary_requests()) == 3
 
 
-def test_fail_all_summaries_is_persistent_on_anthropic(srv: FakeLLMServer) -> None:
-    srv.fail_all_summaries = ("status", 529)
-    url = f"{srv.anthropic_base_url}/v1/messages"
+def test_fail_all_summaries_is_persistent_on_anthropic(scripted: ScriptedLLMServer) -> None:
+    scripted.fail_all_summaries = ("status", 529)
+    url = f"{scripted.anthropic_base_url}/v1/messages"
     body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": SUMMARY_PROMPT}]}
     for _ in range(2):
         status, _, raw = _request(url, body)
         assert status == 529
         assert json.loads(raw)["error"]["type"] == "overloaded_error"
-    srv.fail_all_summaries = None
+    scripted.fail_all_summaries = None
     assert _request(url, body)[0] == 200
 
 
@@ -489,3 +498,87 @@ def test_wait_for_requests_and_reset(srv: FakeLLMServer) -> None:
     assert not srv.wait_for_requests(1, kind="summary", timeout=0.1)
     srv.reset()
     assert srv.requests == []
+
+
+# -- the tests' subclass (tests/fake_llm.py) -----------------------------------------------
+
+
+def test_the_package_server_has_no_test_only_options(srv: FakeLLMServer) -> None:
+    with pytest.raises(TypeError):
+        FakeLLMServer(**{"fail_all_summaries": ("status", 500)})
+    for name in ("summary_predicate", "fail_next_summary", "fail_all_summaries"):
+        with pytest.raises(AttributeError):
+            srv.configure(**{name: None})
+
+
+def test_a_failure_is_taken_on_arrival_and_applied_after_the_gate(scripted: ScriptedLLMServer) -> None:
+    gate = threading.Event()
+    scripted.configure(summary_gate=gate, fail_next_summary=[("status", 503, "held then failed")])
+    result: dict[str, Any] = {}
+
+    def post() -> None:
+        result["resp"] = _request(f"{scripted.base_url}/chat/completions", _chat_body(SUMMARY_PROMPT), timeout=30)
+
+    worker = threading.Thread(target=post, daemon=True)
+    worker.start()
+    assert scripted.summary_started.wait(5)
+    deadline = time.monotonic() + 5
+    while scripted.fail_next_summary and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert scripted.fail_next_summary == []  # taken when the request arrived
+    assert worker.is_alive() and "resp" not in result  # still held at the gate
+    gate.set()
+    worker.join(10)
+    status, _, raw = result["resp"]
+    assert (status, json.loads(raw)["error"]["message"]) == (503, "held then failed")
+
+
+def test_scripted_reset_restores_its_own_defaults() -> None:
+    queued = [("status", 500)]
+    with ScriptedLLMServer(fail_next_summary=queued, fail_all_summaries=("empty",), reply_text="hi") as server:
+        server.configure(fail_all_summaries=None, reply_text="changed", summary_predicate=lambda body: True)
+        server.fail_next_summary.clear()
+        server.reset()
+        assert server.fail_next_summary == [("status", 500)]
+        assert server.fail_next_summary is not queued
+        assert (server.fail_all_summaries, server.reply_text, server.summary_predicate) == (("empty",), "hi", None)
+
+
+def _tool_calls_seen(api: str, stream: bool, raw: bytes) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """The (name, arguments) calls and the stop reason of a tool-call response."""
+    if api == "openai" and not stream:
+        choice = json.loads(raw)["choices"][0]
+        calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                 for c in choice["message"]["tool_calls"]]
+        return calls, choice["finish_reason"]
+    if api == "openai":
+        chunks = [json.loads(d) for d in _sse_data(raw) if d != "[DONE]"]
+        deltas = [c["choices"][0]["delta"] for c in chunks]
+        calls = [(t["function"]["name"], json.loads(t["function"]["arguments"]))
+                 for d in deltas for t in d.get("tool_calls", [])]
+        return calls, chunks[-1]["choices"][0]["finish_reason"]
+    if not stream:
+        message = json.loads(raw)
+        return [(b["name"], b["input"]) for b in message["content"] if b["type"] == "tool_use"], message["stop_reason"]
+    events = [json.loads(d) for d in _sse_data(raw)]
+    names = [e["content_block"]["name"] for e in events
+             if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"]
+    args = [json.loads(e["delta"]["partial_json"]) for e in events
+            if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta"]
+    stop = next(e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta")
+    return list(zip(names, args, strict=True)), stop
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_tool_call_reply_is_rendered_for_each_api(scripted: ScriptedLLMServer, api: str, stream: bool) -> None:
+    calls = [("session_search", {"query": "token"}), ("recall", {"query": "plan", "limit": 2})]
+    scripted.reply_fn = lambda body: ToolCallReply(calls, text="looking")
+    if api == "openai":
+        url, body = f"{scripted.base_url}/chat/completions", _chat_body(stream=stream)
+    else:
+        url = f"{scripted.anthropic_base_url}/v1/messages"
+        body = {"model": "m", "max_tokens": 8, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    status, _, raw = _request(url, body)
+    assert status == 200
+    assert _tool_calls_seen(api, stream, raw) == (calls, "tool_calls" if api == "openai" else "tool_use")
