@@ -88,15 +88,36 @@ async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]
 
 
 def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Remember which chat the message being handled came from, so the guard's
-    ``/handoff-packet`` slash command (whose handler only gets its argument text)
-    knows which session it was typed in."""
+    """One message's handling in the gateway (``GatewayRunner._handle_message``):
+
+    * while it runs, remember which chat the message came from, so the guard's
+      ``/handoff-packet`` slash command (whose handler only gets its argument text) knows
+      which session it was typed in;
+    * after it ends (any outcome but cancellation), keep the buffered queue moving: turns
+      that never drain (``/compress``, a failed turn) hand the queue to the adapter's
+      next-up slot."""
+
+    def after(instance: Any, event: Any) -> None:
+        with failing_open(row, "buffered messages wait for the next turn or restart", when="after the message"):
+            buffering.on_handler_done(runtime, instance, event)
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with ExitStack() as stack:
-            with failing_open(row, "guard slash commands in this message cannot tell which chat they came from"):
-                stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
-            return await wrapped(*args, **kwargs)
+        event = _arg(args, kwargs, 0, "event")
+        with failing_open(row, "buffered messages are still delivered", when="before the message"):
+            buffering.on_handler_start(instance, event)
+        try:
+            with ExitStack() as stack:
+                with failing_open(row, "guard slash commands in this message cannot tell which chat they came "
+                                       "from"):
+                    stack.enter_context(host.gateway_message_context(instance, event))
+                result = await wrapped(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            after(instance, event)
+            raise
+        after(instance, event)
+        return result
 
     return wrapper
 
@@ -140,30 +161,6 @@ def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             session_key = _arg(args, kwargs, 0, "session_key")
             return buffering.on_drain(runtime, instance, session_key, picked)
         return picked
-
-    return wrapper
-
-
-def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
-
-    def after(instance: Any, event: Any) -> None:
-        with failing_open(row, "buffered messages wait for the next turn or restart"):
-            buffering.on_handler_done(runtime, instance, event)
-
-    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        event = _arg(args, kwargs, 0, "event")
-        with failing_open(row, "buffered messages are still delivered"):
-            buffering.on_handler_start(instance, event)
-        try:
-            result = await wrapped(*args, **kwargs)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            after(instance, event)
-            raise
-        after(instance, event)
-        return result
 
     return wrapper
 

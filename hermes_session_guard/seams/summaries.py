@@ -24,6 +24,7 @@ from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, h
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
+from .search import with_snapshots_in_search
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -54,15 +55,18 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
 def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.get_messages_as_conversation``: put the summary tags back (state.db
-    has no column for them; the guard's ``session_guard_summaries`` table has)."""
+    has no column for them; the guard's ``session_guard_summaries`` table has); inside a
+    ``session_search`` call of 0.13-0.14, the session's snapshots come first
+    (:func:`~hermes_session_guard.seams.search.with_snapshots_in_search`)."""
     native_key = row.behaviour.native_summary_key or None
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
+        sid = _arg(args, kwargs, 0, "session_id")
         with failing_open(row, "summaries load untagged"):
             if isinstance(result, list):
-                _tag_loaded(runtime, instance, _arg(args, kwargs, 0, "session_id"), result, native_key)
-        return result
+                _tag_loaded(runtime, instance, sid, result, native_key)
+        return with_snapshots_in_search(runtime, row, instance, sid, result)
 
     return wrapper
 
