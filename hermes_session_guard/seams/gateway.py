@@ -18,7 +18,7 @@ from ..host import client_events
 from ..runtime import Runtime
 from ..seam_behaviour import GatewayTranscript
 from . import buffering
-from .row import SeamRow, Wrapper
+from .row import SeamRow, Wrapper, call_arg
 
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -102,7 +102,7 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             buffering.on_handler_done(runtime, instance, event)
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        event = _arg(args, kwargs, 0, "event")
+        event = call_arg(args, kwargs, 0, "event")
         with failing_open(row, "buffered messages are still delivered", when="before the message"):
             buffering.on_handler_start(instance, event)
         try:
@@ -122,12 +122,6 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else None
-
-
 def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """A message for a busy session: buffer it while the session compresses (see buffering)."""
 
@@ -140,8 +134,8 @@ def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             return await wrapped(*args, **kwargs)
 
         try:
-            event = _arg(args, kwargs, 0, "event")
-            session_key = _arg(args, kwargs, 1, "session_key")
+            event = call_arg(args, kwargs, 0, "event")
+            session_key = call_arg(args, kwargs, 1, "session_key")
             return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
         except Exception as exc:
             if called:
@@ -158,7 +152,7 @@ def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         picked = wrapped(*args, **kwargs)
         with failing_open(row, "buffered messages wait for the next turn or restart"):
-            session_key = _arg(args, kwargs, 0, "session_key")
+            session_key = call_arg(args, kwargs, 0, "session_key")
             return buffering.on_drain(runtime, instance, session_key, picked)
         return picked
 
@@ -171,7 +165,7 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
         with failing_open(row, "buffered messages stay in session_guard_inbox for the next start"):
-            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
+            buffering.replay(runtime, instance, call_arg(args, kwargs, 0, "platform"))
         return result
 
     return wrapper
@@ -185,8 +179,8 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         callback = wrapped(*args, **kwargs)
         with failing_open(row, "this run's event stream carries no compaction events", once=True) as failed:
-            run_id = _arg(args, kwargs, 0, "run_id")
-            loop = _arg(args, kwargs, 1, "loop")
+            run_id = call_arg(args, kwargs, 0, "run_id")
+            loop = call_arg(args, kwargs, 1, "loop")
         if failed:
             return callback
 
@@ -211,7 +205,7 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with failing_open(row, "the running turn is interrupted as without the guard") as failed:
-            agent = _arg(args, kwargs, 2, "agent")
+            agent = call_arg(args, kwargs, 2, "agent")
         if failed:
             return wrapped(*args, **kwargs)
         ran: list[Any] = []
@@ -260,7 +254,7 @@ def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], 
                 return wrapped(*args, **kwargs)
 
             try:
-                session = _arg(args, kwargs, 0, "session")
+                session = call_arg(args, kwargs, 0, "session")
                 if not isinstance(session, dict):
                     return enqueue()
                 return place(runtime, session, enqueue)
@@ -290,7 +284,7 @@ def tui_prompt_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with failing_open(row, "held prompts wait for the next drain"):
-            session = _arg(args, kwargs, 2, "session")
+            session = call_arg(args, kwargs, 2, "session")
             if isinstance(session, dict) and session.get(buffering.HELD_PROMPTS):
                 buffering.release_held_prompt(session, session["history_lock"])
         return wrapped(*args, **kwargs)

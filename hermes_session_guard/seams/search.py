@@ -17,14 +17,12 @@ import contextvars
 import inspect
 import logging
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..summaries import search_index
-
-Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+from .row import Wrapper
 
 _signatures: dict[Any, inspect.Signature] = {}
 _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
