@@ -67,11 +67,7 @@ class _Applied:
 
 def _original_of(parent: Any, name: str, current: Any) -> tuple[Any, bool]:
     """What the host had at ``parent.name`` before the guard, and whether ``parent``
-    held it itself. A second seam on an attribute another seam already wraps gets the
-    first one's record, so every seam on it restores the host's own, in any order."""
-    for applied in _applied.values():
-        if applied.parent is parent and applied.name == name:
-            return applied.original, applied.own
+    held it itself (a class may inherit it)."""
     if isinstance(parent, type):
         return parent.__dict__.get(name, current), name in parent.__dict__
     return current, True
@@ -176,6 +172,10 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
         # The host already does what this seam would add; the row's note says how.
         return SeamStatus(row.seam, row.target, SeamState.NOT_NEEDED, reason, "", row.range_text)
     parent, name, current = _resolve(row.module, row.attribute)
+    taken = next((a.row.seam for a in _applied.values() if a.parent is parent and a.name == name), None)
+    if taken is not None:  # one wrapper per Hermes target (the table's invariant): never a second layer
+        return SeamStatus(row.seam, row.target, SeamState.FAILED, f"{row.target} is already wrapped by seam {taken}",
+                          row.failure_policy, row.range_text)
     original, own = _original_of(parent, name, current)
     wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
     _applied[row.seam] = _Applied(row, parent, name, original, own)

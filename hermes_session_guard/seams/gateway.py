@@ -18,7 +18,7 @@ from ..host import client_events
 from ..runtime import Runtime
 from ..seam_behaviour import GatewayTranscript
 from . import buffering
-from .row import SeamRow, Wrapper
+from .row import SeamRow, Wrapper, call_arg
 
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -88,23 +88,38 @@ async def _deliver(runner: Any, source: Any, sid: str | None, notices: list[str]
 
 
 def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """Remember which chat the message being handled came from, so the guard's
-    ``/handoff-packet`` slash command (whose handler only gets its argument text)
-    knows which session it was typed in."""
+    """One message's handling in the gateway (``GatewayRunner._handle_message``):
+
+    * while it runs, remember which chat the message came from, so the guard's
+      ``/handoff-packet`` slash command (whose handler only gets its argument text) knows
+      which session it was typed in;
+    * after it ends (any outcome but cancellation), keep the buffered queue moving: turns
+      that never drain (``/compress``, a failed turn) hand the queue to the adapter's
+      next-up slot."""
+
+    def after(instance: Any, event: Any) -> None:
+        with failing_open(row, "buffered messages wait for the next turn or restart", when="after the message"):
+            buffering.on_handler_done(runtime, instance, event)
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with ExitStack() as stack:
-            with failing_open(row, "guard slash commands in this message cannot tell which chat they came from"):
-                stack.enter_context(host.gateway_message_context(instance, args[0] if args else kwargs.get("event")))
-            return await wrapped(*args, **kwargs)
+        event = call_arg(args, kwargs, 0, "event")
+        with failing_open(row, "buffered messages are still delivered", when="before the message"):
+            buffering.on_handler_start(instance, event)
+        try:
+            with ExitStack() as stack:
+                with failing_open(row, "guard slash commands in this message cannot tell which chat they came "
+                                       "from"):
+                    stack.enter_context(host.gateway_message_context(instance, event))
+                result = await wrapped(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            after(instance, event)
+            raise
+        after(instance, event)
+        return result
 
     return wrapper
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else None
 
 
 def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -119,8 +134,8 @@ def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             return await wrapped(*args, **kwargs)
 
         try:
-            event = _arg(args, kwargs, 0, "event")
-            session_key = _arg(args, kwargs, 1, "session_key")
+            event = call_arg(args, kwargs, 0, "event")
+            session_key = call_arg(args, kwargs, 1, "session_key")
             return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
         except Exception as exc:
             if called:
@@ -137,33 +152,9 @@ def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         picked = wrapped(*args, **kwargs)
         with failing_open(row, "buffered messages wait for the next turn or restart"):
-            session_key = _arg(args, kwargs, 0, "session_key")
+            session_key = call_arg(args, kwargs, 0, "session_key")
             return buffering.on_drain(runtime, instance, session_key, picked)
         return picked
-
-    return wrapper
-
-
-def buffer_handoff_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """After a message's handling ends (any outcome but cancellation), keep the buffered queue moving."""
-
-    def after(instance: Any, event: Any) -> None:
-        with failing_open(row, "buffered messages wait for the next turn or restart"):
-            buffering.on_handler_done(runtime, instance, event)
-
-    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        event = _arg(args, kwargs, 0, "event")
-        with failing_open(row, "buffered messages are still delivered"):
-            buffering.on_handler_start(instance, event)
-        try:
-            result = await wrapped(*args, **kwargs)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            after(instance, event)
-            raise
-        after(instance, event)
-        return result
 
     return wrapper
 
@@ -174,7 +165,7 @@ def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
         with failing_open(row, "buffered messages stay in session_guard_inbox for the next start"):
-            buffering.replay(runtime, instance, _arg(args, kwargs, 0, "platform"))
+            buffering.replay(runtime, instance, call_arg(args, kwargs, 0, "platform"))
         return result
 
     return wrapper
@@ -188,8 +179,8 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         callback = wrapped(*args, **kwargs)
         with failing_open(row, "this run's event stream carries no compaction events", once=True) as failed:
-            run_id = _arg(args, kwargs, 0, "run_id")
-            loop = _arg(args, kwargs, 1, "loop")
+            run_id = call_arg(args, kwargs, 0, "run_id")
+            loop = call_arg(args, kwargs, 1, "loop")
         if failed:
             return callback
 
@@ -214,7 +205,7 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with failing_open(row, "the running turn is interrupted as without the guard") as failed:
-            agent = _arg(args, kwargs, 2, "agent")
+            agent = call_arg(args, kwargs, 2, "agent")
         if failed:
             return wrapped(*args, **kwargs)
         ran: list[Any] = []
@@ -263,7 +254,7 @@ def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], 
                 return wrapped(*args, **kwargs)
 
             try:
-                session = _arg(args, kwargs, 0, "session")
+                session = call_arg(args, kwargs, 0, "session")
                 if not isinstance(session, dict):
                     return enqueue()
                 return place(runtime, session, enqueue)
@@ -293,7 +284,7 @@ def tui_prompt_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with failing_open(row, "held prompts wait for the next drain"):
-            session = _arg(args, kwargs, 2, "session")
+            session = call_arg(args, kwargs, 2, "session")
             if isinstance(session, dict) and session.get(buffering.HELD_PROMPTS):
                 buffering.release_held_prompt(session, session["history_lock"])
         return wrapped(*args, **kwargs)

@@ -60,3 +60,10 @@ class SeamRow:
 
 def version_text(version: Version) -> str:
     return ".".join(map(str, version))
+
+
+def call_arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    """Argument ``name`` of a wrapped call, passed by keyword or at position ``index``; None if absent."""
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None

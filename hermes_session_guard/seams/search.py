@@ -17,14 +17,12 @@ import contextvars
 import inspect
 import logging
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..summaries import search_index
-
-Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+from .row import Wrapper
 
 _signatures: dict[Any, inspect.Signature] = {}
 _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
@@ -193,7 +191,7 @@ def _mark_whole_conversation() -> contextvars.Token[bool]:
 
 def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``tools.session_search_tool.session_search``: while it runs, the conversation
-    it reads for a hit includes the session's snapshots (see the next wrapper)."""
+    it reads for a hit includes the session's snapshots (:func:`with_snapshots_in_search`)."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with failing_open(row, "session_search reads the live transcript of a hit only", advice="doctor",
@@ -209,25 +207,20 @@ def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
-def search_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
-    """``SessionDB.get_messages_as_conversation`` inside a ``session_search`` call
-    only: the session's snapshot messages, oldest snapshot first, then the live
-    transcript (everywhere else, resume and the rest, it is untouched)."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result = wrapped(*args, **kwargs)
-        if not _whole_conversation.get():
-            return result
-        with failing_open(row, "session_search reads the live transcript only", advice="doctor", once=True):
-            sid = args[0] if args else kwargs.get("session_id")
-            store = runtime.store_for(instance.db_path)
-            found = search_index.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
-            if found and isinstance(result, list):
-                older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
-                return [*older, *result]
+def with_snapshots_in_search(runtime: Runtime, row: Any, db: Any, sid: Any, result: Any) -> Any:
+    """``SessionDB.get_messages_as_conversation`` inside a ``session_search`` call only
+    (0.13-0.14, see :func:`search_tool_wrapper`): the session's snapshot messages, oldest
+    snapshot first, then the live transcript ``result``. Everywhere else (resume and the
+    rest) ``result`` unchanged. Called by the ``transcript_load`` seam's wrapper."""
+    if not _whole_conversation.get():
         return result
-
-    return wrapper
+    with failing_open(row, "session_search reads the live transcript only", advice="doctor", once=True):
+        store = runtime.store_for(db.db_path)
+        found = search_index.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
+        if found and isinstance(result, list):
+            older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
+            return [*older, *result]
+    return result
 
 
 def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:

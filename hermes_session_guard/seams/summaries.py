@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,11 @@ from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, h
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
+from .row import Wrapper, call_arg
+from .search import with_snapshots_in_search
 
 log = logging.getLogger("hermes_session_guard")
 
-Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else None
 
 
 # -- summaries inside the host ----------------------------------------------------------
@@ -54,15 +48,18 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
 def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.get_messages_as_conversation``: put the summary tags back (state.db
-    has no column for them; the guard's ``session_guard_summaries`` table has)."""
+    has no column for them; the guard's ``session_guard_summaries`` table has); inside a
+    ``session_search`` call of 0.13-0.14, the session's snapshots come first
+    (:func:`~hermes_session_guard.seams.search.with_snapshots_in_search`)."""
     native_key = row.behaviour.native_summary_key or None
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
+        sid = call_arg(args, kwargs, 0, "session_id")
         with failing_open(row, "summaries load untagged"):
             if isinstance(result, list):
-                _tag_loaded(runtime, instance, _arg(args, kwargs, 0, "session_id"), result, native_key)
-        return result
+                _tag_loaded(runtime, instance, sid, result, native_key)
+        return with_snapshots_in_search(runtime, row, instance, sid, result)
 
     return wrapper
 
@@ -76,7 +73,7 @@ def resume_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
         with failing_open(row, "summaries load untagged"):
-            sid = _arg(args, kwargs, 0, "session_id")
+            sid = call_arg(args, kwargs, 0, "session_id")
             for part in result if isinstance(result, tuple) else ():
                 if isinstance(part, list):
                     _tag_loaded(runtime, instance, sid, part, native_key)
@@ -179,12 +176,12 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     the host passes the calling agent's ``session_id``; recall reads that, never its arguments."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if _arg(args, kwargs, 0, "function_name") != RECALL_TOOL:
+        if call_arg(args, kwargs, 0, "function_name") != RECALL_TOOL:
             return wrapped(*args, **kwargs)
         with ExitStack() as stack:
             with failing_open(row, "the recall tool gets only the session id Hermes hands it (with none it reads "
                                    "nothing)"):
-                stack.enter_context(calling_session(_arg(args, kwargs, 4, "session_id")))
+                stack.enter_context(calling_session(call_arg(args, kwargs, 4, "session_id")))
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -233,14 +230,14 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         mode = runtime.config.summaries.visible
         shown: list[Any] | None = None
         with failing_open(row, "history is shown as the host renders it"):
-            history = _arg(args, kwargs, 0, "history")
+            history = call_arg(args, kwargs, 0, "history")
             if isinstance(history, list) and mode == HIDDEN:
                 shown = display_messages(history, mode)
         if shown is not None:  # Hermes's own call stays outside the guard's handler: it runs once
             return wrapped(shown)
         result = wrapped(*args, **kwargs)
         with failing_open(row, "history is shown as the host renders it"):
-            history = _arg(args, kwargs, 0, "history")
+            history = call_arg(args, kwargs, 0, "history")
             return tag_rendered(result, history if isinstance(history, list) else None) \
                 if isinstance(result, list) else result
         return result

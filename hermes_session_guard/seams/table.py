@@ -87,7 +87,6 @@ from . import summaries as ss
 from .compression_entry import compression_wrapper, native_lock_reentry_wrapper
 from .gateway import (
     buffer_drain_wrapper,
-    buffer_handoff_wrapper,
     buffer_replay_wrapper,
     busy_message_wrapper,
     cli_busy_interrupt_wrapper,
@@ -309,7 +308,8 @@ SEAMS: tuple[SeamRow, ...] = (
         attribute="GatewayRunner._handle_message",
         params=("self", "event"),
         wrapper=gateway_message_wrapper,
-        note="tells plugin slash commands which chat (and so which session) they were typed in",
+        note="tells plugin slash commands which chat (and so which session) they were typed in; turns that "
+        "never drain (/compress, a failed turn) hand the buffered queue to the adapter's next-up slot",
         ranges=EVERY_RELEASE,
     ),
     *seam(
@@ -347,7 +347,10 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=ss.transcript_load_wrapper,
         note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
         ranges={
-            "0.13.0-0.17.0": {"behaviour": {"native_summary_key": ""}},
+            "0.13.0-0.15.0": {"behaviour": {"native_summary_key": ""},
+                              "note": "re-tag summaries; inside a session_search call (search_tool) the session's "
+                                      "snapshot messages come first, then the live transcript"},
+            "0.15.0-0.17.0": {"behaviour": {"native_summary_key": ""}},
             "0.17.0+": {"behaviour": {"native_summary_key": "_compressed_summary"}},
         },
     ),
@@ -668,15 +671,6 @@ SEAMS: tuple[SeamRow, ...] = (
         note="end of _run_agent picks the follow-up turn here; it recurses with the same session id",
         ranges=EVERY_RELEASE,
     ),
-    *seam(
-        "buffer_handoff",
-        module="gateway.run",
-        attribute="GatewayRunner._handle_message",
-        params=("self", "event"),
-        wrapper=buffer_handoff_wrapper,
-        note="turns that never drain (/compress, a failed turn) hand the queue to the adapter's next-up slot",
-        ranges=EVERY_RELEASE,
-    ),
     # Compacted history stays where Hermes's own search and export look (0.13-0.17 keep it in
     # the guard's snapshots; 0.18.2+ archives it in place, in Hermes's own messages table).
     *seam(
@@ -748,19 +742,6 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.13.0-0.15.0": {"note": "the tool reads a hit's whole conversation: within the call, that read "
                                       "includes the session's snapshots"},
             "0.15.0+": not_needed("the tool opens a hit by message id (anchored view), not the whole conversation"),
-        },
-    ),
-    *seam(
-        "search_conversation",
-        effect=Effect.OBSERVE,
-        module="hermes_state",
-        attribute="SessionDB.get_messages_as_conversation",
-        params=("self", "session_id"),
-        wrapper=search_seams.search_conversation_wrapper,
-        ranges={
-            "0.13.0-0.15.0": {"note": "inside a session_search call only: the session's snapshot messages, then "
-                                      "the live transcript"},
-            "0.15.0+": not_needed("session_search opens a hit by message id (anchored view) from 0.15"),
         },
     ),
     *seam(

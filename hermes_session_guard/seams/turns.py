@@ -24,10 +24,10 @@ from ..hostinfo import state_db_path
 from ..locks.turn_lock import HOST_TURN_LEASES, TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
 from ..runtime import Runtime
 from ..seam_behaviour import NO_BEHAVIOUR, SessionFrom
+from .row import Wrapper
 
 log = logging.getLogger("hermes_session_guard")
 
-Wrapper = Any
 _MAX_SESSION_ID = 256
 
 

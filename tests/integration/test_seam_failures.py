@@ -216,7 +216,10 @@ def _gateway_turn_case(ctx: Ctx) -> None:
 
 @case("gateway_message", policy="open")
 def _gateway_message(ctx: Ctx) -> None:
+    """The message's chat for slash commands, and keeping the buffered queue moving after it."""
     ctx.inject(host, "gateway_message_context")
+    ctx.inject(buffering, "on_handler_start")
+    ctx.inject(buffering, "on_handler_done")
     _gateway_answers(ctx)
     ctx.assert_said("open")
 
@@ -266,14 +269,6 @@ def _buffer_drain(ctx: Ctx) -> None:
     ctx.assert_said("open")
 
 
-@case("buffer_handoff", policy="open")
-def _buffer_handoff(ctx: Ctx) -> None:
-    ctx.inject(buffering, "on_handler_start")
-    ctx.inject(buffering, "on_handler_done")
-    _gateway_answers(ctx)
-    ctx.assert_said("open")
-
-
 @case("buffer_replay", policy="open")
 def _buffer_replay(ctx: Ctx) -> None:
     ctx.inject(buffering, "replay")
@@ -307,10 +302,22 @@ def _summary_strip(ctx: Ctx) -> None:
 @case("transcript_load", "resume_load", policy="open")
 def _load_untagged(ctx: Ctx) -> None:
     """A transcript read (``get_messages_as_conversation``; 0.20+ ``get_resume_conversations``,
-    a tuple of lists) comes back as Hermes loads it, untagged."""
+    a tuple of lists) comes back as Hermes loads it, untagged; inside a session_search call
+    (0.13-0.14) without the snapshots, from the live transcript."""
     import hermes_state
 
-    ctx.compacted(SID)
+    if ctx.row.seam == "transcript_load" and ctx.guard.seam_patched("search_tool"):
+        from tools.session_search_tool import session_search
+
+        from hermes_session_guard.summaries import search_index
+
+        _compacted_with_token(ctx)
+        ctx.inject(search_index, "snapshots_for_export")
+        answer = session_search(query=SEARCH_TOKEN, db=ctx.db, current_session_id=OTHER)
+        assert SID in answer and '"success": true' in answer, answer  # found, and read from the live transcript
+        ctx.assert_said("open")
+    else:
+        ctx.compacted(SID)
     ctx.inject(summary_seams, "is_summary_text")
     cls, method = ctx.row.attribute.split(".")
     loaded = getattr(ctx.db, method)(SID)
@@ -484,18 +491,14 @@ def _search_messages(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
-@case("search_tool", "search_conversation", policy="open")
+@case("search_tool", policy="open")
 def _search_tool(ctx: Ctx) -> None:
     from tools.session_search_tool import session_search
 
     from hermes_session_guard.seams import search as search_seams
-    from hermes_session_guard.summaries import search_index
 
     _compacted_with_token(ctx)
-    if ctx.row.seam == "search_tool":
-        ctx.inject(search_seams, "_mark_whole_conversation")
-    else:
-        ctx.inject(search_index, "snapshots_for_export")
+    ctx.inject(search_seams, "_mark_whole_conversation")
     answer = session_search(query=SEARCH_TOKEN, db=ctx.db, current_session_id=OTHER)
     assert SID in answer and '"success": true' in answer, answer  # found, and read from the live transcript
     ctx.assert_said("open")

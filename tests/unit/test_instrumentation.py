@@ -117,10 +117,11 @@ def _tracing(label: str, calls: list[str]) -> Any:
     return factory
 
 
-def test_two_seams_on_one_attribute_both_run_and_uninstall_restores_the_original(
+def test_a_second_seam_on_one_attribute_is_refused_and_only_the_first_runs(
     fake_table: types.ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As gateway_message and buffer_handoff both wrap GatewayRunner._handle_message."""
+    """One wrapper per Hermes target: the table never puts two seams on one function
+    (test_seam_table), and a second row that does is refused rather than stacked."""
     calls: list[str] = []
     rows = tuple(
         seams.SeamRow(
@@ -133,9 +134,9 @@ def test_two_seams_on_one_attribute_both_run_and_uninstall_restores_the_original
     monkeypatch.setattr(seams, "SEAMS", rows)
     original = fake_table.AIAgent.__dict__["_compress_context"]
     rt = instrumentation.install(version="1.0.0")
-    assert [(s.name, s.state) for s in rt.seams] == [("first", "patched"), ("second", "patched")]
+    assert [(s.name, s.state) for s in rt.seams] == [("first", "patched"), ("second", "failed")]
     assert fake_table.AIAgent()._compress_context([1, 2], "sys") == ([1], "sys")
-    assert calls == ["second", "first"]  # the later row wraps the earlier one
+    assert calls == ["first"]
     instrumentation.uninstall()
     assert fake_table.AIAgent.__dict__["_compress_context"] is original
     calls.clear()

@@ -66,6 +66,18 @@ def test_compression_row_per_release(release: str) -> None:
     )
 
 
+@pytest.mark.parametrize("release", [*seams.TESTED_RELEASES, "newest rows"])
+def test_one_wrapper_per_hermes_target(release: str) -> None:
+    """No two seams wrap one Hermes function on any release (apply.py never stacks two
+    layers of the guard; a second one is refused): what a target needs is one wrapper."""
+    if release == "newest rows":  # a release past the table: each seam's newest row
+        rows = [seams.fallback_rows(seam)[0] for seam in seams.seam_names() if seams.fallback_rows(seam)]
+    else:
+        rows = [row for seam in seams.seam_names() if (row := seams.select_row(seam, parse_version(release)))]
+    targets = [row.target for row in rows if row.patches and row.wrapper is not None]
+    assert len(targets) == len(set(targets)), sorted(t for t in targets if targets.count(t) > 1)
+
+
 def test_rows_of_one_seam_do_not_overlap() -> None:
     for seam in seams.seam_names():
         rows = sorted(seams.rows_for(seam), key=lambda r: r.since)

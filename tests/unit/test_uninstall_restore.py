@@ -1,6 +1,6 @@
 """uninstall() gives every host attribute back as it was: an inherited method is not
-left behind as a copy in the subclass, and two seams on one attribute restore the
-host's own whatever the order they are undone in."""
+left behind as a copy in the subclass, and a second seam on one attribute is refused, never
+stacked."""
 
 from __future__ import annotations
 
@@ -74,41 +74,24 @@ def test_an_inherited_method_is_restored_by_deleting_the_subclass_copy(
 
 
 @pytest.mark.parametrize("attribute", ["BaseRunner._handle_message", "GatewayRunner._handle_message"])
-@pytest.mark.parametrize("order", ["last applied first", "first applied first"])
-def test_two_seams_on_one_attribute_restore_the_original_in_either_order(
-    fake_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch, order: str, attribute: str,
+def test_a_second_seam_on_a_wrapped_attribute_is_refused_and_uninstall_restores_the_original(
+    fake_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch, attribute: str,
 ) -> None:
+    """One wrapper per Hermes target: a second row on an attribute another seam wraps is
+    not stacked on it (FAILED, naming the first), and uninstall gives the host's own back."""
     cls = getattr(fake_module, attribute.split(".")[0])
     had_own = "_handle_message" in cls.__dict__
     original = cls.__dict__.get("_handle_message")
     host_own = BaseRunner.__dict__["_handle_message"]
-    monkeypatch.setattr(seams, "SEAMS", (_row("gateway_message", attribute), _row("buffer_handoff", attribute)))
-    hermes_session_guard.install()
+    monkeypatch.setattr(seams, "SEAMS", (_row("gateway_message", attribute), _row("second", attribute)))
+    runtime = hermes_session_guard.install()
+    states = {s.name: (s.state, s.reason) for s in runtime.seams}
+    assert states["gateway_message"][0] == "patched"
+    assert states["second"][0] == "failed" and "already wrapped by seam gateway_message" in states["second"][1]
     wrapped = cls.__dict__["_handle_message"]
-    assert wrapped.__wrapped__.__wrapped__ is host_own  # two layers
+    assert wrapped.__wrapped__ is host_own  # one layer
     assert cls()._handle_message("y") == "handled y"
-    applied = instrumentation._applied
-    names = list(applied)
-    assert names == ["gateway_message", "buffer_handoff"]
-    if order == "first applied first":
-        # uninstall undoes the last entry first: put the first-applied seam last
-        monkeypatch.setattr(instrumentation, "_applied", {n: applied[n] for n in reversed(names)})
     instrumentation.uninstall()
     assert ("_handle_message" in cls.__dict__) is had_own
     assert cls.__dict__.get("_handle_message") is original
     assert cls._handle_message is host_own and BaseRunner.__dict__["_handle_message"] is host_own
-
-
-def test_restore_of_each_entry_gives_the_original_back_on_its_own(
-    fake_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    attribute = "BaseRunner._handle_message"
-    original = BaseRunner.__dict__["_handle_message"]
-    monkeypatch.setattr(seams, "SEAMS", (_row("gateway_message", attribute), _row("buffer_handoff", attribute)))
-    hermes_session_guard.install()
-    first, second = instrumentation._applied["gateway_message"], instrumentation._applied["buffer_handoff"]
-    assert first.original is original and second.original is original
-    instrumentation._restore(first)
-    assert BaseRunner.__dict__["_handle_message"] is original
-    instrumentation._restore(second)
-    assert BaseRunner.__dict__["_handle_message"] is original
