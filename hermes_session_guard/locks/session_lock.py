@@ -45,6 +45,7 @@ from typing import Protocol
 from ..fail_open import failing_open
 from ..seam_behaviour import LockMode
 from ..store import GuardStore
+from ..store.schema import LOCK_TABLE
 from . import liveness
 
 log = logging.getLogger("hermes_session_guard")
@@ -89,26 +90,28 @@ class LeaseTable(Protocol):
 
 
 class GuardLeases:
-    """Leases in the guard's own ``session_guard_locks`` table."""
+    """Leases in one of the guard's own lease tables (``table``: ``session_guard_locks`` for
+    compressions, ``session_guard_turn_locks`` for turns on 0.13-0.19), through the store's
+    one lease implementation (:mod:`hermes_session_guard.store.leases`). ``name`` is the
+    scope a busy answer names."""
 
-    name: str = LockMode.GUARD
-
-    def __init__(self, store: GuardStore, clock: Callable[[], float] | None = None) -> None:
-        self.store = store
+    def __init__(self, store: GuardStore, clock: Callable[[], float] | None = None, *, table: str = LOCK_TABLE,
+                 name: str = LockMode.GUARD) -> None:
+        self.store, self.table, self.name = store, table, name
         # Wall-clock seconds (expiry times are compared across processes), read when used.
         self._clock = clock or (lambda: time.time())
 
     def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        return self.store.try_acquire_lease(session_id, holder, ttl_seconds, now=self._clock())
+        return self.store.try_acquire_lease(session_id, holder, ttl_seconds, now=self._clock(), table=self.table)
 
     def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        return self.store.refresh_lease(session_id, holder, ttl_seconds, now=self._clock())
+        return self.store.refresh_lease(session_id, holder, ttl_seconds, now=self._clock(), table=self.table)
 
     def release(self, session_id: str, holder: str) -> None:
-        self.store.release_lease(session_id, holder)
+        self.store.release_lease(session_id, holder, table=self.table)
 
     def holder(self, session_id: str) -> str | None:
-        return self.store.lease_holder(session_id, now=self._clock())
+        return self.store.lease_holder(session_id, now=self._clock(), table=self.table)
 
 
 def holder_id(op_id: str) -> str:

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from ..store import GuardStore
-from ..store.schema import TURN_DDL, TURN_TABLE
-from .session_lock import LockBusy, LockUnavailable, SessionLocks
+from ..store.schema import TURN_TABLE
+from .session_lock import GuardLeases, LockBusy, LockUnavailable, SessionLocks
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -62,55 +62,10 @@ class TurnBusy(RuntimeError):
         )
 
 
-class TurnLeases:
-    """Turn leases in the guard's own ``session_guard_turn_locks`` table (created on first use)."""
-
-    name = "turn"
-
-    def __init__(self, store: GuardStore) -> None:
-        self.store = store
-        self._ready = False
-
-    def _ensure(self) -> None:
-        if not self._ready:
-            with self.store.transaction() as conn:
-                conn.execute(TURN_DDL)
-            self._ready = True
-
-    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        self._ensure()
-        now = time.time()
-        with self.store.transaction() as conn:
-            conn.execute(f"DELETE FROM {TURN_TABLE} WHERE session_id = ? AND expires_at < ?", (session_id, now))
-            conn.execute(
-                f"INSERT OR IGNORE INTO {TURN_TABLE}(session_id, holder, acquired_at, expires_at) VALUES (?,?,?,?)",
-                (session_id, holder, now, now + ttl_seconds),
-            )
-            row = conn.execute(f"SELECT holder FROM {TURN_TABLE} WHERE session_id = ?", (session_id,)).fetchone()
-        return row is not None and row[0] == holder
-
-    def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
-        self._ensure()
-        now = time.time()
-        with self.store.transaction() as conn:
-            cur = conn.execute(
-                f"UPDATE {TURN_TABLE} SET expires_at = ? WHERE session_id = ? AND holder = ? AND expires_at >= ?",
-                (now + ttl_seconds, session_id, holder, now),
-            )
-        return cur.rowcount > 0
-
-    def release(self, session_id: str, holder: str) -> None:
-        self._ensure()
-        with self.store.transaction() as conn:
-            conn.execute(f"DELETE FROM {TURN_TABLE} WHERE session_id = ? AND holder = ?", (session_id, holder))
-
-    def holder(self, session_id: str) -> str | None:
-        self._ensure()
-        with self.store.reading() as conn:
-            row = conn.execute(
-                f"SELECT holder FROM {TURN_TABLE} WHERE session_id = ? AND expires_at >= ?", (session_id, time.time())
-            ).fetchone()
-        return row[0] if row else None
+def turn_leases(store: GuardStore) -> GuardLeases:
+    """The cross-process turn leases of 0.13-0.19, in ``session_guard_turn_locks``
+    (created on first use)."""
+    return GuardLeases(store, table=TURN_TABLE, name="turn")
 
 
 @dataclass(eq=False)
@@ -142,7 +97,7 @@ class _Session:
 class TurnLocks:
     """The turn queues of one state.db in this process."""
 
-    def __init__(self, leases: TurnLeases | None, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, leases: GuardLeases | None, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._leases = leases
         self._monotonic = monotonic
         self._cond = threading.Condition(threading.Lock())
@@ -306,7 +261,7 @@ def turn_locks_for(db_path: Path, store: GuardStore | None) -> TurnLocks:
     with _registry_lock:
         locks = _registry.get(key)
         if locks is None:
-            locks = _registry[key] = TurnLocks(TurnLeases(store) if store is not None else None)
+            locks = _registry[key] = TurnLocks(turn_leases(store) if store is not None else None)
         return locks
 
 

@@ -2,8 +2,8 @@
 
 Hermes's own tables are never altered, nor named: the guard only creates, writes
 and reads tables whose names start with ``session_guard_`` (a unit test checks
-every SQL string here). It opens its own connection (WAL is already on for
-state.db), so it works whether or not an agent has a SessionDB.
+every SQL string here). It opens its own connection (in the journal mode Hermes
+gave state.db), so it works whether or not an agent has a SessionDB.
 
 - :mod:`.connection`: the connection, write transactions, reads, pragmas, file mode;
 - :mod:`.schema`: the DDL and the schema version;

@@ -64,6 +64,7 @@ class StoreConnection:
         self._wal = False
         self._synchronous = 2  # the connection's own level once set up (see _connect)
         self._opened_read_only = False  # the connection was opened while the file was read-only
+        self._tables_made: set[str] = set()  # tables created on first use (ensure_table)
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -179,6 +180,14 @@ class StoreConnection:
                         conn.execute(f"PRAGMA synchronous={self._synchronous}")
                     except sqlite3.Error:
                         self._drop_connection()
+
+    def ensure_table(self, name: str, ddl: str) -> None:
+        """Create one of the guard's tables that exist only once used (``ddl`` is
+        ``CREATE ... IF NOT EXISTS``), once per connection object."""
+        if name not in self._tables_made:
+            with self.transaction() as conn:
+                conn.execute(ddl)
+            self._tables_made.add(name)
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:

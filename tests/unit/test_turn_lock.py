@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard.locks.turn_lock import TurnBusy, TurnLeases, TurnLocks, retry_after, turn_locks_for
+from hermes_session_guard.locks.turn_lock import TurnBusy, TurnLocks, retry_after, turn_leases, turn_locks_for
 from hermes_session_guard.seams.turns import fresher_history
 from hermes_session_guard.store import GuardStore
 
@@ -30,7 +30,7 @@ def store(tmp_path: Path) -> GuardStore:
 
 
 def test_turns_of_one_session_run_in_arrival_order(store: GuardStore) -> None:
-    locks = TurnLocks(TurnLeases(store))
+    locks = TurnLocks(turn_leases(store))
     first = locks.wait(locks.enqueue("s"), 5, 30, 1)
     order: list[int] = []
     tickets = [locks.enqueue("s") for _ in range(8)]  # arrival order 0..7
@@ -50,7 +50,7 @@ def test_turns_of_one_session_run_in_arrival_order(store: GuardStore) -> None:
 
 
 def test_other_sessions_do_not_wait(store: GuardStore) -> None:
-    locks = TurnLocks(TurnLeases(store))
+    locks = TurnLocks(turn_leases(store))
     held = locks.wait(locks.enqueue("a"), 5, 30, 1)
     other = locks.wait(locks.enqueue("b"), 0, 30, 1)  # no wait budget at all, still granted
     assert other.held
@@ -59,7 +59,7 @@ def test_other_sessions_do_not_wait(store: GuardStore) -> None:
 
 
 def test_over_the_bound_is_refused_and_leaves_the_queue(store: GuardStore) -> None:
-    locks = TurnLocks(TurnLeases(store))
+    locks = TurnLocks(turn_leases(store))
     held = locks.wait(locks.enqueue("s"), 5, 30, 1)
     with pytest.raises(TurnBusy) as info:
         locks.wait(locks.enqueue("s"), 0.05, 30, 7)
@@ -71,8 +71,8 @@ def test_over_the_bound_is_refused_and_leaves_the_queue(store: GuardStore) -> No
 
 def test_another_process_holding_the_lease_makes_the_turn_wait(store: GuardStore, tmp_path: Path) -> None:
     other_store = GuardStore(tmp_path / "state.db")  # a second connection, as another process has
-    other = TurnLocks(TurnLeases(other_store))
-    mine = TurnLocks(TurnLeases(store))
+    other = TurnLocks(turn_leases(other_store))
+    mine = TurnLocks(turn_leases(store))
     held = other.wait(other.enqueue("s"), 5, 30, 1)
     with pytest.raises(TurnBusy) as info:
         mine.wait(mine.enqueue("s"), 0.1, 30, 1)
@@ -85,7 +85,7 @@ def test_another_process_holding_the_lease_makes_the_turn_wait(store: GuardStore
 
 
 def test_a_handler_reservation_is_claimed_by_its_run_and_released_by_the_last(store: GuardStore) -> None:
-    locks = TurnLocks(TurnLeases(store))
+    locks = TurnLocks(turn_leases(store))
 
     async def reserve():
         return await locks.wait_async(locks.enqueue("s"), 5, 30, 1)
@@ -122,7 +122,7 @@ def test_retry_after_is_bounded() -> None:
 
 
 def test_event_loop_waiters_are_woken_in_arrival_order(store: GuardStore) -> None:
-    locks = TurnLocks(TurnLeases(store))
+    locks = TurnLocks(turn_leases(store))
 
     async def main() -> list[int]:
         first = await locks.wait_async(locks.enqueue("s"), 5, 30, 1)
@@ -267,3 +267,22 @@ def test_the_turns_own_prompt_written_at_send_is_not_fresher_history() -> None:
     assert fresher_history(host.live_transcript(agent, "s"), [a, b])  # counted, it would look fresher
     for staged in (None, {"content": "now"}, {"_row_id": True}, "now"):
         assert host.staged_turn_row(SimpleNamespace(_pending_cli_user_message=staged)) is None
+
+
+def test_turn_and_compression_leases_are_one_implementation_over_two_tables(store: GuardStore) -> None:
+    """The turn lease and the compression lease of one session are independent rows (two
+    tables), taken, expired (on the injected clock) and taken over the same way."""
+    from hermes_session_guard.locks.session_lock import GuardLeases
+    from hermes_session_guard.store.schema import TURN_TABLE
+
+    now = [1000.0]
+    turns = GuardLeases(store, clock=lambda: now[0], table=TURN_TABLE, name="turn")
+    compressions = GuardLeases(store, clock=lambda: now[0])
+    assert turns.try_acquire("s", "a", 10) and compressions.try_acquire("s", "b", 10)
+    assert (turns.holder("s"), compressions.holder("s")) == ("a", "b")
+    assert not turns.try_acquire("s", "c", 10)
+    now[0] += 11  # both expired: taken over by the next holder
+    assert turns.holder("s") is None and turns.try_acquire("s", "c", 10) and turns.holder("s") == "c"
+    assert not compressions.refresh("s", "b", 10)
+    with pytest.raises(ValueError, match="session_guard_inbox is not one of the guard's lease tables"):
+        store.try_acquire_lease("s", "x", 10, table="session_guard_inbox")
