@@ -443,15 +443,19 @@ class _Operation:
             if not self.end_emitted:  # an error the steps below did not turn into an outcome
                 self.emit(self.outcome("failed", "the compaction ended without recording an outcome"))
             self.runtime.compressing.end(self.sid, self.op_id)
-            if self.lock_acquired_at and self.summary_started_at is None:  # ended before the summary: not written yet
-                self.record_phase(self.store.mark_compression_steps, self.op_id, lock_acquired_at=self.lock_acquired_at)
+            # the step times not written yet go with the outcome, in one write
+            steps: dict[str, float] = {}
+            if self.lock_acquired_at and self.summary_started_at is None:  # ended before the summary
+                steps["lock_acquired_at"] = self.lock_acquired_at
+            if self.summary_ended_at is not None:
+                steps["summary_finished_at"] = self.engine_returned_at or self.summary_ended_at
             last = self.last
             self.record_phase(
                 self.store.set_compression_phase, self.op_id, last.status if last else "failed",
                 snapshot_id=last.snapshot_id if last else None,
                 messages_after=last.messages_after if last else None,
                 detail=(last.reason or None) if last else "interrupted",
-                summary_chars=last.summary_chars if last else None, finished=True,
+                summary_chars=last.summary_chars if last else None, finished=True, steps=steps,
             )
             if self.phase_error is not None:
                 self.warn_phase()
@@ -644,9 +648,8 @@ class _Operation:
 
     def summary_finished(self) -> None:
         """When the summary call ended: its context engine returned (seen by the shim), else
-        Hermes's compression call returned. Written once Hermes's own writes are done."""
+        Hermes's compression call returned. Written with the outcome (``run_locked``)."""
         self.summary_ended_at = time.time()
-        self.record_phase(self.store.mark_compression_steps, self.op_id, summary_finished_at=self.engine_returned_at)
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, planned_id: str,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:

@@ -69,15 +69,23 @@ class CompressionRepository(StoreConnection):
         detail: str | None = None,
         summary_chars: int | None = None,
         finished: bool = False,
+        steps: dict[str, float] | None = None,
     ) -> None:
+        """Set the phase (and what the outcome knows); ``steps``: step times (``STEP_COLUMNS``)
+        not written yet, in the same write."""
+        steps = steps or {}
+        unknown = sorted(set(steps) - set(STEP_COLUMNS))
+        if unknown:
+            raise ValueError(f"unknown compression step(s) {unknown!r}; known: {', '.join(STEP_COLUMNS)}")
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE session_guard_compressions SET phase = ?,"
                 " snapshot_id = COALESCE(?, snapshot_id), messages_after = COALESCE(?, messages_after),"
                 " detail = COALESCE(?, detail), summary_chars = COALESCE(?, summary_chars),"
                 " finished_at = CASE WHEN ? THEN ? ELSE finished_at END"
-                " WHERE op_id = ?",
-                (phase, snapshot_id, messages_after, detail, summary_chars, finished, time.time(), op_id),
+                + "".join(f", {k} = ?" for k in steps) + " WHERE op_id = ?",
+                (phase, snapshot_id, messages_after, detail, summary_chars, finished, time.time(), *steps.values(),
+                 op_id),
             )
 
     def compressions(self, session_id: str) -> list[dict[str, Any]]:
