@@ -103,7 +103,7 @@ def test_a_lease_that_could_not_be_released_is_released_before_the_next_acquire(
     first = locks.acquire(SID, "op1", wait_seconds=0, lease_seconds=300, lease=leases)
     assert isinstance(first, LockGrant)
 
-    def refused(*args: Any) -> bool:
+    def refused(*args: Any, **kwargs: Any) -> bool:
         raise sqlite3.OperationalError("database is locked")
 
     with monkeypatch.context() as patch:
