@@ -118,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
     problem = write_problem(state.home, state.db_path) or refusal(state) or live_activity(state)  # again under the lock
     if problem:
         return fail(f"repair refused: {problem}", args.json)
+    lineages, findings = diagnose(state)
+    try:
+        plan = plan_repair(state, lineages, findings)
+    except HomeError as exc:
+        return fail(str(exc), args.json)
+    if plan.empty:  # nothing to repair: nothing is written, not even the repair lock
+        _print_plan(args, plan, dry_run=False)
+        return 0
     op_id = new_op_id()
     holder = repair_lock.new_holder(op_id)
     try:
