@@ -63,9 +63,11 @@ FAULT_WORDS = {
 
 
 class LockStorm:
-    """A second writer: from the moment the summary call starts it holds ``BEGIN
-    EXCLUSIVE`` on state.db (the summary waits until it has it), and keeps holding it
-    until stopped, far longer than any busy timeout."""
+    """A second writer: from the moment the summary call starts it holds state.db's write
+    lock (the summary waits until it has it), and keeps holding it until stopped, far longer
+    than any busy timeout. In WAL that is ``BEGIN EXCLUSIVE``; in the rollback journal Hermes
+    0.20+ keeps where WAL is unsafe, ``BEGIN IMMEDIATE``, which stops writers and, like WAL,
+    lets readers read (an exclusive lock there would stop every reader, Hermes's included)."""
 
     def __init__(self, db_path: Path, llm: FakeLLMServer) -> None:
         self.db_path, self.llm = db_path, llm
@@ -80,7 +82,8 @@ class LockStorm:
             return
         conn = sqlite3.connect(str(self.db_path), isolation_level=None, timeout=10)
         try:
-            conn.execute("BEGIN EXCLUSIVE")
+            wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+            conn.execute("BEGIN EXCLUSIVE" if wal else "BEGIN IMMEDIATE")
             self.holding.set()
             self.gate.set()
             self.stop.wait(LOCK_HOLD_SECONDS)
