@@ -700,7 +700,7 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=search_seams.around_wrapper,
         ranges={
             "0.13.0-0.15.0": not_needed("session_search reads a hit's whole conversation before 0.15 (see "
-                                        "search_conversation)"),
+                                        "search_tool and transcript_load)"),
             "0.15.0-0.18.0": {"note": "session_search opens a hit by id (directly and through get_anchored_view): "
                                       "a snapshot hit's negative id opens the snapshot around it"},
             "0.18.0+": not_needed("compacted rows stay in messages with their own ids"),
