@@ -2,8 +2,9 @@
 
 Thread CPU time is charged to the innermost instrumented frame: the guarded call and
 the guard's context-engine shim are the guard's; the compression function the guard
-wraps (from the seam table), the context engine's own ``compress`` and the system
-prompt builder are Hermes's. What the guard's other wrappers do inside Hermes's call
+wraps (from the seam table), the context engine's own ``compress``, the system
+prompt builder and Hermes's compression lock methods (which Hermes calls itself unguarded)
+are Hermes's. What the guard's other wrappers do inside Hermes's call
 (a few attribute reads) counts as Hermes's. Used by ``bench_compression.py --own``.
 """
 
@@ -66,6 +67,13 @@ def instrument(clock: OwnClock, version: str) -> None:
             _replace(row.target, functools.partial(clock.timed, HOST))
     compressor = importlib.import_module("agent.context_compressor").ContextCompressor
     compressor.compress = clock.timed(HOST, compressor.compress)
+    # Hermes's compression lock (0.16+): unguarded, Hermes takes and releases it itself in every
+    # compression; guarded on 0.16-0.19 the guard takes it through these same methods instead
+    # (Hermes's own acquire re-enters), so the two writes are Hermes's either way.
+    session_db = importlib.import_module("hermes_state").SessionDB
+    for name in ("try_acquire_compression_lock", "release_compression_lock"):
+        if hasattr(session_db, name):
+            setattr(session_db, name, clock.timed(HOST, getattr(session_db, name)))
     make = engine_shim._make_engine_shim
 
     def make_shim(cls: Any) -> Any:
