@@ -784,20 +784,19 @@ class _Operation:
             host.notify_boundary(agent, sid)
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
-        # the tags stay on the live list; only a reload loses them
-        with failing_open("recording the summaries", "a reload loses their tags", level=None) as failed:
-            first, last = span or (None, None)
-            store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
-        if failed:
-            self.audit.warning("summaries.record_failed", reason=failed.reason)
+        # In one commit. On failure the tags stay on the live list (only a reload loses them)
+        # and the next contender falls back to comparing summary positions.
         generation: int | None = None
-        with failing_open("recording the generation", "the next check reads no generation", level=None) as failed:
-            record = store.record_generation(
-                sid, block_len=len(block), block_digest=block_digest(keys_of(block)), op_id=self.op_id,
-                snapshot_id=snapshot_id,
-            )
-            generation = record.generation
+        with failing_open("recording the summaries and the generation", "said in the audit", level=None) as failed:
+            first, last = span or (None, None)
+            digest = block_digest(keys_of(block))
+            with store.transaction():
+                store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
+                generation = store.record_generation(sid, block_len=len(block), block_digest=digest,
+                                                     op_id=self.op_id, snapshot_id=snapshot_id).generation
         if failed:
+            generation = None
+            self.audit.warning("summaries.record_failed", reason=failed.reason)
             self.audit.warning("generation.failed", reason=failed.reason)
         self.runtime.compactions.record(sid, final)
         summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))

@@ -65,6 +65,7 @@ class StoreConnection:
         self._synchronous = 2  # the connection's own level once set up (see _connect)
         self._opened_read_only = False  # the connection was opened while the file was read-only
         self._tables_made: set[str] = set()  # tables created on first use (ensure_table)
+        self._depth = 0  # transaction() calls open in the thread holding _lock
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -146,8 +147,19 @@ class StoreConnection:
         buffered message's receipt. ``wait_for_disk=False`` (WAL only,
         ``synchronous=NORMAL`` for it) survives a process crash but a power loss may
         roll it back; only for changes the guard can re-derive (the next synchronous
-        commit or checkpoint makes it durable too)."""
+        commit or checkpoint makes it durable too).
+
+        Nested in another ``transaction()`` of the same thread it is part of that one: one
+        commit for several repositories' writes (an error in it rolls the whole one back),
+        at the outer one's level."""
         with self._lock:
+            if self._depth and self._conn is not None:
+                self._depth += 1
+                try:
+                    yield self._conn
+                finally:
+                    self._depth -= 1
+                return
             if self._opened_read_only:
                 self._drop_connection()  # the file may be writable again: a fresh connection can tell
             conn = self._connect()
@@ -161,6 +173,7 @@ class StoreConnection:
                 conn.execute(f"PRAGMA synchronous={level}")
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                self._depth = 1
                 try:
                     yield conn
                     conn.execute("COMMIT")
@@ -175,6 +188,7 @@ class StoreConnection:
                     self._drop_connection()
                 raise
             finally:
+                self._depth = 0
                 if changed and self._conn is conn:
                     try:
                         conn.execute(f"PRAGMA synchronous={self._synchronous}")

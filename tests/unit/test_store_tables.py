@@ -147,3 +147,23 @@ def test_the_store_keeps_the_journal_mode_hermes_chose(tmp_path: Path, mode: str
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == mode
     finally:
         check.close()
+
+
+def test_writes_nested_in_one_transaction_commit_together_or_not_at_all(tmp_path: Path) -> None:
+    """A compaction's summary tags and generation go in one commit (store.transaction()
+    nested): both are stored, or, when the second fails, neither."""
+    store = GuardStore(tmp_path / "state.db")
+    try:
+        with store.transaction():
+            store.record_summaries("s1", "snap", [(0, "h1", 1, 4)], 1.0)
+            record = store.record_generation("s1", block_len=2, block_digest="d", op_id="op1", snapshot_id="snap")
+        assert record.generation == 1 and store.compacted_ranges(["s1"]) == {"snap": (1, 4)}
+        with pytest.raises(RuntimeError, match="second write"), store.transaction():
+            store.record_summaries("s1", "snap2", [(0, "h2", 5, 9)], 2.0)
+            raise RuntimeError("second write failed")
+        assert store.compacted_ranges(["s1"]) == {"snap": (1, 4)}
+        assert store.generation("s1").generation == 1  # type: ignore[union-attr]
+        store.record_generation("s1", block_len=3, block_digest="e", op_id="op2", snapshot_id=None)  # on its own
+        assert store.generation("s1").generation == 2  # type: ignore[union-attr]
+    finally:
+        store.close()
