@@ -83,14 +83,18 @@ def live_activity(state: HomeState) -> str | None:
     return "; ".join(found) + "; let it finish or stop it, then retry"
 
 
-def _dry_run(args: argparse.Namespace, state: HomeState) -> int:
+def _planned(args: argparse.Namespace, state: HomeState, *, dry_run: bool) -> RepairPlan | int:
+    """The repair plan for ``state``, or the exit code once it is said: a dry run's plan,
+    nothing to repair, or why there is no plan."""
     lineages, findings = diagnose(state)
     try:
         plan = plan_repair(state, lineages, findings)
     except HomeError as exc:
         return fail(str(exc), args.json)
-    _print_plan(args, plan, dry_run=True)
-    return 0
+    if dry_run or plan.empty:
+        _print_plan(args, plan, dry_run=dry_run)
+        return 0
+    return plan
 
 
 def _print_plan(args: argparse.Namespace, plan: RepairPlan, *, dry_run: bool) -> None:
@@ -114,18 +118,14 @@ def run(args: argparse.Namespace) -> int:
     except HomeError as exc:
         return fail(str(exc), args.json)
     if not args.apply or not state.has_db:  # a fresh home: nothing to repair, nothing to write
-        return _dry_run(args, state)
+        planned = _planned(args, state, dry_run=True)
+        return planned if isinstance(planned, int) else 0
     problem = write_problem(state.home, state.db_path) or refusal(state) or live_activity(state)  # again under the lock
     if problem:
         return fail(f"repair refused: {problem}", args.json)
-    lineages, findings = diagnose(state)
-    try:
-        plan = plan_repair(state, lineages, findings)
-    except HomeError as exc:
-        return fail(str(exc), args.json)
-    if plan.empty:  # nothing to repair: nothing is written, not even the repair lock
-        _print_plan(args, plan, dry_run=False)
-        return 0
+    planned = _planned(args, state, dry_run=False)
+    if isinstance(planned, int):  # nothing to repair: nothing is written, not even the repair lock
+        return planned
     op_id = new_op_id()
     holder = repair_lock.new_holder(op_id)
     try:
@@ -152,14 +152,9 @@ def _apply_exclusively(args: argparse.Namespace, home: Path, op_id: str) -> int:
     problem = refusal(state) or live_activity(state)
     if problem:
         return fail(f"repair refused: {problem}", args.json)
-    lineages, findings = diagnose(state)
-    try:
-        plan = plan_repair(state, lineages, findings)
-    except HomeError as exc:
-        return fail(str(exc), args.json)
-    if plan.empty:
-        _print_plan(args, plan, dry_run=False)
-        return 0
+    plan = _planned(args, state, dry_run=False)  # an earlier repair may have just fixed it
+    if isinstance(plan, int):
+        return plan
 
     backup = backup_state_db(state.db_path, backup_path_for(state.db_path))
     audit_path = Path(state.config.audit.path)
