@@ -67,6 +67,24 @@ def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     return args[0] if args else kwargs.get("agent")
 
 
+def _said_before_host(runtime: Runtime, row: SeamRow, agent: Any, exc: BaseException, consequence: str,
+                      **event: Any) -> None:
+    """The one ERROR line and the ``compression.failed`` event (``stage=before_host``) of a
+    guard error before the host's compression ran; ``consequence`` names ``{sid}``."""
+    cause = f"{type(exc).__name__}: {exc}"
+    sid = None
+    with failing_open(row, "the line names no session", when="reading the session id", level=logging.DEBUG,
+                      advice=None):
+        sid = host.session_id(agent)
+    log.error("session guard: seam %s failed before the host ran (%s); %s. Run `hermes-session-guard selftest`.",
+              row.target, cause, consequence.format(sid=sid or "(unknown session)"))
+    with failing_open(row, "no compression.failed event records it", when="auditing it", level=logging.DEBUG,
+                      advice=None):
+        runtime.audit.operation(sid or "-", new_op_id()).error(
+            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
+            session_id_after=sid, **event)
+
+
 def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
     """A guard error before the host's compression ran (ADR 0008, ADR 0019): this compression
@@ -77,23 +95,10 @@ def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[
     rest = args if instance is not None else args[1:]
     messages = rest[0] if rest else kwargs.get("messages")
     system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
-    cause = f"{type(exc).__name__}: {exc}"
-    sid = None
-    with failing_open(row, "the skip is logged for an unknown session", when="reading the session id",
-                      level=logging.DEBUG, advice=None):
-        sid = host.session_id(agent)
-    log.error(
-        "session guard: seam %s failed before the host ran (%s); failing closed: compression of %s skipped, "
-        "messages unchanged, Hermes retries at its next threshold check. Run `hermes-session-guard selftest`.",
-        row.target, cause, sid or "(unknown session)",
-    )
-    with failing_open(row, "no compression.failed event records the skip", when="auditing the skipped compression",
-                      level=logging.DEBUG, advice=None):
-        runtime.audit.operation(sid or "-", new_op_id()).error(
-            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
-            messages_before=len(messages) if isinstance(messages, list) else None,
-            messages_after=len(messages) if isinstance(messages, list) else None, session_id_after=sid,
-        )
+    count = len(messages) if isinstance(messages, list) else None
+    _said_before_host(runtime, row, agent, exc, "failing closed: compression of {sid} skipped, messages "
+                      "unchanged, Hermes retries at its next threshold check", messages_before=count,
+                      messages_after=count)
     with failing_open(row, "the skip returns the agent's cached system prompt (or the one Hermes passed)",
                       when="reading the system prompt", level=logging.DEBUG, advice=None) as failed:
         prompt = host.current_system_prompt(agent, system_message)
@@ -109,21 +114,8 @@ def stepped_aside(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, .
     in place (the id is kept), so installing the guard never stops compaction. One ERROR
     line and a ``compression.failed`` event (``stage=before_host``, ``stepped_aside``) name
     the cause. On a rotating host the ADR 0019 rule stands instead (:func:`skipped_before_host`)."""
-    cause = f"{type(exc).__name__}: {exc}"
-    sid = None
-    with failing_open(row, "the step-aside is logged for an unknown session", when="reading the session id",
-                      level=logging.DEBUG, advice=None):
-        sid = host.session_id(agent)
-    log.error(
-        "session guard: seam %s failed before the host ran (%s); stepping aside: Hermes compacts %s in place "
-        "on its own this time. Run `hermes-session-guard selftest`.", row.target, cause, sid or "(unknown session)",
-    )
-    with failing_open(row, "no compression.failed event records the step-aside", when="auditing the step-aside",
-                      level=logging.DEBUG, advice=None):
-        runtime.audit.operation(sid or "-", new_op_id()).error(
-            "compression.failed", reason=f"guard error before the host ran: {cause}", stage="before_host",
-            stepped_aside=True,
-        )
+    _said_before_host(runtime, row, agent, exc, "stepping aside: Hermes compacts {sid} in place on its own "
+                      "this time", stepped_aside=True)
     scope: Any = host.forced_in_place(agent)
     # an agent that refuses the attribute: Hermes's own setting decides
     with failing_open(row, "Hermes's own setting decides whether it compacts in place",
