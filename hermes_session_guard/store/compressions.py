@@ -19,6 +19,14 @@ from .connection import StoreConnection
 STEP_COLUMNS = ("lock_acquired_at", "summary_started_at", "summary_finished_at")
 
 
+def _step_assignments(steps: dict[str, float | None]) -> str:
+    """``", col = ?"`` for each step, after checking they are ``STEP_COLUMNS``."""
+    unknown = sorted(set(steps) - set(STEP_COLUMNS))
+    if unknown:
+        raise ValueError(f"unknown compression step(s) {unknown!r}; known: {', '.join(STEP_COLUMNS)}")
+    return "".join(f", {k} = ?" for k in steps)
+
+
 class CompressionRepository(StoreConnection):
     """Phases of each compression, and repair records."""
 
@@ -34,13 +42,13 @@ class CompressionRepository(StoreConnection):
     def mark_compression_steps(self, op_id: str, **steps: float | None) -> None:
         """Record when ``steps`` (``STEP_COLUMNS``: their times, None for now) of a running
         compression happened, in one write."""
-        unknown = sorted(set(steps) - set(STEP_COLUMNS))
-        if unknown or not steps:
-            raise ValueError(f"unknown compression step(s) {unknown!r}; known: {', '.join(STEP_COLUMNS)}")
+        if not steps:
+            raise ValueError(f"no compression step named; known: {', '.join(STEP_COLUMNS)}")
+        assignments = _step_assignments(steps)
         now = time.time()
         with self.transaction() as conn:
-            conn.execute(f"UPDATE session_guard_compressions SET {', '.join(f'{k} = ?' for k in steps)}"
-                         " WHERE op_id = ?", (*(now if at is None else at for at in steps.values()), op_id))
+            conn.execute(f"UPDATE session_guard_compressions SET {assignments[2:]} WHERE op_id = ?",
+                         (*(now if at is None else at for at in steps.values()), op_id))
 
     def unfinished_compressions(self, session_id: str) -> list[tuple[str, str | None]]:
         """(op id, holder) of each compression of ``session_id`` still in phase ``started``."""
@@ -74,16 +82,14 @@ class CompressionRepository(StoreConnection):
         """Set the phase (and what the outcome knows); ``steps``: step times (``STEP_COLUMNS``)
         not written yet, in the same write."""
         steps = steps or {}
-        unknown = sorted(set(steps) - set(STEP_COLUMNS))
-        if unknown:
-            raise ValueError(f"unknown compression step(s) {unknown!r}; known: {', '.join(STEP_COLUMNS)}")
+        assignments = _step_assignments(dict(steps))
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE session_guard_compressions SET phase = ?,"
                 " snapshot_id = COALESCE(?, snapshot_id), messages_after = COALESCE(?, messages_after),"
                 " detail = COALESCE(?, detail), summary_chars = COALESCE(?, summary_chars),"
                 " finished_at = CASE WHEN ? THEN ? ELSE finished_at END"
-                + "".join(f", {k} = ?" for k in steps) + " WHERE op_id = ?",
+                + assignments + " WHERE op_id = ?",
                 (phase, snapshot_id, messages_after, detail, summary_chars, finished, time.time(), *steps.values(),
                  op_id),
             )
