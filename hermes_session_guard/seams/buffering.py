@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import host
-from ..fail_open import failing_open
+from ..fail_open import failing_open, report
 from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFull
 from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder
@@ -328,9 +328,11 @@ async def on_busy_message(
 async def _notify(runner: Any, adapter: Any, event: Any, text: str) -> None:
     if adapter is None or not text:
         return
-    with failing_open(f"sending a notice to chat {host.event_chat_id(event)}", "the chat does not get this notice",
-                      level=logging.WARNING, advice=None):
+    with failing_open("sending a notice", "the chat does not get this notice", level=None) as failed:
         await host.send_notice(runner, adapter, event, text)
+    if failed.exc is not None:  # the chat is named only when there is something to say
+        report(f"sending a notice to chat {host.event_chat_id(event)}", failed.exc,
+               "the chat does not get this notice", level=logging.WARNING, advice=None)
 
 
 def _event_for(runtime: Runtime, inbox: Inbox, entry: InboxEntry) -> Any | None:
