@@ -405,17 +405,24 @@ def test_custom_summary_predicate_and_summary_fn() -> None:
 # -- latency, gate, failure injection ---------------------------------------------------
 
 
-def test_summary_gate_blocks_until_set(srv: FakeLLMServer) -> None:
-    gate = threading.Event()
-    srv.summary_gate = gate
+def _summary_in_thread(server: FakeLLMServer) -> tuple[threading.Thread, dict[str, Any]]:
+    """A summary request sent from a thread of its own; its response lands in ``result["resp"]``.
+    Returns once the server has it."""
     result: dict[str, Any] = {}
 
     def post() -> None:
-        result["resp"] = _request(f"{srv.base_url}/chat/completions", _chat_body(SUMMARY_PROMPT), timeout=30)
+        result["resp"] = _request(f"{server.base_url}/chat/completions", _chat_body(SUMMARY_PROMPT), timeout=30)
 
     worker = threading.Thread(target=post, daemon=True)
     worker.start()
-    assert srv.summary_started.wait(5)
+    assert server.summary_started.wait(5)
+    return worker, result
+
+
+def test_summary_gate_blocks_until_set(srv: FakeLLMServer) -> None:
+    gate = threading.Event()
+    srv.summary_gate = gate
+    worker, result = _summary_in_thread(srv)
     time.sleep(0.2)
     assert worker.is_alive()
     assert "resp" not in result
@@ -514,14 +521,7 @@ def test_the_package_server_has_no_test_only_options(srv: FakeLLMServer) -> None
 def test_a_failure_is_taken_on_arrival_and_applied_after_the_gate(scripted: ScriptedLLMServer) -> None:
     gate = threading.Event()
     scripted.configure(summary_gate=gate, fail_next_summary=[("status", 503, "held then failed")])
-    result: dict[str, Any] = {}
-
-    def post() -> None:
-        result["resp"] = _request(f"{scripted.base_url}/chat/completions", _chat_body(SUMMARY_PROMPT), timeout=30)
-
-    worker = threading.Thread(target=post, daemon=True)
-    worker.start()
-    assert scripted.summary_started.wait(5)
+    worker, result = _summary_in_thread(scripted)
     deadline = time.monotonic() + 5
     while scripted.fail_next_summary and time.monotonic() < deadline:
         time.sleep(0.01)
