@@ -14,7 +14,7 @@ from .hostinfo import hermes_home, state_db_path
 from .locks import presence
 from .locks.session_lock import SessionLocks
 from .seam_behaviour import Behaviour, SeamState
-from .store import GuardStore, snapshots_recorded
+from .store import GuardStore, database_key, snapshots_recorded
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Runtime:
         return path if path.is_absolute() else self.home / path
 
     def store_for(self, db_path: Path) -> GuardStore:
-        key = Path(db_path).resolve()
+        key = database_key(db_path)
         with self._lock:
             store = self._stores.get(key)
             if store is None:
@@ -96,7 +96,7 @@ class Runtime:
 
     def locks_for(self, db_path: Path) -> SessionLocks:
         """The compression locks of one state.db (shared by every agent of this process)."""
-        key = Path(db_path).resolve()
+        key = database_key(db_path)
         with self._lock:
             locks = self._locks.get(key)
             if locks is None:
@@ -120,7 +120,7 @@ class Runtime:
         if not session_id:
             return False
         path = Path(db_path) if db_path is not None else self.db_for_session(session_id)
-        key = (path.resolve(), session_id)
+        key = (database_key(path), session_id)
         if key in self._with_snapshots:
             return True
         if not path.exists():
@@ -135,7 +135,7 @@ class Runtime:
         return found
 
     def note_snapshot(self, session_id: str, db_path: Path) -> None:
-        self._with_snapshots.add((Path(db_path).resolve(), session_id))
+        self._with_snapshots.add((database_key(db_path), session_id))
 
     def close(self) -> None:
         with self._lock:

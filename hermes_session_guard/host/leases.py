@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from ..seam_behaviour import LockMode
+from ..store.connection import database_key
 from .agent import session_db
 
 
@@ -86,7 +86,7 @@ _native_held = threading.local()
 
 def _db_key(db: Any) -> str:
     path = getattr(db, "db_path", None)
-    return str(Path(path).resolve()) if path else f"id:{id(db)}"
+    return str(database_key(path)) if path else f"id:{id(db)}"
 
 
 @contextmanager

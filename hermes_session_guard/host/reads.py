@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
-from ..store.connection import connect
+from ..store.connection import connect, database_key
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -23,6 +22,18 @@ class _ReadOnly:
         self.conn = connect(db_path, read_only=True, any_thread=True)
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.lock = threading.Lock()
+        self._columns: dict[str, tuple[int, frozenset[str]]] = {}  # table -> (schema version, its columns)
+
+    def columns(self, table: str) -> frozenset[str]:
+        """The table's column names, read again only after a schema change (Hermes migrates
+        state.db when it opens it; a compaction asks on every read)."""
+        with self.lock:
+            version = int(self.conn.execute("PRAGMA schema_version").fetchone()[0])
+            known = self._columns.get(table)
+            if known is None or known[0] != version:
+                names = frozenset(r[1] for r in self.conn.execute(f"PRAGMA table_info({table})"))
+                known = self._columns[table] = (version, names)
+            return known[1]
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         with self.lock:
@@ -44,22 +55,17 @@ _readers: dict[Path, _ReadOnly] = {}
 _readers_lock = threading.Lock()
 
 
-_named: dict[str, _ReadOnly] = {}  # an absolute path as callers give it -> its reader (resolve costs syscalls)
-
-
 def _read_only(db_path: Path) -> _ReadOnly:
-    reader = _named.get(os.fspath(db_path))
+    key = database_key(db_path)
+    reader = _readers.get(key)
     if reader is not None:
         return reader
-    key = Path(db_path).resolve()
     with _readers_lock:
         reader = _readers.get(key)
         if reader is None:
             if not key.exists():
                 raise sqlite3.OperationalError(f"no database at {key}")
             reader = _readers[key] = _ReadOnly(key)
-        if os.path.isabs(db_path):  # a relative name follows the working directory
-            _named[os.fspath(db_path)] = reader
         return reader
 
 
@@ -68,7 +74,6 @@ def close_readers() -> None:
         for reader in _readers.values():
             reader.conn.close()
         _readers.clear()
-        _named.clear()
 
 
 def compression_ancestors(db_path: Path, sid: str, limit: int = 64) -> list[str]:
@@ -110,7 +115,7 @@ def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool)
     except sqlite3.Error:
         return []
     try:
-        cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)")}
+        cols = conn.columns("messages")
         if archived_only and "active" not in cols:
             return []
         active = "active" if "active" in cols else "1"
@@ -207,7 +212,7 @@ def live_rows_brief(db_path: Path, sid: str, leave_out: tuple[str, ...]) -> list
     try:
         conn = _read_only(db_path)
         try:
-            cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)").fetchall()}
+            cols = conn.columns("messages")
             if not {"role", "content", "tool_call_id"} <= cols:
                 return None
             meta = "display_metadata" if "display_metadata" in cols else "NULL"

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store import GuardStore
+from ..store import GuardStore, database_key
 from ..store.schema import TURN_TABLE
 from .session_lock import GuardLeases, LockBusy, LockUnavailable, SessionLocks
 
@@ -257,7 +257,7 @@ _registry_lock = threading.Lock()
 def turn_locks_for(db_path: Path, store: GuardStore | None) -> TurnLocks:
     """The process's turn queues for one state.db (one per database per process); without a
     ``store`` the queues alone, with no lease table (the host holds the lease)."""
-    key = (Path(db_path).resolve(), store is None)
+    key = (database_key(db_path), store is None)
     with _registry_lock:
         locks = _registry.get(key)
         if locks is None:

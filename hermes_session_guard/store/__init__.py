@@ -21,7 +21,7 @@ gave state.db), so it works whether or not an agent has a SessionDB.
 from __future__ import annotations
 
 from .compressions import CompressionRepository
-from .connection import StoreConnection
+from .connection import StoreConnection, database_key
 from .generations import GenerationRecord, GenerationRepository
 from .handoffs import HandoffRecord, HandoffRepository
 from .leases import LeaseRepository
@@ -70,6 +70,7 @@ __all__ = [
     "SnapshotRepository",
     "content_digest",
     "StoreConnection",
+    "database_key",
     "SummaryRepository",
     "_row_message",
     "_row_parts",

@@ -4,6 +4,7 @@ schema), write transactions with their durability level, and reads."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import sys
 import threading
@@ -16,6 +17,27 @@ from ..file_modes import create_private, make_private_dirs
 from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION, add_missing_columns
 
 log = logging.getLogger("hermes_session_guard")
+
+
+_keys: dict[str, Path] = {}  # an absolute path as callers give it -> the file it names
+_KEYS_MAX = 256
+
+
+def database_key(db_path: Path | str) -> Path:
+    """The resolved path one state.db is known by in this process (its store, its locks,
+    its readers). Resolving costs a ``stat`` per path component, and every compression
+    asks several times; an absolute path is resolved once (a link moved under a running
+    process keeps its first answer), a relative one every time (the working directory may
+    change)."""
+    raw = os.fspath(db_path)
+    key = _keys.get(raw)
+    if key is None:
+        key = Path(raw).resolve()
+        if os.path.isabs(raw):
+            if len(_keys) >= _KEYS_MAX:
+                _keys.clear()
+            _keys[raw] = key
+    return key
 
 
 def connect(target: Path | str, *, read_only: bool = False, timeout: float = 5.0, autocommit: bool = False,

@@ -109,10 +109,11 @@ def parse_runs(text: str) -> list[tuple[int, int]]:
 def content_digest(messages: Iterable[dict[str, Any]]) -> str:
     """A digest of the messages' roles and texts, to notice rows rewritten after the fact."""
     h = hashlib.sha256()
-    for msg in messages:
+    for msg in messages:  # "<role>\x1f<content>\x1e" each, the text encoded without a joined copy
         content = msg.get("content")
-        h.update(f"{msg.get('role')}\x1f{content if isinstance(content, str) else repr(content)}\x1e"
-                 .encode("utf-8", "surrogatepass"))
+        h.update(f"{msg.get('role')}\x1f".encode("utf-8", "surrogatepass"))
+        h.update((content if isinstance(content, str) else repr(content)).encode("utf-8", "surrogatepass"))
+        h.update(b"\x1e")
     return h.hexdigest()
 
 

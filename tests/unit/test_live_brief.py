@@ -81,3 +81,16 @@ def test_no_file_of_its_own_or_a_failed_read_is_none_never_another_database(tmp_
     assert host.live_brief(_agent(None), "S1") is None  # never $HERMES_HOME/state.db by default
     assert host.live_brief(_agent(tmp_path / "missing.db"), "S1") is None
     assert host.live_brief(SimpleNamespace(session_id="S1", _session_db=None), "S1") == []
+
+
+def test_a_column_hermes_adds_while_the_reader_is_open_is_seen(tmp_path: Path) -> None:
+    # the reader keeps the table's columns until the schema changes (Hermes migrates on open)
+    path = _db(tmp_path, active=False, metadata=False)
+    _add(path, "S1", "user", "u1")
+    assert [m["content"] for m in host.live_brief(_agent(path), "S1") or []] == ["u1"]
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE messages ADD COLUMN active INTEGER DEFAULT 1")
+    conn.commit()
+    conn.close()
+    _add(path, "S1", "user", "archived", active=0)
+    assert [m["content"] for m in host.live_brief(_agent(path), "S1") or []] == ["u1"]

@@ -5,6 +5,7 @@ host/reads.py, exercised on the real host in tests/integration/test_snapshot_ref
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,3 +61,12 @@ def test_rows_read_by_the_caller_are_not_read_again(store: GuardStore, monkeypat
     monkeypatch.setattr(snapshots_mod, "_archived_reader", lambda _db, _sid, _runs: [dict(r) for r in ROWS])
     with pytest.raises(snapshots_mod.SnapshotGone, match="changed content"):
         store.referenced_messages("S.snapshot.3")
+
+
+def test_the_digest_of_a_reference_is_the_one_earlier_versions_wrote() -> None:
+    # references stored by earlier versions are checked against this digest: its bytes never change
+    messages = [{"role": "user", "content": "h\u00e9llo \ud800"}, {"role": "assistant", "content": None},
+                {"role": "tool", "content": [{"type": "text", "text": "t"}]}]
+    stream = "".join(f"{m['role']}\x1f{m['content'] if isinstance(m['content'], str) else repr(m['content'])}\x1e"
+                     for m in messages)
+    assert snapshots_mod.content_digest(messages) == hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()

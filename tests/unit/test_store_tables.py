@@ -167,3 +167,15 @@ def test_writes_nested_in_one_transaction_commit_together_or_not_at_all(tmp_path
         assert store.generation("s1").generation == 2  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_a_database_is_known_by_its_resolved_path_and_a_relative_name_follows_the_cwd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    assert store_pkg.database_key(tmp_path / "link" / "state.db") == real.resolve() / "state.db"
+    monkeypatch.chdir(real)
+    assert store_pkg.database_key("state.db") == real.resolve() / "state.db"
+    monkeypatch.chdir(tmp_path)
+    assert store_pkg.database_key("state.db") == tmp_path.resolve() / "state.db"
