@@ -287,7 +287,7 @@ def parse_config(raw: Any) -> GuardConfig:
     """Validate the raw ``session_guard`` mapping (``None`` means defaults). Unusable
     options keep their defaults and are listed in the result's ``fallbacks``."""
     fallbacks: list[OptionFallback] = []
-    config = _build(GuardConfig, raw, "", fallbacks)
+    config: GuardConfig = _build(GuardConfig, raw, "", fallbacks)
     return replace(config, fallbacks=tuple(fallbacks)) if fallbacks else config
 
 

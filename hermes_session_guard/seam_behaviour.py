@@ -157,7 +157,8 @@ class Behaviour:
 def field_type(name: str) -> type:
     """The type a :class:`Behaviour` field holds, from its annotation (``X | None``)."""
     hint = typing.get_type_hints(Behaviour)[name]
-    return next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    found: type = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return found
 
 
 NO_BEHAVIOUR = Behaviour()

@@ -63,7 +63,8 @@ def _instruments() -> _Instruments | None:
             _state["instruments"] = _Instruments(trace, metrics, context)
         if failed:
             _state["instruments"] = None
-    return _state["instruments"]
+    instruments: _Instruments | None = _state["instruments"]
+    return instruments
 
 
 def reset() -> None:

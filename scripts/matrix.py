@@ -315,7 +315,7 @@ LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(
 
 def run_lint(py: Path) -> Cell:
     """ruff, the import-linter layering contracts of pyproject.toml (docs/architecture.md),
-    mypy over the package ([tool.mypy]: 0 errors), then vulture over the package with its
+    mypy over the package ([tool.mypy]: strict, 0 errors), then vulture over the package with its
     whitelist ([tool.vulture]: no unused code)."""
     started = time.monotonic()
     lint = sh([str(py), "-m", "ruff", "check", "hermes_session_guard", "tests", "scripts"], cwd=ROOT)

@@ -44,7 +44,8 @@ def run_probe(timeout: float) -> dict[str, Any]:
             return {"ok": False, "error": f"live probe timed out after {timeout:.0f}s", "checks": [], "seams": []}
         for line in proc.stdout.splitlines():
             if MARKER in line:  # a host module may have left a partial line on stdout
-                return json.loads(line.split(MARKER, 1)[1])
+                result: dict[str, Any] = json.loads(line.split(MARKER, 1)[1])
+                return result
         return {"ok": False, "error": "live probe printed no result", "stderr": proc.stderr[-4000:],
                 "checks": [], "seams": []}
 

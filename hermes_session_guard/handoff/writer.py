@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,7 +261,7 @@ def _after_compression(
 
 def _fork(
     runtime: Runtime, agent: Any, store: GuardStore, db: Any, sid: str, op_id: str, compressed: list[Any],
-    packet: str, path: Path, handoff_id: str, seq: int, root: str, fail: Any,
+    packet: str, path: Path, handoff_id: str, seq: int, root: str, fail: Callable[[str, BaseException], HandoffOutcome],
 ) -> HandoffOutcome:
     child = host.new_session_id()
     while host.session_row(db, child) is not None:  # never adopt (or roll back) an existing session

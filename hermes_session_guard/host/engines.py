@@ -91,7 +91,8 @@ def _builtin_class() -> type | None:
                       level=logging.DEBUG, advice=None):
         from agent.context_compressor import ContextCompressor
 
-        return ContextCompressor
+        compressor: type = ContextCompressor
+        return compressor
     return None
 
 

@@ -24,7 +24,8 @@ def token_estimator() -> Callable[[list[Any]], int]:
                       level=logging.DEBUG, advice=None):
         from agent.model_metadata import estimate_messages_tokens_rough
 
-        return estimate_messages_tokens_rough
+        estimate: Callable[[list[Any]], int] = estimate_messages_tokens_rough
+        return estimate
     return _rough_estimate
 
 

@@ -40,7 +40,7 @@ def host_redactor() -> Callable[[str], str] | None:
         kwargs["redact_url_credentials"] = True
 
     def redactor(text: str) -> str:
-        return redact_sensitive_text(text, **kwargs)
+        return str(redact_sensitive_text(text, **kwargs))
 
     return redactor
 

@@ -48,10 +48,10 @@ class NativeLeases:
             now = time.time()
 
             def _extend(conn: Any) -> int:
-                return conn.execute(
+                return int(conn.execute(
                     "UPDATE compression_locks SET expires_at = ? WHERE session_id = ? AND holder = ?"
                     " AND expires_at >= ?", (now + ttl_seconds, session_id, holder, now),
-                ).rowcount
+                ).rowcount)
 
             return bool(write(_extend))
         # A SessionDB without either: the lock stays ours until the TTL it was taken with runs out.

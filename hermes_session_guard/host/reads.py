@@ -43,7 +43,7 @@ class _ReadOnly:
         return None
 
 
-class _Rows(list):
+class _Rows(list[Any]):
     def fetchone(self) -> Any:
         return self[0] if self else None
 

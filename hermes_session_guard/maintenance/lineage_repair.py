@@ -331,7 +331,7 @@ def _clear_dead_holder(lock: LockClear, db: Any, store: GuardStore) -> bool:
                                                 holder=lock.holder)
     before = db.get_compression_lock_holder(lock.session_id)
     db.release_compression_lock(lock.session_id, lock.holder)
-    return before == lock.holder and db.get_compression_lock_holder(lock.session_id) != lock.holder
+    return bool(before == lock.holder and db.get_compression_lock_holder(lock.session_id) != lock.holder)
 
 
 def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, host_version: str | None,

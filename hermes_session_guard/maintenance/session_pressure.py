@@ -26,7 +26,8 @@ from typing import Any
 from .. import audit, host
 from ..fail_open import failing_open
 from ..host import facts
-from .config_findings import HostRules, config_section, load_host_rules, main_model, merge_defaults, read_config
+from ..host.rules import HostRules, load_host_rules
+from .config_findings import config_section, main_model, merge_defaults, read_config
 from .state_inspection import HomeState, readonly_connection
 
 OUTCOMES = ("done", "skipped", "failed")

@@ -48,6 +48,7 @@ from ..inbox.repository import BUFFERED, DISPATCHED, Inbox, InboxEntry, InboxFul
 from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder
 from ..runtime import Runtime, current_runtime
+from ..store import GuardStore
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -90,7 +91,7 @@ def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | Non
                               lambda sid: host.runner_lock_holder(runner, sid))
 
 
-def compression_op_for(runtime: Runtime, store: Any, ids: list[str],
+def compression_op_for(runtime: Runtime, store: GuardStore, ids: list[str],
                        native_holder: Callable[[str], str | None]) -> str | None:
     """The op id of a compression running on any of the session ids ``ids``: this
     process's registry, a durable compression row younger than the lease, or a live
@@ -206,7 +207,7 @@ def interrupt_or_queue(runtime: Runtime, agent: Any, interrupt: Callable[[], Any
     return False
 
 
-class _CompactionAwareQueue(queue.Queue):
+class _CompactionAwareQueue(queue.Queue[Any]):
     """The interactive CLI's interrupt queue (``HermesCLI._interrupt_queue``; its class is
     switched to this one in place, so the items, the lock and every reference stay).
     The CLI's turn watches it and interrupts the agent for what is put on it; while the

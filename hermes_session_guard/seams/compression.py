@@ -201,7 +201,7 @@ def compressing_scope(session_id: str) -> Iterator[None]:
 def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], bool]) -> str:
     """The derived snapshot id; a numeric suffix keeps it unique when two
     compressions of one session share a timestamp (frozen clocks, fast hosts)."""
-    base = get_plugin_manager().hook.session_guard_snapshot_id(session_id=session_id, created_at=created_at)
+    base: str = get_plugin_manager().hook.session_guard_snapshot_id(session_id=session_id, created_at=created_at)
     candidate, n = base, 1
     while exists(candidate):
         n += 1

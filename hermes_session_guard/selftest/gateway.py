@@ -85,7 +85,7 @@ class GatewayHarness:
 
     def session_key(self, source: Any | None = None) -> str:
         *_, build_session_key = _imports()
-        return build_session_key(source or self.source())
+        return str(build_session_key(source or self.source()))
 
     def bound_session_id(self, source: Any | None = None) -> str | None:
         entry = self.runner.session_store._entries.get(self.session_key(source))

@@ -25,7 +25,8 @@ TARGET = 0.98
 
 
 def load_fixture(path: Path = FIXTURE) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    fixture: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    return fixture
 
 
 def write_eval_config(home: Path, base_url: str, fixture: dict[str, Any]) -> None:

@@ -50,7 +50,7 @@ def _row_parts(message: Any) -> tuple[str | None, str | None, str]:
 
 
 def _row_message(message_json: str, content: str | None) -> dict[str, Any]:
-    msg = json.loads(message_json)
+    msg: dict[str, Any] = json.loads(message_json)
     if "content" not in msg:
         msg["content"] = content
     return msg
