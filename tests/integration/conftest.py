@@ -72,6 +72,22 @@ def discovered(llm: ScriptedLLMServer) -> Any:
     return probe.discover_guard()
 
 
+@pytest.fixture(autouse=True)
+def _no_transient_retry_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hermes 0.19+ retries a summary call that hit a transport error or a 5xx after 1 s, then
+    2 s (``agent.auxiliary_client._TRANSIENT_RETRY_BACKOFF_BASE``). The retries still run here,
+    at once: the fake LLM answers immediately, and the wait alone was 18 of test_summary_faults'
+    62 s on 0.19.0 (as test_buffering cuts the empty-reply backoff)."""
+    if HERMES_VERSION is None:
+        return
+    try:
+        import agent.auxiliary_client as aux
+    except ImportError:
+        return
+    if hasattr(aux, "_TRANSIENT_RETRY_BACKOFF_BASE"):
+        monkeypatch.setattr(aux, "_TRANSIENT_RETRY_BACKOFF_BASE", 0.0)
+
+
 @pytest.fixture
 def home(tmp_path: Path, llm: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch) -> Path:
     h = tmp_path / "hermes_home"
