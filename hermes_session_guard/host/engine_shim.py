@@ -49,14 +49,17 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
     err = getattr(engine, "_last_summary_error", None)
     if err:
         return str(err)
-    from ..summaries.tags import summary_body_size, summary_is_empty
+    from ..summaries.tags import summary_body_sizes
 
+    if not isinstance(out, list):
+        return None
     given = messages if isinstance(messages, list) else None  # kept messages quoting the prefix are not summaries
-    if isinstance(out, list) and summary_is_empty(out, given):
+    sizes = summary_body_sizes(out, given)
+    if sizes and not any(sizes):
         return "the summary model returned an empty summary"
-    if isinstance(out, list) and isinstance(messages, list):
-        body = summary_body_size(out, given)
-        if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(messages):
+    if given is not None:
+        body = sum(sizes)
+        if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(given):
             return (f"the summary ({body:,} characters) is larger than the whole conversation it replaces "
                     "(garbage or runaway summary)")
     return None

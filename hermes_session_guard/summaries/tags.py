@@ -265,16 +265,11 @@ def summary_body(text: str) -> str:
     return strip_recall_header(text.split(SUMMARY_END_MARKER, 1)[0]).strip()
 
 
-def summary_is_empty(messages: list[Any], before: list[Any] | None = None) -> bool:
-    """The compressor inserted a summary marker with nothing behind it (an empty
-    answer from the summary model that the host did not treat as a failure)."""
-    found = summary_indices(messages, before)
-    return bool(found) and all(not summary_body(message_text(messages[i]) or "") for i in found)
-
-
-def summary_body_size(messages: list[Any], before: list[Any] | None = None) -> int:
-    """Characters of summary text (after the prefixes) in ``messages``."""
-    return sum(len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages, before))
+def summary_body_sizes(messages: list[Any], before: list[Any] | None = None) -> list[int]:
+    """Characters of summary text (after the prefixes) of each summary in ``messages``:
+    all zero when the compressor inserted a summary marker with nothing behind it (an
+    empty answer from the summary model that the host did not treat as a failure)."""
+    return [len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages, before)]
 
 
 # -- which turns were compacted -----------------------------------------------------
@@ -321,13 +316,6 @@ def tag(message: dict[str, Any], native_key: str | None) -> None:
         message[native_key] = True
 
 
-def new_summary_indices(before: list[Any], after: list[Any]) -> list[int]:
-    """Summaries in ``after`` that were not already in ``before`` (an earlier
-    summary kept in the protected head keeps its own header)."""
-    old = {message_text(m) for m in before if isinstance(m, dict)}
-    return [i for i in summary_indices(after, before) if message_text(after[i]) not in old]
-
-
 def decorate_summaries(
     before: list[Any],
     after: list[Any],
@@ -342,9 +330,12 @@ def decorate_summaries(
     ``produced``: positions of summaries known from the compaction itself (an engine's
     own format, without Hermes's prefix); they are tagged too (no header: there is
     no prefix line to put it after). Returns the indices of the new summaries."""
-    fresh = new_summary_indices(before, after)
+    summaries = summary_indices(after, before)
+    # the new ones: an earlier summary kept in the protected head keeps its own header
+    old = {message_text(m) for m in before if isinstance(m, dict)}
+    fresh = [i for i in summaries if message_text(after[i]) not in old]
     span = compacted_range(before, after)
-    found = sorted({*summary_indices(after, before), *(produced or ())})
+    found = sorted({*summaries, *(produced or ())})
     for i in found:
         tag(after[i], native_key)
     if header and span is not None:
