@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .conftest import MODES, new_agent
 from .test_operator_commands import HOST_FIXTURES, materialize
+from .waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RACERS = 3
@@ -39,7 +39,8 @@ _RACER = (
     "from hermes_session_guard.commands import cli\n"
     "from hermes_session_guard.commands import repair\n"  # everything imported before the start signal
     "import hermes_state\n"
-    "go = sys.argv[1]\n"
+    "go, ready = sys.argv[1], sys.argv[2]\n"
+    "open(f'{ready}.{os.getpid()}', 'w').close()\n"
     "while not os.path.exists(go):\n"
     "    time.sleep(0.002)\n"
     "sys.exit(cli.main(['repair', '--apply', '--json']))\n"
@@ -92,10 +93,12 @@ def test_concurrent_repairs_apply_once(tmp_path: Path, fixture: Path) -> None:
 
     for n in range(ROUNDS):
         home = materialize(fixture, tmp_path / f"round{n}")
-        go = tmp_path / f"go{n}"
-        racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(go)], env=_env(home), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True) for _ in range(RACERS)]
-        time.sleep(2.0)  # every racer has imported everything and polls for the signal
+        go, ready = tmp_path / f"go{n}", tmp_path / f"ready{n}"
+        racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(go), str(ready)], env=_env(home),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(RACERS)]
+        # every racer has imported everything and polls for the signal
+        assert wait_for(lambda pattern=f"{ready.name}.*": len(list(tmp_path.glob(pattern))) == RACERS, timeout=120), \
+            [proc.poll() for proc in racers]
         go.write_text("go")
         results = []
         for proc in racers:
