@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +128,8 @@ def test_absurd_wait_under_contention_never_rotates(
         assert llm.summary_started.wait(10), "the first compression never reached the summary call"
         tb, box_b = _in_thread(lambda: _compress(b, list_b))
         assert wait_for(lambda: len(_ops(guard)) == 2)
-        time.sleep(0.3)  # b waits on the lock (or has already skipped, for NaN = no wait)
+        # b waits on the lock (or has already skipped, for NaN = no wait)
+        assert wait_for(lambda: one._parked_on_lock(tb) or not tb.is_alive())
     finally:
         gate.set()
     ta.join(60)
