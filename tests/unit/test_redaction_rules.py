@@ -67,12 +67,14 @@ def _shifted(text: str) -> list[str]:
     return [text, filler + text, text + filler, filler[:1500] + text + filler[:700] + text]
 
 
-@pytest.mark.parametrize("index", range(len(redaction._GUARD_RULES)))
+# the rules run only near their literals (a rule without any runs over the whole text)
+_GATED = [i for i, (_, _, triggers) in enumerate(redaction._GUARD_RULES) if triggers]
+
+
+@pytest.mark.parametrize("index", _GATED)
 def test_gated_guard_rules_give_what_a_plain_sub_gives(index: int) -> None:
     """Every gated rule's literals are right: running it only near them changes nothing."""
     pattern, repl, triggers = redaction._GUARD_RULES[index]
-    if not triggers:
-        pytest.skip("runs over the whole text")
     run = rule_set.sub_at if pattern in redaction._ANCHORED_RULES else rule_set.sub_near
     for base in TEXTS:
         for text in _shifted(redaction.normalise(base)):
