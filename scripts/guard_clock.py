@@ -1,7 +1,8 @@
 """The guard's own CPU time in a guarded compression, told apart from Hermes's.
 
-Thread CPU time is charged to the innermost instrumented frame: the guarded call and
-the guard's context-engine shim are the guard's; the compression function the guard
+Thread CPU time is charged to the innermost instrumented frame: the guarded call, the
+guard's ``guarded_compression`` (in whichever thread runs it: Hermes 0.20+ compacts in a
+worker thread) and the guard's context-engine shim are the guard's; the compression function the guard
 wraps (from the seam table), the context engine's own ``compress``, the system
 prompt builder and Hermes's compression lock methods (which Hermes calls itself unguarded)
 are Hermes's. What the guard's other wrappers do inside Hermes's call
@@ -84,3 +85,8 @@ def instrument(clock: OwnClock, version: str) -> None:
         return clocked
 
     engine_shim._make_engine_shim = make_shim
+    # The guarded compression itself, in whatever thread runs it: Hermes 0.20+ runs the
+    # compaction in a worker thread, where the timed caller above is not on the stack.
+    from hermes_session_guard.seams import compression_entry
+
+    compression_entry.guarded_compression = clock.timed(GUARD, compression_entry.guarded_compression)
