@@ -121,7 +121,7 @@ def _to_stdlib(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str
 # every line of an operation): not scanned again. Only clean values are kept, a bounded number.
 _CLEAN_MAX_CHARS, _CLEAN_MAX_VALUES = 256, 1024
 _clean_values: set[str] = set()
-_ID_KEYS = ("_id", "holder")
+_ID_KEYS = ("_id", "_id_after", "holder")  # session_id, op_id, ..., session_id_after, lock_holder, ...
 
 
 def _scrub(value: Any) -> Any:
@@ -145,7 +145,7 @@ def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
     """Events carry ids, counts, lengths, hashes and reasons, never user text; as a
     last net every other string value (an exception message quoting a value, a path)
     goes through the guard's secret rules before it is written or logged. An id (a key
-    ending in ``_id`` or ``holder``: session, op, snapshot and lock holder ids, made by
+    ending in ``_id``, ``_id_after`` or ``holder``: session, op, snapshot and lock holder ids, made by
     Hermes or the guard) is written as it is: new ones come with every operation, and
     scanning each costs more than the rest of the line."""
     with failing_open("the audit secret net", "the event is kept as it came", advice=None,

@@ -64,3 +64,16 @@ def test_the_audit_log_does_not_load_rich_and_rich_still_imports_afterwards(tmp_
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True,
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert out.stdout.split("\n")[0] == "False ['compression.done'] Console"
+
+
+def test_ids_are_written_unscanned_and_other_strings_go_through_the_secret_rules(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hermes_session_guard import audit
+
+    scanned: list[str] = []
+    monkeypatch.setattr(audit, "redact_guard_patterns", lambda value: scanned.append(value) or "[masked]")
+    monkeypatch.setattr(audit, "_clean_values", set())
+    out = audit.scrubbed({"event": "compression.done", "session_id": "S-1", "session_id_after": "S-2",
+                          "snapshot_id": "S-1.snapshot.1", "lock_holder": "pid:1:op", "reason": "why"})
+    assert scanned == ["why"]
+    assert out["session_id_after"] == "S-2" and out["reason"] == "[masked]"
