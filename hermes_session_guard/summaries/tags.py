@@ -67,7 +67,15 @@ def summary_indices(messages: list[Any], before: list[Any] | None = None) -> lis
     input ``before``: the standalone summary or the tail message it merged one into).
     A kept message that quotes the prefix is not one. Without ``before`` every
     message carrying the prefix counts (a bare compressor output, nothing kept)."""
-    kept = {message_text(m) for m in before if isinstance(m, dict)} if before is not None else set()
+    return _summary_indices(messages, _texts(before) if before is not None else set())
+
+
+def _texts(messages: list[Any]) -> set[str | None]:
+    return {message_text(m) for m in messages if isinstance(m, dict)}
+
+
+def _summary_indices(messages: list[Any], kept: set[str | None]) -> list[int]:
+    """:func:`summary_indices` with the input's texts ``kept`` already collected."""
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -330,9 +338,9 @@ def decorate_summaries(
     ``produced``: positions of summaries known from the compaction itself (an engine's
     own format, without Hermes's prefix); they are tagged too (no header: there is
     no prefix line to put it after). Returns the indices of the new summaries."""
-    summaries = summary_indices(after, before)
+    old = _texts(before)
+    summaries = _summary_indices(after, old)
     # the new ones: an earlier summary kept in the protected head keeps its own header
-    old = {message_text(m) for m in before if isinstance(m, dict)}
     fresh = [i for i in summaries if message_text(after[i]) not in old]
     span = compacted_range(before, after)
     found = sorted({*summaries, *(produced or ())})
