@@ -263,7 +263,8 @@ class _Operation:
         "before", "started", "cooldown_before", "db_path", "store", "grant", "lock_fields", "done",
         "persisted", "written_ahead", "phase_error", "phase_warned", "last", "produced", "referenced",
         "engine_returned_at", "lock_acquired_at", "summary_started_at", "summary_ended_at", "error_type",
-        "end_emitted", "live_ids", "live_digest", "live_is_before", "_mine",
+        "end_emitted", "live_ids", "live_digest", "live_is_before", "_mine", "started_wall", "begun",
+        "outcome_written",
     )
 
     def __init__(
@@ -289,6 +290,7 @@ class _Operation:
         self.pm = get_plugin_manager()
         self.before = [dict(m) if isinstance(m, dict) else m for m in messages]
         self.started = time.perf_counter()
+        self.started_wall = time.time()
         self.cooldown_before = host.failure_cooldown_mark(agent)
         self.db_path = host.db_path(agent)
         self.store = runtime.store_for(self.db_path)
@@ -303,6 +305,9 @@ class _Operation:
         self.phase_error: str | None = None  # the first failure to write this operation's phase row
         self.phase_warned = False
         self.last: CompressionOutcome | None = None  # the outcome audited last (the phase row's end)
+        # The phase row: written (see begin) and the outcome it holds (see settle).
+        self.begun = False
+        self.outcome_written: CompressionOutcome | None = None
         # Content hashes of the summaries an engine of its own produced (known by position).
         self.produced: set[str] = set()
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
@@ -331,6 +336,46 @@ class _Operation:
             write(*args, **kwargs)
         if failed and self.phase_error is None:
             self.phase_error = failed.reason
+
+    def begin(self, **steps: float) -> None:
+        """The phase row (``started``), written before the operation waits for anything or
+        calls Hermes, with the step times known by then (one write); once written, later
+        ``steps`` update it. An operation that ends before either writes it with its outcome
+        (write_outcome)."""
+        if self.begun:
+            if steps:
+                self.record_phase(self.store.mark_compression_steps, self.op_id, **steps)
+            return
+        self.begun = True
+        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before),
+                          holder=holder_id(self.op_id), strategy=self.strategy, started_at=self.started_wall,
+                          steps=steps)
+
+    def final_steps(self) -> dict[str, float]:
+        """The step times not written yet, written with the outcome."""
+        steps: dict[str, float] = {}
+        if self.lock_acquired_at and self.summary_started_at is None:  # ended before the summary
+            steps["lock_acquired_at"] = self.lock_acquired_at
+        if self.summary_ended_at is not None:
+            steps["summary_finished_at"] = self.engine_returned_at or self.summary_ended_at
+        return steps
+
+    def write_outcome(self, last: CompressionOutcome | None) -> None:
+        """The phase row's end: ``last``'s status and what it knows (``failed``, interrupted,
+        when no outcome was recorded). In the caller's transaction when there is one."""
+        with self.store.transaction():
+            if not self.begun:
+                self.begun = True
+                self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
+                                             strategy=self.strategy, started_at=self.started_wall)
+            self.store.set_compression_phase(
+                self.op_id, last.status if last else "failed",
+                snapshot_id=last.snapshot_id if last else None,
+                messages_after=last.messages_after if last else None,
+                detail=(last.reason or None) if last else "interrupted",
+                summary_chars=last.summary_chars if last else None, finished=True, steps=self.final_steps(),
+            )
+        self.outcome_written = last
 
     def warn_phase(self) -> None:
         if self.phase_warned:
@@ -447,28 +492,14 @@ class _Operation:
         self.emit(None)
         self.runtime.compressing.begin(self.sid, self.op_id)
         self.record_phase(self.close_interrupted)
-        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before),
-                          holder=holder_id(self.op_id), strategy=self.strategy)
         try:
             return self.lock_and_compress(lock)
         finally:
             if not self.end_emitted:  # an error the steps below did not turn into an outcome
                 self.emit(self.outcome("failed", "the compaction ended without recording an outcome"))
             self.runtime.compressing.end(self.sid, self.op_id)
-            # the step times not written yet go with the outcome, in one write
-            steps: dict[str, float] = {}
-            if self.lock_acquired_at and self.summary_started_at is None:  # ended before the summary
-                steps["lock_acquired_at"] = self.lock_acquired_at
-            if self.summary_ended_at is not None:
-                steps["summary_finished_at"] = self.engine_returned_at or self.summary_ended_at
-            last = self.last
-            self.record_phase(
-                self.store.set_compression_phase, self.op_id, last.status if last else "failed",
-                snapshot_id=last.snapshot_id if last else None,
-                messages_after=last.messages_after if last else None,
-                detail=(last.reason or None) if last else "interrupted",
-                summary_chars=last.summary_chars if last else None, finished=True, steps=steps,
-            )
+            if self.last is None or self.last is not self.outcome_written:  # not written with the compaction
+                self.record_phase(self.write_outcome, self.last)
             if self.phase_error is not None:
                 self.warn_phase()
 
@@ -508,6 +539,7 @@ class _Operation:
                 self.lock_fields["took_over_from"] = dead
             return self.compress_locked()
         cfg = self.runtime.config.lock
+        self.begin()  # the wait for the lease may be long: the row says the operation is waiting
         try:
             lease = _lease_table(self.runtime, lock.mode, self.agent, self.store, self.strategy)
             taken = self.runtime.locks_for(self.db_path).acquire(
@@ -626,8 +658,8 @@ class _Operation:
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
         self.summary_started_at = time.time()
-        self.record_phase(self.store.mark_compression_steps, self.op_id, summary_started_at=self.summary_started_at,
-                          **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {}))
+        self.begin(summary_started_at=self.summary_started_at,
+                   **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {}))
         try:
             stale = self.stale_under_host_lock if strategy == Strategy.HOST_NATIVE else None
             with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
@@ -796,8 +828,11 @@ class _Operation:
             host.notify_boundary(agent, sid)
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
-        # In one commit. On failure the tags stay on the live list (only a reload loses them)
-        # and the next contender falls back to comparing summary positions.
+        # In one commit, with the outcome's phase row. On failure the tags stay on the live list
+        # (only a reload loses them) and the next contender falls back to comparing summary
+        # positions; the phase row is written on its own once the operation ends.
+        summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))
+        outcome = self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars)
         generation: int | None = None
         with failing_open("recording the summaries and the generation", "said in the audit", level=None) as failed:
             first, last = span or (None, None)
@@ -806,14 +841,14 @@ class _Operation:
                 store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
                 generation = store.record_generation(sid, block_len=len(block), block_digest=digest,
                                                      op_id=self.op_id, snapshot_id=snapshot_id).generation
+                self.record_phase(self.write_outcome, outcome)  # its failure is its own (record_phase)
         if failed:
+            self.outcome_written = None
             generation = None
             self.audit.warning("summaries.record_failed", reason=failed.reason)
             self.audit.warning("generation.failed", reason=failed.reason)
         self.runtime.compactions.record(sid, final)
-        summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))
-        self.finish(self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars),
-                    generation=generation,
+        self.finish(outcome, generation=generation,
                     carried_over=len(foreign) or None, summary_positions=[i for i, _ in marks])
         self.done = (snapshot_id, final)
         return final, system_prompt

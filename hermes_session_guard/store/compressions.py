@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..safe_text import json_text
@@ -19,7 +20,7 @@ from .connection import StoreConnection
 STEP_COLUMNS = ("lock_acquired_at", "summary_started_at", "summary_finished_at")
 
 
-def _step_assignments(steps: dict[str, float | None]) -> str:
+def _step_assignments(steps: Mapping[str, float | None]) -> str:
     """``", col = ?"`` for each step, after checking they are ``STEP_COLUMNS``."""
     unknown = sorted(set(steps) - set(STEP_COLUMNS))
     if unknown:
@@ -31,12 +32,19 @@ class CompressionRepository(StoreConnection):
     """Phases of each compression, and repair records."""
 
     def begin_compression(self, op_id: str, session_id: str, messages_before: int, *,
-                          holder: str | None = None, strategy: str | None = None) -> None:
+                          holder: str | None = None, strategy: str | None = None, started_at: float | None = None,
+                          steps: dict[str, float] | None = None) -> None:
+        """The row of a compression started at ``started_at`` (now if None), with the step
+        times (``STEP_COLUMNS``) already known, in one write."""
+        steps = steps or {}
+        _step_assignments(steps)  # checks the names
+        columns = "".join(f", {k}" for k in steps)
         with self.transaction() as conn:
             conn.execute(
                 "INSERT INTO session_guard_compressions(op_id, session_id, phase, started_at,"
-                " messages_before, holder, strategy) VALUES (?,?,?,?,?,?,?)",
-                (op_id, session_id, "started", time.time(), messages_before, holder, strategy),
+                f" messages_before, holder, strategy{columns}) VALUES (?,?,?,?,?,?,?{', ?' * len(steps)})",
+                (op_id, session_id, "started", time.time() if started_at is None else started_at, messages_before,
+                 holder, strategy, *steps.values()),
             )
 
     def mark_compression_steps(self, op_id: str, **steps: float | None) -> None:
@@ -82,7 +90,7 @@ class CompressionRepository(StoreConnection):
         """Set the phase (and what the outcome knows); ``steps``: step times (``STEP_COLUMNS``)
         not written yet, in the same write."""
         steps = steps or {}
-        assignments = _step_assignments(dict(steps))
+        assignments = _step_assignments(steps)
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE session_guard_compressions SET phase = ?,"

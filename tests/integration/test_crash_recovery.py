@@ -239,7 +239,14 @@ def test_agent_killed_mid_compression_recovers_on_restart(
     audited_done = phase == "before_release" and not HOST_NATIVE_MODE
     expected = ["compression.started", "compression.done"] if audited_done else ["compression.started"]
     assert [e["event"] for e in _ops(home)[crashed_op]] == expected
-    assert [phase_ for _, phase_, _ in _phase_rows(home)] == ["started"]  # the phase row never ended
+    # The phase row never ended; except that native mode writes it with the summary's start (one
+    # write: nothing is waited for before it), so a process killed earlier left none, and that the
+    # outcome is written with the compaction's own records, before the lease is released.
+    if HOST_NATIVE_MODE and phase == "before_summary":
+        phases = []
+    else:
+        phases = ["done"] if audited_done else ["started"]
+    assert [phase_ for _, phase_, _ in _phase_rows(home)] == phases
     assert [(r["id"], r["ended_at"]) for r in probe.sessions_table(home / "state.db")] == [(SID, None)]
     assert _missing(home, seeded) == []
     left = _locks(home)

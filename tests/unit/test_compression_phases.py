@@ -1,7 +1,7 @@
-"""While a guarded compression runs, its session is in ``runtime.compressing`` and has a
-``session_guard_compressions`` row in phase ``started`` (what the gateway's buffering
-reads); on every way out (done, adopted, skipped, failed, an exception) the registry
-entry is gone and the row ends in the outcome."""
+"""While a guarded compression runs, its session is in ``runtime.compressing`` and, from
+before it waits for a lease or calls Hermes, has a ``session_guard_compressions`` row in
+phase ``started`` (what the gateway's buffering reads); on every way out (done, adopted,
+skipped, failed, an exception) the registry entry is gone and the row ends in the outcome."""
 
 from __future__ import annotations
 
@@ -46,9 +46,11 @@ class Observing:
     def __init__(self, rt: Runtime, store: GuardStore, host: Any) -> None:
         self.rt, self.store, self.host = rt, store, host
         self.seen: list[tuple[str | None, str | None]] = []
+        self.rows: list[dict[str, Any]] = []  # the operation's phase row, as Hermes is called
 
     def __call__(self) -> Any:
         self.seen.append((self.rt.compressing.op_for("S1"), self.store.compression_in_flight("S1", 300)))
+        self.rows.extend(self.store.compressions("S1")[-1:])
         return self.host()
 
 
@@ -73,6 +75,13 @@ def test_done(runtime: Runtime, db: Any, strategy: str) -> None:
     assert host.seen == [(op, op)]
     row = _assert_ended(runtime, store, "done")
     assert row["messages_before"] == 10 and row["messages_after"] == len(out) == 3
+    # when Hermes is called the row holds the start, the lock and the summary's start (one write
+    # with the start when nothing is waited for); the outcome adds the end
+    (running,) = host.rows
+    assert running["phase"] == "started" and running["finished_at"] is None
+    assert running["started_at"] <= running["lock_acquired_at"] <= running["summary_started_at"]
+    assert (running["started_at"], running["summary_started_at"]) == (row["started_at"], row["summary_started_at"])
+    assert row["summary_started_at"] <= row["summary_finished_at"] <= row["finished_at"]
     assert row["snapshot_id"] == store.list_snapshots("S1")[0].snapshot_id
 
 
@@ -206,3 +215,38 @@ def test_a_dead_process_compression_is_recorded_interrupted_by_the_next(runtime:
     assert store.compression_in_flight("S1", 300) in ("liveop", "otherop")
     found = [e for e in audit.read_events(runtime.audit_path) if e.get("event") == "compression.interrupted_found"]
     assert [e["interrupted_op_id"] for e in found] == ["deadop"]
+
+
+def _native_op(runtime: Runtime, db: Any) -> Any:
+    from hermes_session_guard.seam_behaviour import Behaviour
+    from hermes_session_guard.seams.compression import _Operation
+
+    agent = Agent(db, Engine())
+    agent.rotate_on_compress = False
+    return _Operation(runtime, Strategy.HOST_NATIVE, agent, "S1", _messages(), lambda: ([], ""), None, None,
+                      Behaviour.of(None))
+
+
+def test_a_row_first_written_at_the_summary_start_holds_the_start_too(runtime: Runtime, db: Any) -> None:
+    # native mode waits for nothing before it calls Hermes: the row is written once, then
+    op = _native_op(runtime, db)
+    store = runtime.store_for(db.db_path)
+    assert store.compressions("S1") == []
+    op.begin(summary_started_at=op.started_wall + 0.5)
+    (row,) = store.compressions("S1")
+    assert (row["op_id"], row["phase"], row["strategy"]) == (op.op_id, "started", Strategy.HOST_NATIVE)
+    assert (row["started_at"], row["summary_started_at"]) == (op.started_wall, op.started_wall + 0.5)
+    assert store.compression_in_flight("S1", 300) == op.op_id
+    op.begin(lock_acquired_at=op.started_wall + 0.25)  # a later step updates the same row
+    (row,) = store.compressions("S1")
+    assert row["lock_acquired_at"] == op.started_wall + 0.25 and row["summary_started_at"] == op.started_wall + 0.5
+
+
+def test_an_operation_ending_before_it_wrote_its_row_writes_it_with_the_outcome(runtime: Runtime, db: Any) -> None:
+    op = _native_op(runtime, db)
+    store = runtime.store_for(db.db_path)
+    op.write_outcome(op.outcome("adopted", after=4))
+    (row,) = store.compressions("S1")
+    assert (row["phase"], row["messages_before"], row["messages_after"]) == ("adopted", 10, 4)
+    assert row["started_at"] == op.started_wall <= row["finished_at"] and row["summary_started_at"] is None
+    assert store.compression_in_flight("S1", 300) is None
