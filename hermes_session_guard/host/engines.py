@@ -28,6 +28,7 @@ subprocess). Nothing here imports Hermes at import time.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import logging
@@ -121,6 +122,20 @@ def compress_shape(engine: Any) -> str | None:
         return "the engine's class has no compress method"
     if not inspect.isfunction(fn):
         return f"compress is a {type(fn).__name__}, not a plain method"
+    refused = _function_shape(fn)
+    if refused is not None:
+        return refused
+    own = vars(engine).get("compress") if hasattr(engine, "__dict__") else None
+    if own is not None and not getattr(own, "__session_guard_shim__", False):
+        return "compress is replaced on the engine instance by something else"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _function_shape(fn: Any) -> str | None:
+    """:func:`compress_shape`'s verdict on the function itself, read once per function (its
+    signature costs about 0.1 ms; a compaction asks twice). A class whose ``compress`` is
+    replaced gives a new function, read anew."""
     if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn):
         return "compress is async or a generator; Hermes calls it synchronously"
     try:
@@ -132,9 +147,6 @@ def compress_shape(engine: Any) -> str | None:
     first = params[0]
     if first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD, first.VAR_POSITIONAL):
         return f"compress's first parameter {first.name!r} is keyword-only; Hermes passes the messages positionally"
-    own = vars(engine).get("compress") if hasattr(engine, "__dict__") else None
-    if own is not None and not getattr(own, "__session_guard_shim__", False):
-        return "compress is replaced on the engine instance by something else"
     return None
 
 

@@ -67,14 +67,27 @@ def summary_indices(messages: list[Any], before: list[Any] | None = None) -> lis
     input ``before``: the standalone summary or the tail message it merged one into).
     A kept message that quotes the prefix is not one. Without ``before`` every
     message carrying the prefix counts (a bare compressor output, nothing kept)."""
-    return _summary_indices(messages, _texts(before) if before is not None else set())
+    return _summary_indices(messages, _Texts(before if before is not None else []))
 
 
-def _texts(messages: list[Any]) -> set[str | None]:
-    return {message_text(m) for m in messages if isinstance(m, dict)}
+class _Texts:
+    """The texts of a message list, for ``in``: found by length first, so no long text is
+    hashed (a compaction's input holds the whole transcript, about 0.7 MB at 48 turns)."""
+
+    __slots__ = ("_by_length",)
+
+    def __init__(self, messages: list[Any]) -> None:
+        self._by_length: dict[int, list[str | None]] = {}
+        for m in messages:
+            if isinstance(m, dict):
+                text = message_text(m)
+                self._by_length.setdefault(-1 if text is None else len(text), []).append(text)
+
+    def __contains__(self, text: object) -> bool:
+        return text in self._by_length.get(len(text) if isinstance(text, str) else -1, ())
 
 
-def _summary_indices(messages: list[Any], kept: set[str | None]) -> list[int]:
+def _summary_indices(messages: list[Any], kept: _Texts) -> list[int]:
     """:func:`summary_indices` with the input's texts ``kept`` already collected."""
     out = []
     for i, m in enumerate(messages):
@@ -338,7 +351,7 @@ def decorate_summaries(
     ``produced``: positions of summaries known from the compaction itself (an engine's
     own format, without Hermes's prefix); they are tagged too (no header: there is
     no prefix line to put it after). Returns the indices of the new summaries."""
-    old = _texts(before)
+    old = _Texts(before)
     summaries = _summary_indices(after, old)
     # the new ones: an earlier summary kept in the protected head keeps its own header
     fresh = [i for i in summaries if message_text(after[i]) not in old]
