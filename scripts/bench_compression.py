@@ -2,7 +2,7 @@
 """Guarded vs unguarded time and bytes written of one compression, side by side in one process.
 
     python scripts/bench_compression.py [--pairs 20] [--messages 48 200:2000 1000:2000] [--latency S]
-                                        [--mode rotate] [--own]
+                                        [--mode rotate] [--own] [--journal wal]
 
 Run it with the Python of an environment that has hermes-agent and this package
 installed (e.g. ``.venvs/hermes-0.19.0/bin/python``). Each pair compresses a fresh
@@ -25,16 +25,24 @@ Hermes's inside the same call (``guard_clock.py``): not a difference of two nois
 Printed twice: over the pairs (the guard installed again before each guarded run, so
 each pays for its first store read and caches) and over as many compressions more with
 the guard installed once, as a running agent has it.
+
+``--journal wal``: state.db is in WAL mode before Hermes opens it, as on an install
+upgraded from 0.19 or earlier. Hermes 0.20+ keeps a file it finds in WAL, and chooses WAL
+itself on an SQLite without the WAL-reset bug (3.51.3+); on an older SQLite it creates a
+new state.db in the rollback journal (``hermes``, the default: Hermes decides). The mode
+in use is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
 os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="session-guard-bench-")
@@ -52,6 +60,8 @@ def main() -> int:
                         help="compression.in_place for the unguarded host (0.18.2+; the guard keeps the id either "
                              "way): rotate (false), in_place (true) or Hermes's default")
     parser.add_argument("--own", action="store_true", help="also the guard's own CPU time per compression")
+    parser.add_argument("--journal", choices=("hermes", "wal"), default="hermes",
+                        help="state.db's journal mode: Hermes's choice, or WAL set before Hermes opens it")
     args = parser.parse_args()
 
     import logging
@@ -74,7 +84,12 @@ def main() -> int:
     with FakeLLMServer(latency=args.latency) as llm:
         in_place = {"rotate": False, "in_place": True, "default": None}[args.mode]
         probe.write_config(home, llm.base_url, plugin_enabled=False, in_place=in_place)
+        if args.journal == "wal":
+            with closing(sqlite3.connect(home / "state.db")) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
         db = probe.open_db(home / "state.db")
+        with closing(sqlite3.connect(home / "state.db")) as conn:
+            print(f"state.db journal mode: {conn.execute('PRAGMA journal_mode').fetchone()[0]}")
         for size in args.messages:
             n_text, _, chars_text = size.partition(":")
             n = int(n_text)

@@ -14,7 +14,8 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,21 +107,42 @@ def parse_runs(text: str) -> list[tuple[int, int]]:
     return runs
 
 
-def content_digest(messages: Iterable[dict[str, Any]]) -> str:
-    """A digest of the messages' roles and texts, to notice rows rewritten after the fact."""
-    h = hashlib.sha256()
-    for msg in messages:  # "<role>\x1f<content>\x1e" each, the text encoded without a joined copy
+_CRC_FORM = "crc32:"  # content_digest's form; a digest without it is an earlier version's SHA-256
+
+
+def _digest_stream(messages: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    """``<role>\x1f<content>\x1e`` of each message, the text encoded without a joined copy."""
+    for msg in messages:
         content = msg.get("content")
-        h.update(f"{msg.get('role')}\x1f".encode("utf-8", "surrogatepass"))
-        h.update((content if isinstance(content, str) else repr(content)).encode("utf-8", "surrogatepass"))
-        h.update(b"\x1e")
+        yield f"{msg.get('role')}\x1f".encode("utf-8", "surrogatepass")
+        yield (content if isinstance(content, str) else repr(content)).encode("utf-8", "surrogatepass")
+        yield b"\x1e"
+
+
+def content_digest(messages: Iterable[dict[str, Any]]) -> str:
+    """A checksum of the messages' roles and texts, to notice rows rewritten after the fact
+    (with their count: a check of accidents, not of an adversary who can write state.db,
+    the guard's tables included). CRC-32, a third of SHA-256's time (0.12 against 0.37 ms
+    for a 48-turn transcript of 0.67 MB, read at every compaction and every reader)."""
+    crc = 0
+    for chunk in _digest_stream(messages):
+        crc = zlib.crc32(chunk, crc)
+    return f"{_CRC_FORM}{crc:08x}"
+
+
+def _sha256_digest(messages: Iterable[dict[str, Any]]) -> str:
+    """The digest references written by earlier versions hold (no form prefix)."""
+    h = hashlib.sha256()
+    for chunk in _digest_stream(messages):
+        h.update(chunk)
     return h.hexdigest()
 
 
 def reference_problem(messages: list[dict[str, Any]], count: int, digest: str) -> str | None:
     """Why the rows a snapshot by reference names are no longer as recorded, or None (the one check
     behind every reader: the store, ``snapshots --show`` and ``doctor``)."""
-    if len(messages) == count and content_digest(messages) == digest:
+    check = content_digest if digest.startswith(_CRC_FORM) else _sha256_digest
+    if len(messages) == count and check(messages) == digest:
         return None
     changed = ", with changed content" if len(messages) == count else ""
     return f"{len(messages)} of its {count} rows are there{changed}"

@@ -6,6 +6,7 @@ host/reads.py, exercised on the real host in tests/integration/test_snapshot_ref
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,16 @@ def test_rows_read_by_the_caller_are_not_read_again(store: GuardStore, monkeypat
         store.referenced_messages("S.snapshot.3")
 
 
-def test_the_digest_of_a_reference_is_the_one_earlier_versions_wrote() -> None:
-    # references stored by earlier versions are checked against this digest: its bytes never change
+def test_references_of_earlier_versions_and_of_this_one_are_checked_against_their_own_digest() -> None:
+    # the stream both digest: references stored earlier hold its SHA-256, new ones its CRC-32
     messages = [{"role": "user", "content": "h\u00e9llo \ud800"}, {"role": "assistant", "content": None},
                 {"role": "tool", "content": [{"type": "text", "text": "t"}]}]
     stream = "".join(f"{m['role']}\x1f{m['content'] if isinstance(m['content'], str) else repr(m['content'])}\x1e"
-                     for m in messages)
-    assert snapshots_mod.content_digest(messages) == hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()
+                     for m in messages).encode("utf-8", "surrogatepass")
+    earlier = hashlib.sha256(stream).hexdigest()
+    assert snapshots_mod.content_digest(messages) == f"crc32:{zlib.crc32(stream):08x}"
+    for digest in (earlier, snapshots_mod.content_digest(messages)):
+        assert snapshots_mod.reference_problem(messages, 3, digest) is None
+        changed = [*messages[:2], {"role": "tool", "content": "t"}]
+        assert snapshots_mod.reference_problem(changed, 3, digest) == "3 of its 3 rows are there, with changed content"
+        assert snapshots_mod.reference_problem(messages[:2], 3, digest) == "2 of its 3 rows are there"
