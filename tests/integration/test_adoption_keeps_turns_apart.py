@@ -8,7 +8,6 @@ dropped, never reordered."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,10 @@ from hermes_session_guard.summaries.tags import is_summary_text
 
 from .api_turns import _text, answer_for, echo_last_user, marker
 from .conftest import anchor_on_real_usage
+from .waiting import TURN_WAITS, parked_in, place, wait_for
+
+# Where the second turn waits: for the first turn (turn order) or for its compression's lock.
+_WAITS = [*TURN_WAITS, place("acquire", "locks", "session_lock.py")]
 
 SID = "20260701_110000_adopt"
 
@@ -65,7 +68,8 @@ def test_turns_behind_a_compaction_adopt_it_without_merging_prompts(turns_off: A
         first.start()
         assert llm.summary_started.wait(60), "the first turn never reached the summary call"
         second.start()  # behind the compaction in progress: waits for its lock, then adopts
-        time.sleep(0.5)
+        assert wait_for(lambda: parked_in(_WAITS, second) or not second.is_alive()
+                        or len(llm.summary_requests()) > 1, timeout=60), "the second turn neither waited nor ran"
     finally:
         gate.set()
     first.join(180)

@@ -31,7 +31,7 @@ from .api_turns import (
 from .conftest import DEFERS_TO_USAGE
 from .test_turn_order_api import HAS_SESSION_CHAT, HERMES_ORDERS_TURNS
 from .tui_import import tui_resume
-from .waiting import parked_in, place, wait_for
+from .waiting import TURN_WAITS, parked_in, wait_for
 
 SID = "20260701_130000_entry"
 # Hermes 0.21+'s TUI writes a prompt when it is sent (upstream #111868), so a prompt sent
@@ -87,9 +87,6 @@ def _acp_resume(home: Path) -> Callable[[str], Reply]:
 
 # -- the scenario
 
-# Where a turn waits for another turn of its session: the guard's turn order (0.13-0.19)
-# or Hermes's durable turn lease (0.20+).
-_TURN_WAITS = [place("wait", "locks", "turn_lock.py"), place("acquire_session_turn_lease")]
 
 
 @pytest.fixture
@@ -111,7 +108,7 @@ def _during_compression(llm: FakeLLMServer, srv: ApiServer, entry: Callable[[str
         second, more = send_staggered(entry, sent[1:], gap=0)
         # ordered, the entry's turn parks until the compressing turn ends; unordered, it runs on
         # the history it read: to its answer, or to a compression of its own (held like the first)
-        assert wait_for(lambda: parked_in(_TURN_WAITS) or not second[0].is_alive()
+        assert wait_for(lambda: parked_in(TURN_WAITS) or not second[0].is_alive()
                         or len(llm.summary_requests()) > 1, timeout=60), f"the {tag} turn neither waited nor ran"
         assert second[0].is_alive() or not waits, f"the {tag} turn did not wait for the compressing turn"
     finally:

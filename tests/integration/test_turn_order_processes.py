@@ -18,6 +18,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
 from .api_turns import Reply, contract_violations, echo_last_user, marker
 from .test_turn_order_api import HERMES_ORDERS_TURNS
+from .waiting import TURN_WAITS, parked_in, wait_for
 
 DRIVER = Path(__file__).with_name("turn_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +26,12 @@ SID = "20260701_100000_twoproc"
 
 
 def _launch(home: Path, llm: FakeLLMServer, text: str, work: Path) -> tuple[subprocess.Popen, Path, Path, Path]:
+    """The driver of one turn; ``<text>.waiting`` appears once its turn waits for another."""
     ready, go, out = work / f"{text}.ready", work / f"{text}.go", work / f"{text}.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, str(DRIVER), "--home", str(home), "--sid", SID, "--text", text,
-                             "--base-url", llm.base_url, "--ready", str(ready), "--go", str(go), "--out", str(out)],
+                             "--base-url", llm.base_url, "--ready", str(ready), "--go", str(go), "--out", str(out),
+                             "--waiting", str(work / f"{text}.waiting")],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return proc, ready, go, out
 
@@ -53,7 +56,11 @@ def _two_processes(home: Path, db: Any, llm: FakeLLMServer, tmp_path: Path) -> l
         procs[0][2].touch()
         assert llm.summary_started.wait(60), "the first process never reached the summary call"
         procs[1][2].touch()
-        time.sleep(1.0)  # the second turn is in run_conversation, waiting
+        # ordered, the second turn waits for the first; unordered, it runs on its stale history: to
+        # its answer, or to a compression of its own (held like the first)
+        second, waiting = procs[1][0], tmp_path / f"{sent[1]}.waiting"
+        assert wait_for(lambda: waiting.exists() or second.poll() is not None or len(llm.summary_requests()) > 1,
+                        timeout=60), "the second turn neither waited nor ran"
         gate.set()
         replies = {}
         for text, (proc, _, _, out) in zip(sent, procs, strict=True):
@@ -106,7 +113,8 @@ def test_a_cli_process_and_the_api_server_take_turns_on_one_session(guard: Any, 
             box: dict[str, Reply] = {}
             api = threading.Thread(target=lambda: box.__setitem__("r", send(srv, SID, sent[1])))
             api.start()
-            time.sleep(1.0)
+            # it parks on the turn the CLI process holds; unordered, it would run on to its answer
+            assert wait_for(lambda: parked_in(TURN_WAITS) or not api.is_alive(), timeout=60)
             assert api.is_alive(), "the API request did not wait for the CLI process's turn"
             gate.set()
             proc.wait(180)

@@ -34,3 +34,10 @@ def parked_in(places: Collection[tuple[str, str]], thread: threading.Thread | No
                 return True
             frame = frame.f_back
     return False
+
+
+# Where a turn waits for another turn of its session: the guard's turn order (0.13-0.19: in
+# this process, or for another process's lease, polled in a worker thread by an async waiter)
+# or Hermes's durable turn lease (0.20+).
+TURN_WAITS = [place("wait", "locks", "turn_lock.py"), place("_lease", "locks", "turn_lock.py"),
+              place("acquire_session_turn_lease")]

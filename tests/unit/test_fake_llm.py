@@ -419,11 +419,23 @@ def _summary_in_thread(server: FakeLLMServer) -> tuple[threading.Thread, dict[st
     return worker, result
 
 
+class _WatchedGate(threading.Event):
+    """A gate that says when someone waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_on = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited_on.set()
+        return super().wait(timeout)
+
+
 def test_summary_gate_blocks_until_set(srv: FakeLLMServer) -> None:
-    gate = threading.Event()
+    gate = _WatchedGate()
     srv.summary_gate = gate
     worker, result = _summary_in_thread(srv)
-    time.sleep(0.2)
+    assert gate.waited_on.wait(5), "the summary request never waited on the gate"
     assert worker.is_alive()
     assert "resp" not in result
 

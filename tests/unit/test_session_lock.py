@@ -20,6 +20,8 @@ from hermes_session_guard.locks.session_lock import (
 )
 from hermes_session_guard.store import GuardStore
 
+from ..integration.waiting import parked_in, place, wait_for
+
 SID = "20260528_155201_68dc5996"
 OTHER = "20260528_093510_66bfaec7"
 
@@ -101,13 +103,14 @@ def test_waiter_in_the_same_process_wakes_when_the_holder_releases(db_path: Path
     result: list[LockGrant | LockBusy] = []
     t = threading.Thread(target=lambda: result.append(_take(locks, leases, "waiter", wait=5.0)))
     t.start()
-    time.sleep(0.1)
+    # parked on the lock's condition: it found the holder and waits for its release
+    assert wait_for(lambda: parked_in([place("wait", "threading.py")], t)), "the waiter never waited"
     held.release()
     t.join(5)
     (grant,) = result
     assert isinstance(grant, LockGrant)
     assert grant.waited_for == held.holder
-    assert 0.05 <= grant.waited < 1.0
+    assert 0 < grant.waited < 5.0
     grant.release()
 
 
