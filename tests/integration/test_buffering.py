@@ -29,6 +29,11 @@ from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
 from ..fake_llm import ScriptedLLMServer
 from .conftest import HOST_HAS_IN_PLACE, HOST_ROW, MODE_PARAMS
+from .waiting import parked_in, place
+
+# Hermes's compression, guarded or not: AIAgent._compress_context (0.13-0.19), or the
+# conversation_compression function it calls (0.20+), on any thread's stack.
+_IN_COMPRESSION = [place("_compress_context"), place("compress_context")]
 
 # The reproductions without the guard need a host that rotates on every compression and
 # interrupts the agent for a message that arrives meanwhile (0.13-0.16 keep one pending
@@ -247,8 +252,8 @@ async def _buffer_then_stop(llm: ScriptedLLMServer, home: Path, n: int) -> tuple
     await gw.stop()
     llm.configure(fail_all_summaries=("status", 500))
     gate.set()
-    # Let the orphaned compression thread finish before another runner opens the session.
-    await asyncio.sleep(0.5)
+    # The orphaned compression ends (failed) before another runner opens the session.
+    await _until(lambda: not parked_in(_IN_COMPRESSION), what="the orphaned compression to end")
     llm.configure(fail_all_summaries=None, summary_gate=None)
     return gw, sid, sent
 
