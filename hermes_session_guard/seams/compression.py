@@ -346,10 +346,13 @@ class _Operation:
             if steps:
                 self.record_phase(self.store.mark_compression_steps, self.op_id, **steps)
             return
+        self.record_phase(self._insert_row, steps)
+
+    def _insert_row(self, steps: dict[str, float]) -> None:
+        """The phase row, ``started`` at the operation's start (tried once: a failure is the caller's)."""
         self.begun = True
-        self.record_phase(self.store.begin_compression, self.op_id, self.sid, len(self.before),
-                          holder=holder_id(self.op_id), strategy=self.strategy, started_at=self.started_wall,
-                          steps=steps)
+        self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
+                                     strategy=self.strategy, started_at=self.started_wall, steps=steps)
 
     def final_steps(self) -> dict[str, float]:
         """The step times not written yet, written with the outcome."""
@@ -365,9 +368,7 @@ class _Operation:
         when no outcome was recorded). In the caller's transaction when there is one."""
         with self.store.transaction():
             if not self.begun:
-                self.begun = True
-                self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
-                                             strategy=self.strategy, started_at=self.started_wall)
+                self._insert_row({})
             self.store.set_compression_phase(
                 self.op_id, last.status if last else "failed",
                 snapshot_id=last.snapshot_id if last else None,
