@@ -25,6 +25,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 
 from .conftest import HOST_HAS_IN_PLACE, HOST_NATIVE_MODE, MODE_PARAMS, MODES, new_agent
+from .waiting import send_while_busy
 
 SID = "20260528_093510_66bfaec7"
 SYSTEM = "You are a test agent."
@@ -465,7 +466,8 @@ def test_gateway_message_sent_during_the_fork_turn_lands_in_the_child(
     gateway: list[GatewayHarness] = []
 
     def held_answer(body: dict) -> str:
-        if any(m.get("content") == "question one" for m in body["messages"]) and not release.is_set():
+        # the turn that forks (its own question last), not a follow-up that carries it in its history
+        if body["messages"][-1].get("content") == "question one" and not release.is_set():
             if not agent_cached:
                 gateway[0].runner._evict_cached_agent(gateway[0].session_key())
             in_reply.set()
@@ -480,8 +482,7 @@ def test_gateway_message_sent_during_the_fork_turn_lands_in_the_child(
         llm.configure(reply_fn=held_answer)
         await gw.send_text("question one")
         assert await asyncio.get_running_loop().run_in_executor(None, in_reply.wait, 20)
-        await gw.send_text("question two")  # the session is busy: queued (or interrupting)
-        await asyncio.sleep(0.2)
+        assert await send_while_busy(gw, llm, "question two")  # queued (or interrupting)
         release.set()
         await gw.drain()
         return gw, sid

@@ -38,6 +38,7 @@ from ..fake_llm import ScriptedLLMServer, ToolCallReply
 from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
 from .test_recall_tool import _reachable, recall_call, turn_requests
 from .tui_import import tui_server
+from .waiting import send_while_busy
 
 SID = "20260602_120000_5ea3f0"
 OTHER = "20260602_120001_5ea3f1"
@@ -246,8 +247,7 @@ def _busy_message(ctx: Ctx) -> None:
         deadline = loop.time() + 15
         while not host.session_running(gw.runner, gw.session_key()) and loop.time() < deadline:
             await asyncio.sleep(0.01)
-        await gw.send_text("second")
-        await asyncio.sleep(0.2)
+        assert await send_while_busy(gw, ctx.llm, "second")
         release.set()
 
     try:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Collection
+from typing import Any
+
+from hermes_session_guard import host
+from hermes_session_guard.inbox.repository import Inbox
+from hermes_session_guard.runtime import current_runtime
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -41,3 +47,33 @@ def parked_in(places: Collection[tuple[str, str]], thread: threading.Thread | No
 # or Hermes's durable turn lease (0.20+).
 TURN_WAITS = [place("wait", "locks", "turn_lock.py"), place("_lease", "locks", "turn_lock.py"),
               place("acquire_session_turn_lease")]
+
+
+async def send_while_busy(gateway: Any, llm: Any, text: str, timeout: float = 10.0) -> bool:
+    """Send the platform message ``text`` to the session whose turn is running, and wait
+    until the gateway took it (whether within ``timeout`` seconds): it waits in the adapter's
+    pending slot or the runner's queue, or in the guard's inbox, or its turn waits for the
+    running one (:data:`TURN_WAITS`), or a turn reached the model since it was sent (a
+    release that interrupts the running turn and answers at once, rewording the message)."""
+    key = gateway.session_key()
+    asked = len(llm.chat_requests())
+    await gateway.send_text(text)
+
+    def taken() -> bool:
+        waiting = [gateway.adapter._pending_messages.get(key),
+                   *(getattr(gateway.runner, "_queued_events", {}).get(key) or ())]
+        if any(getattr(event, "text", None) == text for event in waiting):
+            return True
+        runtime = current_runtime()
+        inbox = Inbox(runtime.store_for(host.runner_db_path(gateway.runner))) if runtime is not None else None
+        if inbox is not None and any(entry.text == text for entry in inbox.entries(key)):
+            return True
+        return len(llm.chat_requests()) > asked or parked_in(TURN_WAITS)
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if taken():
+            return True
+        await asyncio.sleep(0.01)
+    return False
