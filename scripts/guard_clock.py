@@ -5,7 +5,8 @@ guard's ``guarded_compression`` (in whichever thread runs it: Hermes 0.20+ compa
 worker thread) and the guard's context-engine shim are the guard's; the compression function the guard
 wraps (from the seam table), the context engine's own ``compress``, the system
 prompt builder and Hermes's compression lock methods (which Hermes calls itself unguarded)
-are Hermes's. What the guard's other wrappers do inside Hermes's call
+are Hermes's; the guard's rows written inside Hermes's transactions (0.20+, ``Rider.run``) are
+the guard's, the commit that carries them Hermes's. What the guard's other wrappers do inside Hermes's call
 (a few attribute reads) counts as Hermes's. Used by ``bench_compression.py --own``.
 """
 
@@ -90,3 +91,8 @@ def instrument(clock: OwnClock, version: str) -> None:
     from hermes_session_guard.seams import compression_entry
 
     compression_entry.guarded_compression = clock.timed(GUARD, compression_entry.guarded_compression)
+    # 0.20+: the guard's rows written inside Hermes's own transactions (store.connection.Rider)
+    # are the guard's, though they run within Hermes's call; the commit that carries them is Hermes's.
+    from hermes_session_guard.store.connection import Rider
+
+    Rider.run = clock.timed(GUARD, Rider.run)  # type: ignore[method-assign]

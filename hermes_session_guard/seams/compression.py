@@ -123,6 +123,7 @@ from ..locks.session_lock import (
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
 from ..store import SnapshotGone, SnapshotInfo, content_digest, message_text, text_hash
+from ..store.connection import Rider, board
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -264,7 +265,7 @@ class _Operation:
         "persisted", "written_ahead", "phase_error", "phase_warned", "last", "produced", "referenced",
         "engine_returned_at", "lock_acquired_at", "summary_started_at", "summary_ended_at", "error_type",
         "end_emitted", "live_ids", "live_digest", "live_is_before", "_mine", "started_wall", "begun",
-        "outcome_written",
+        "outcome_written", "row_rider", "reference_rider",
     )
 
     def __init__(
@@ -308,6 +309,10 @@ class _Operation:
         # The phase row: written (see begin) and the outcome it holds (see settle).
         self.begun = False
         self.outcome_written: CompressionOutcome | None = None
+        # Native mode: the phase row and the snapshot reference carried by Hermes's own commits
+        # (its lease, its archive_and_compact) instead of commits of the guard's (store.connection.Rider).
+        self.row_rider: Rider | None = None
+        self.reference_rider: Rider | None = None
         # Content hashes of the summaries an engine of its own produced (known by position).
         self.produced: set[str] = set()
         # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
@@ -350,9 +355,45 @@ class _Operation:
 
     def _insert_row(self, steps: dict[str, float]) -> None:
         """The phase row, ``started`` at the operation's start (tried once: a failure is the caller's)."""
+        self._write_row(steps)
         self.begun = True
+
+    def _write_row(self, steps: dict[str, float]) -> None:
         self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
                                      strategy=self.strategy, started_at=self.started_wall, steps=steps)
+
+    def summary_steps(self) -> dict[str, float]:
+        """The step times known when Hermes's compression is called."""
+        assert self.summary_started_at is not None
+        return {"summary_started_at": self.summary_started_at,
+                **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {})}
+
+    def row_aboard(self) -> None:
+        """Native mode: the phase row was given to Hermes's next commit. Committed with it:
+        written. Otherwise (no commit of Hermes's on this thread yet, a failed one, or the
+        guard's write in it failed) it rides no later one and is written now, on its own: before
+        the summary starts, or once Hermes returned without reaching it (its lease not taken:
+        a failure of that write says state.db refuses writes)."""
+        rider, self.row_rider = self.row_rider, None
+        if rider is None:
+            return
+        if rider.alight():
+            self.begun = True
+        else:
+            self.begin(**self.summary_steps())
+
+    def reference_aboard(self, snapshot_id: str) -> None:
+        """Native mode, Hermes's compression returned: the snapshot reference given to its
+        archive_and_compact commit was committed with it (the snapshot stands exactly when the
+        compaction does), or not; a guard write that failed inside it is written after
+        Hermes's commit (settle), said as deferred."""
+        rider, self.reference_rider = self.reference_rider, None
+        if rider is None:
+            return
+        if rider.alight():
+            self.written_ahead = snapshot_id
+        elif rider.state == "failed":
+            self.audit.info("snapshot.deferred", reason="the guard's write inside Hermes's commit failed")
 
     def final_steps(self) -> dict[str, float]:
         """The step times not written yet, written with the outcome."""
@@ -605,18 +646,14 @@ class _Operation:
             if strategy == Strategy.HOST_NATIVE and engine_output and engine_output != engine_input:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
-                self.referenced = host.live_row_ranges(self.db_path, sid)
-                if self.referenced and self.written_ahead is None and host.session_db(agent) is not None:
-                    # Write-ahead, as on 0.19: Hermes archives those rows right after this and keeps
-                    # them, so the reference goes first. A process killed between the two writes
-                    # leaves the transcript live and referenced, never compacted with no snapshot.
-                    # on failure, written once Hermes returned (write_reference)
-                    with failing_open("the snapshot reference written ahead", "written after Hermes's commit",
-                                      level=None) as failed:
-                        self.store_reference(snapshot_id, created_at, self.referenced)
-                        self.written_ahead = snapshot_id
-                    if failed:
-                        self.audit.info("snapshot.deferred", reason=failed.reason)
+                runs = self.referenced = host.live_row_ranges(self.db_path, sid)
+                if runs and self.written_ahead is None and host.session_db(agent) is not None:
+                    # Hermes archives those rows right after this and keeps them: the reference rides
+                    # its archive_and_compact commit (not an earlier one), so the snapshot stands exactly
+                    # when the compaction does (reference_aboard); written after it if it could not ride.
+                    self.reference_rider = board(store, "the snapshot reference",
+                                                 lambda: self.store_reference(snapshot_id, created_at, runs),
+                                                 compaction=True)
             live_now: list[tuple[int, int]] = []
             if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
@@ -653,14 +690,20 @@ class _Operation:
             self.produced = {text_hash(message_text(engine_output[i])) for i in made}
 
         engine = host.context_engine(agent)
-        if (strategy == Strategy.HOST_NATIVE and engine is not None
-                and engine_support.compress_shape(engine) is not None):
+        unreachable = engine is not None and engine_support.compress_shape(engine) is not None
+        if strategy == Strategy.HOST_NATIVE and unreachable:
             # An engine the shim cannot reach never reports its return: the rows live before Hermes's
             # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
             self.referenced = host.live_row_ranges(self.db_path, sid)
         self.summary_started_at = time.time()
-        self.begin(summary_started_at=self.summary_started_at,
-                   **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {}))
+        if strategy == Strategy.HOST_NATIVE and engine is not None and not unreachable \
+                and host.session_db(agent) is not None:
+            # Hermes commits its lease before the summary and the shim asks the generation check
+            # right after it (stale_under_host_lock): the row rides that commit, or is written then.
+            steps = self.summary_steps()
+            self.row_rider = board(store, "the compression's phase row", lambda: self._write_row(steps))
+        else:
+            self.begin(**self.summary_steps())
         try:
             stale = self.stale_under_host_lock if strategy == Strategy.HOST_NATIVE else None
             with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
@@ -671,12 +714,16 @@ class _Operation:
                     with host.forced_in_place(agent):
                         compressed, system_prompt = self.call_host()
         except BaseException as exc:
+            self.row_aboard()
+            self.reference_aboard(snapshot_id)
             self.summary_finished()
             self.error_type = type(exc).__name__
             reason = f"{type(exc).__name__}: {exc}"
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
+        self.row_aboard()
+        self.reference_aboard(snapshot_id)
         self.summary_finished()
 
         if verdict.found_stale:
@@ -1022,7 +1069,9 @@ class _Operation:
         predate a compaction committed since :meth:`check_generation` (which ran before
         Hermes's lease)? The same live row ids as that check read say no without reading the
         transcript again (any commit archives rows and writes new ones). A failed read says
-        no: Hermes compacts as it would alone."""
+        no: Hermes compacts as it would alone. Asked before the summary starts: the phase row is
+        written by then (row_aboard)."""
+        self.row_aboard()
         with failing_open("the generation check", "Hermes compacts as it would alone", level=None) as failed:
             if self.live_ids and host.live_row_ranges(self.db_path, self.sid) == self.live_ids:
                 return False

@@ -5,6 +5,7 @@ plus the re-entry of Hermes's own native lock from inside a guarded compression 
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from typing import Any
 
 from .. import host
@@ -12,6 +13,7 @@ from ..audit import new_op_id
 from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
+from ..store.connection import arrived, carry, compaction_commit, take_riders
 from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
 from .row import SeamRow, Wrapper
 
@@ -128,6 +130,50 @@ def stepped_aside(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, .
     finally:
         if scope is not None:
             scope.__exit__(None, None, None)
+
+
+def host_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB._execute_write(self, fn, ...)`` (0.20+): the rows of the guard's waiting
+    on this thread (:class:`~hermes_session_guard.store.connection.Rider`) are written in
+    the transaction Hermes runs, after its own ``fn``, and committed, or rolled back, with
+    it. No rider waiting (every other write of Hermes's): Hermes's call, unchanged."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        riders = take_riders()
+        if not riders:
+            return wrapped(*args, **kwargs)
+        with failing_open(row, "the guard writes its rows on its own", advice=None) as failed:
+            call_args, call_kwargs = args, dict(kwargs)
+            if args:
+                call_args = (carry(riders, args[0]), *args[1:])
+            else:
+                call_kwargs["fn"] = carry(riders, kwargs["fn"])
+        if failed:
+            arrived(riders, committed=False)
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*call_args, **call_kwargs)
+        except BaseException:
+            arrived(riders, committed=False)
+            raise
+        arrived(riders, committed=True)
+        return result
+
+    return wrapper
+
+
+def compaction_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``SessionDB.archive_and_compact`` (0.20+): while it runs, the write transaction
+    Hermes commits on this thread is the compaction's own, and carries the snapshot
+    reference waiting for it (``host_commit``), not an earlier commit of Hermes's."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with ExitStack() as marked:
+            with failing_open(row, "the snapshot reference is written after Hermes's commit", advice=None):
+                marked.enter_context(compaction_commit())
+            return wrapped(*args, **kwargs)
+
+    return wrapper
 
 
 def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:

@@ -84,7 +84,12 @@ from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind, Strategy
 from . import search as search_seams
 from . import summaries as ss
-from .compression_entry import compression_wrapper, native_lock_reentry_wrapper
+from .compression_entry import (
+    compaction_commit_wrapper,
+    compression_wrapper,
+    host_commit_wrapper,
+    native_lock_reentry_wrapper,
+)
 from .gateway import (
     buffer_drain_wrapper,
     buffer_replay_wrapper,
@@ -327,6 +332,32 @@ SEAMS: tuple[SeamRow, ...] = (
                                       "host's acquire re-enters it"},
             "0.20.0+": not_needed("native mode: Hermes takes and checks its own lock; the guard never holds it",
                                   requires=(_NATIVE_LOCK,)),
+        },
+    ),
+    *seam(
+        "host_commit",
+        module="hermes_state",
+        attribute="SessionDB._execute_write",
+        params=("self", "fn"),
+        wrapper=host_commit_wrapper,
+        ranges={
+            "0.13.0-0.20.0": not_needed("the guard commits its own rows while it holds the compression lock around "
+                                        "Hermes's call"),
+            "0.20.0+": {"note": "native mode: a compaction's phase row rides Hermes's next commit before the summary "
+                                "(its lease), and its snapshot reference Hermes's archive_and_compact commit: no "
+                                "commit of the guard's own, atomic with Hermes's"},
+        },
+    ),
+    *seam(
+        "compaction_commit",
+        module="hermes_state",
+        attribute="SessionDB.archive_and_compact",
+        params=("self", "session_id", "compacted_messages"),
+        wrapper=compaction_commit_wrapper,
+        ranges={
+            "0.13.0-0.20.0": not_needed("the guard writes the snapshot ahead of Hermes's compaction itself"),
+            "0.20.0+": {"note": "native mode: marks Hermes's compaction commit, which carries the snapshot "
+                                "reference (host_commit)"},
         },
     ),
     # Summaries carry the recall line; the body the host re-summarises must not.

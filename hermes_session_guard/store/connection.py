@@ -8,11 +8,12 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from ..fail_open import failing_open
 from ..file_modes import create_private, make_private_dirs
 from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION, add_missing_columns
 
@@ -174,6 +175,10 @@ class StoreConnection:
         Nested in another ``transaction()`` of the same thread it is part of that one: one
         commit for several repositories' writes (an error in it rolls the whole one back),
         at the outer one's level."""
+        carrier = getattr(_riding, "carrier", None)
+        if carrier is not None and carrier[0] is self:  # a rider's write, inside Hermes's transaction
+            yield carrier[1]
+            return
         with self._lock:
             if self._depth and self._conn is not None:
                 self._depth += 1
@@ -235,3 +240,120 @@ class StoreConnection:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+# -- the guard's rows carried by Hermes's own commits -----------------------------------
+# .waiting: this thread's riders; .carrier: (store, Hermes's connection) of the one writing;
+# .compaction: Hermes's archive_and_compact runs on this thread (its commit is the compaction's)
+_riding = threading.local()
+_riders_lock = threading.Lock()
+
+
+class Rider:
+    """Rows of the guard's that the next write transaction Hermes commits on this thread
+    carries (0.20+, the ``host_commit`` seam): ``write`` runs inside it, after Hermes's own
+    writes, in a savepoint, with the store's :meth:`StoreConnection.transaction` handing it
+    Hermes's connection. The rows then cost no commit of their own, and they are committed,
+    or rolled back, with Hermes's. A failure of the guard's own write rolls back only its
+    savepoint: Hermes's transaction goes on as it would alone (``state`` says ``failed`` and
+    the caller writes them on its own). ``state``: ``waiting``, ``aboard`` (written inside a
+    transaction not yet committed), ``committed``, ``failed``, ``rolled_back`` (Hermes's
+    transaction failed) or ``cancelled``. ``compaction``: only the commit of Hermes's
+    compaction itself carries it (``archive_and_compact``, the ``compaction_commit`` seam),
+    not the commits Hermes makes before it."""
+
+    __slots__ = ("store", "label", "write", "state", "compaction", "_queue")
+
+    def __init__(self, store: StoreConnection, label: str, write: Callable[[], object], compaction: bool) -> None:
+        self.store, self.label, self.write, self.compaction = store, label, write, compaction
+        self.state = "waiting"
+        self._queue: list[Rider] | None = None
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        """Write inside Hermes's open transaction on ``conn`` (called again if Hermes retries it)."""
+        with failing_open(f"{self.label} carried by Hermes's commit", "written on its own", level=logging.DEBUG,
+                          advice=None) as failed:
+            conn.execute("SAVEPOINT session_guard")
+            _riding.carrier = (self.store, conn)
+            try:
+                self.write()
+            except BaseException:
+                conn.execute("ROLLBACK TO session_guard")
+                raise
+            finally:
+                _riding.carrier = None
+                conn.execute("RELEASE session_guard")
+            self.state = "aboard"
+        if failed:
+            self.state = "failed"
+
+    def alight(self) -> bool:
+        """Whether the rows were committed with Hermes's transaction; a rider still waiting
+        is cancelled (it rides no later commit), so the caller writes them on its own."""
+        with _riders_lock:
+            if self.state == "waiting":
+                self.state = "cancelled"
+                if self._queue is not None and self in self._queue:
+                    self._queue.remove(self)
+            return self.state == "committed"
+
+
+def board(store: StoreConnection, label: str, write: Callable[[], object], *, compaction: bool = False) -> Rider:
+    """A :class:`Rider` for the next write transaction Hermes commits on this thread (its
+    compaction's, with ``compaction``)."""
+    rider = Rider(store, label, write, compaction)
+    with _riders_lock:
+        queue = getattr(_riding, "waiting", None)
+        if queue is None:
+            queue = _riding.waiting = []
+        rider._queue = queue
+        queue.append(rider)
+    return rider
+
+
+def take_riders() -> list[Rider]:
+    """The riders waiting on this thread that the write transaction about to run carries."""
+    queue = getattr(_riding, "waiting", None)
+    if not queue:
+        return []
+    compacting = getattr(_riding, "compaction", 0) > 0
+    with _riders_lock:
+        taken = [rider for rider in queue if compacting or not rider.compaction]
+        queue[:] = [rider for rider in queue if rider not in taken]
+        for rider in taken:
+            rider._queue = None
+    return taken
+
+
+@contextmanager
+def compaction_commit() -> Iterator[None]:
+    """Hermes's compaction (``archive_and_compact``) runs on this thread: its write
+    transaction carries the riders waiting for it."""
+    _riding.compaction = getattr(_riding, "compaction", 0) + 1
+    try:
+        yield
+    finally:
+        _riding.compaction -= 1
+
+
+def carry(riders: list[Rider], fn: Callable[[sqlite3.Connection], object]) -> Callable[[sqlite3.Connection], object]:
+    """Hermes's transaction body ``fn`` followed by the riders' writes."""
+
+    def body(conn: sqlite3.Connection) -> object:
+        result = fn(conn)
+        for rider in riders:
+            if rider.state in ("waiting", "aboard"):
+                rider.run(conn)
+        return result
+
+    return body
+
+
+def arrived(riders: list[Rider], committed: bool) -> None:
+    """Hermes's transaction ended: the riders written in it were committed, or rolled back with it."""
+    with _riders_lock:
+        for rider in riders:
+            if rider.state == "aboard":
+                rider.state = "committed" if committed else "rolled_back"
+            elif rider.state == "waiting":  # its write never ran (Hermes's body failed first)
+                rider.state = "rolled_back"

@@ -22,9 +22,10 @@ phase is reached, after writing the phase name to ``--reached``. Phases:
 ``between_writes``
     the pre-compression snapshot and the live transcript: whichever of the two
     writes comes second is entered and not run (0.14 writes the snapshot, then
-    ``SessionDB.replace_messages``; 0.18.2+ writes the snapshot, or its reference to
+    ``SessionDB.replace_messages``; 0.18.2-0.19 write the snapshot, or its reference to
     Hermes's rows, when the context engine returns, before the host's
-    ``archive_and_compact``);
+    ``archive_and_compact``; native mode, 0.20+, writes the reference inside that
+    call's transaction, so the kill lands there, before its commit);
 ``before_release``
     both writes done, the compression lock about to be released (the guard's grant, or
     in native mode, 0.20+, Hermes's own ``release_compression_lock``);
@@ -74,11 +75,15 @@ def install_kill(phase: str, reached: str | None) -> None:
     import wrapt
 
     written: set[str] = set()
+    entered: set[str] = set()
 
     def write(kind: str, other: str) -> Any:
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if phase == "between_writes" and other in written:
+            # native mode (0.20+): the reference is written inside Hermes's archive_and_compact
+            # transaction (it rides its commit): killed there, before its commit
+            if phase == "between_writes" and (other in written or other in entered):
                 _die(reached, phase)
+            entered.add(kind)
             result = wrapped(*args, **kwargs)
             written.add(kind)
             return result

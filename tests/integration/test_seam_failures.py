@@ -208,6 +208,27 @@ def _native_lock_reentry(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
+@case("host_commit", "compaction_commit", policy="open")
+def _host_commit(ctx: Ctx) -> None:
+    # 0.20+: the guard's rows cannot ride Hermes's commits (or not its compaction's); Hermes
+    # compacts as it would alone and the guard writes them on its own.
+    ctx.inject(compression_entry, "carry" if ctx.row.seam == "host_commit" else "compaction_commit")
+    agent, out = ctx.compacted(SID)
+    assert agent.session_id == SID
+    store = ctx.guard.store_for(ctx.home / "state.db")
+    (snap,) = store.list_snapshots(SID)
+    assert [m["content"] for m in store.snapshot_messages(snap.snapshot_id)] == \
+        [m["content"] for m in probe.seed_messages()]
+    outcome = [e for e in audit.read_events(ctx.guard.audit_path) if e.get("session_id") == SID][-1]
+    assert outcome["event"] == "compression.done" and outcome["snapshot_id"] == snap.snapshot_id, outcome
+    with store.reading() as conn:
+        phases = [r[0] for r in conn.execute("SELECT phase FROM session_guard_compressions WHERE session_id = ?",
+                                             (SID,))]
+    assert phases == ["done"]
+    ctx.assert_said("open")
+    ctx.real_turn()
+
+
 @case("gateway_turn", policy="open")
 def _gateway_turn_case(ctx: Ctx) -> None:
     ctx.inject(ctx.guard.compactions, "mark")
