@@ -651,9 +651,15 @@ class _Operation:
                     # Hermes archives those rows right after this and keeps them: the reference rides
                     # its archive_and_compact commit (not an earlier one), so the snapshot stands exactly
                     # when the compaction does (reference_aboard); written after it if it could not ride.
-                    self.reference_rider = board(store, "the snapshot reference",
-                                                 lambda: self.store_reference(snapshot_id, created_at, runs),
-                                                 compaction=True)
+                    # the rows' digest is read now, never inside Hermes's transaction
+                    with failing_open("reading the rows the snapshot references", "written after Hermes's commit",
+                                      level=None) as failed:
+                        read = self.live_digest if runs == self.live_ids else store.rows_digest(sid, runs)
+                        self.reference_rider = board(
+                            store, "the snapshot reference",
+                            lambda: self.store_reference(snapshot_id, created_at, runs, read=read), compaction=True)
+                    if failed:
+                        self.audit.info("snapshot.deferred", reason=failed.reason)
             live_now: list[tuple[int, int]] = []
             if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input:
                 # Hermes archives every live row of the session right after its engine
@@ -972,12 +978,16 @@ class _Operation:
         self.write_snapshot(snapshot_id, created_at)
 
     def store_reference(self, snapshot_id: str, created_at: float, runs: list[tuple[int, int]],
-                        matching: list[Any] | None = None) -> SnapshotInfo | None:
-        """Record the snapshot as Hermes's rows ``runs`` of this session (store.write_snapshot_reference)."""
+                        matching: list[Any] | None = None,
+                        read: tuple[int, str] | None = None) -> SnapshotInfo | None:
+        """Record the snapshot as Hermes's rows ``runs`` of this session (store.write_snapshot_reference);
+        ``read``: their count and digest, read already."""
+        if read is None and runs == self.live_ids:
+            read = self.live_digest
         return self.store.write_snapshot_reference(
             snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
             host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,
-            matching=matching, read=self.live_digest if runs == self.live_ids else None,
+            matching=matching, read=read,
         )
 
     def write_snapshot(self, snapshot_id: str, created_at: float) -> None:

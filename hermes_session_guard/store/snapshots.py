@@ -238,11 +238,7 @@ class SnapshotRepository(RecallIndexRepository):
         ``matching`` (the transcript the compaction replaces) nothing is written, and None
         returned, unless those rows hold exactly these messages (roles and texts, in
         order): the caller then stores a copy."""
-        if read is None:
-            messages = self._archived(session_id, row_runs)
-            count, digest = len(messages), content_digest(messages)
-        else:
-            count, digest = read
+        count, digest = self.rows_digest(session_id, row_runs) if read is None else read
         if matching is not None and (len(matching) != count or not all(isinstance(m, dict) for m in matching)
                                      or content_digest(matching) != digest):
             return None
@@ -267,6 +263,12 @@ class SnapshotRepository(RecallIndexRepository):
                 (snapshot_id, session_id, format_runs(row_runs), count, digest),
             )
         return info
+
+    def rows_digest(self, session_id: str, row_runs: list[tuple[int, int]]) -> tuple[int, str]:
+        """The count and :func:`content_digest` of Hermes's rows ``row_runs`` as they are now
+        (read on a connection of the guard's: never inside a transaction of Hermes's)."""
+        messages = self._archived(session_id, row_runs)
+        return len(messages), content_digest(messages)
 
     def _archived(self, session_id: str, runs: list[tuple[int, int]]) -> list[dict[str, Any]]:
         if _archived_reader is None:
