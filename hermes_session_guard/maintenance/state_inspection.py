@@ -173,9 +173,11 @@ def _read_header(db_path: Path) -> bytes:
 
 
 def _header_problem(db_path: Path) -> str | None:
-    """A reason why the file cannot be a complete SQLite database, from its header."""
-    size = db_path.stat().st_size
+    """A reason why the file cannot be a complete SQLite database, from its header. The header
+    is read before the size: a writer that grows the file meanwhile (the rollback journal
+    writes the new page count, then the pages) never makes it look truncated."""
     header = _read_header(db_path)
+    size = db_path.stat().st_size
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         return "it is not an SQLite database (empty, truncated or another kind of file)"
     page_size = int.from_bytes(header[16:18], "big")
