@@ -651,13 +651,20 @@ class _Operation:
                     # Hermes archives those rows right after this and keeps them: the reference rides
                     # its archive_and_compact commit (not an earlier one), so the snapshot stands exactly
                     # when the compaction does (reference_aboard); written after it if it could not ride.
-                    # the rows' digest is read now, never inside Hermes's transaction
-                    with failing_open("reading the rows the snapshot references", "written after Hermes's commit",
+                    # Without the seams that carry it, it is written ahead of that commit, as on 0.19.
+                    # On failure, written once Hermes returned (write_reference).
+                    riding = self.runtime.seam_patched("compaction_commit") and self.runtime.seam_patched("host_commit")
+                    with failing_open("the snapshot reference written ahead", "written after Hermes's commit",
                                       level=None) as failed:
+                        # the rows' digest is read now, never inside Hermes's transaction
                         read = self.live_digest if runs == self.live_ids else store.rows_digest(sid, runs)
-                        self.reference_rider = board(
-                            store, "the snapshot reference",
-                            lambda: self.store_reference(snapshot_id, created_at, runs, read=read), compaction=True)
+                        if riding:
+                            self.reference_rider = board(
+                                store, "the snapshot reference",
+                                lambda: self.store_reference(snapshot_id, created_at, runs, read=read), compaction=True)
+                        else:
+                            self.store_reference(snapshot_id, created_at, runs, read=read)
+                            self.written_ahead = snapshot_id
                     if failed:
                         self.audit.info("snapshot.deferred", reason=failed.reason)
             live_now: list[tuple[int, int]] = []
@@ -703,7 +710,7 @@ class _Operation:
             self.referenced = host.live_row_ranges(self.db_path, sid)
         self.summary_started_at = time.time()
         if strategy == Strategy.HOST_NATIVE and engine is not None and not unreachable \
-                and host.session_db(agent) is not None:
+                and host.session_db(agent) is not None and self.runtime.seam_patched("host_commit"):
             # Hermes commits its lease before the summary and the shim asks the generation check
             # right after it (stale_under_host_lock): the row rides that commit, or is written then.
             steps = self.summary_steps()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hermes_session_guard import audit
 from hermes_session_guard.hostinfo import parse_version
 from hermes_session_guard.seams.compression_entry import host_commit_wrapper
 from hermes_session_guard.seams.table import select_row
@@ -163,3 +164,55 @@ def test_a_compaction_rider_rides_only_the_compaction_commit(store: GuardStore, 
     with compaction_commit():
         assert _write(wrapper, host, "compacted") == "compacted"
     assert rider.alight() and _ops(store) == ["op1"] and host.texts() == ["heartbeat", "compacted"]
+
+
+def _native(runtime: Any, db: Any) -> Any:
+    from .test_native_stale_check import _op
+
+    op = _op(runtime, db)
+    op.summary_started_at = 5.0
+    op.live_ids = [(1, 10)]
+    return op
+
+
+def _phase_rows(op: Any) -> list[tuple[str, float]]:
+    with op.store.reading() as conn:
+        return [(r[0], r[1]) for r in conn.execute(
+            "SELECT phase, summary_started_at FROM session_guard_compressions WHERE op_id = ?", (op.op_id,))]
+
+
+def test_a_phase_row_no_commit_carried_is_written_before_the_summary(runtime: Any, db: Any, mocker: Any) -> None:
+    from hermes_session_guard import host
+
+    op = _native(runtime, db)
+    op.row_rider = board(op.store, "the phase row", lambda: op._write_row(op.summary_steps()))
+    mocker.patch.object(host, "live_row_ranges", return_value=[(1, 10)])
+    assert op.stale_under_host_lock() is False  # asked by the shim before the summary starts
+    assert op.begun and _phase_rows(op) == [("started", 5.0)]
+    assert take_riders() == []  # it rides no later commit
+
+
+def test_a_phase_row_hermes_committed_is_not_written_again(runtime: Any, db: Any, mocker: Any) -> None:
+    from hermes_session_guard import host
+
+    op = _native(runtime, db)
+    op.row_rider = board(op.store, "the phase row", lambda: op._write_row(op.summary_steps()))
+    _write(_wrapper(), Host(op.store.db_path), "lease")  # Hermes's commit of its lease carries it
+    mocker.patch.object(host, "live_row_ranges", return_value=[(1, 10)])
+    assert op.stale_under_host_lock() is False
+    assert op.begun and _phase_rows(op) == [("started", 5.0)]
+
+
+def test_a_reference_whose_write_failed_in_hermes_commit_is_deferred(runtime: Any, db: Any) -> None:
+    op = _native(runtime, db)
+
+    def broken() -> None:
+        raise RuntimeError("the guard's write failed")
+
+    op.reference_rider = board(op.store, "the snapshot reference", broken, compaction=True)
+    with compaction_commit():
+        _write(_wrapper(), Host(op.store.db_path), "compacted")
+    op.reference_aboard("S1.snapshot.1")
+    assert op.written_ahead is None  # written after Hermes's commit (settle's write_reference)
+    events = [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id") == op.op_id]
+    assert events == ["snapshot.deferred"]
