@@ -657,7 +657,7 @@ class _Operation:
                     with failing_open("the snapshot reference written ahead", "written after Hermes's commit",
                                       level=None) as failed:
                         # the rows' digest is read now, never inside Hermes's transaction
-                        read = self.live_digest if runs == self.live_ids else store.rows_digest(sid, runs)
+                        read = self.rows_read(runs)
                         if riding:
                             self.reference_rider = board(
                                 store, "the snapshot reference",
@@ -983,6 +983,13 @@ class _Operation:
                                              matching=None if exact else self.before) is not None:
                 return
         self.write_snapshot(snapshot_id, created_at)
+
+    def rows_read(self, runs: list[tuple[int, int]]) -> tuple[int, str]:
+        """The count and digest of Hermes's rows ``runs``: as the generation check read them
+        when they are the same rows, else read now (store.rows_digest)."""
+        if runs == self.live_ids and self.live_digest is not None:
+            return self.live_digest
+        return self.store.rows_digest(self.sid, runs)
 
     def store_reference(self, snapshot_id: str, created_at: float, runs: list[tuple[int, int]],
                         matching: list[Any] | None = None,

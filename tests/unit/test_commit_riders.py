@@ -216,3 +216,16 @@ def test_a_reference_whose_write_failed_in_hermes_commit_is_deferred(runtime: An
     assert op.written_ahead is None  # written after Hermes's commit (settle's write_reference)
     events = [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id") == op.op_id]
     assert events == ["snapshot.deferred"]
+
+
+def test_a_reference_is_given_the_digest_read_outside_hermes_transaction(runtime: Any, db: Any, mocker: Any) -> None:
+    op = _native(runtime, db)
+    read = mocker.patch.object(op.store, "rows_digest", return_value=(3, "crc32:abc"))
+    op.live_digest = (48, "crc32:live")
+    assert op.rows_read([(1, 10)]) == (48, "crc32:live")  # the rows the generation check read
+    read.assert_not_called()
+    # the same rows, but the check read them without a digest (it compared the whole transcript)
+    op.live_digest = None
+    assert op.rows_read([(1, 10)]) == (3, "crc32:abc")
+    assert op.rows_read([(1, 12)]) == (3, "crc32:abc")  # rows that arrived during the summary
+    assert read.call_count == 2
