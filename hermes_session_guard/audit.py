@@ -68,8 +68,12 @@ class _AppendFile:
         path = self._path() if callable(self._path) else self._path
         try:
             fd = open_private_append(path)
-            with os.fdopen(fd, "ab") as fh:
-                fh.write(line.encode("utf-8"))
+            try:
+                data = line.encode("utf-8")
+                while data:  # one write(2) of the whole line (O_APPEND), unless the disk fills
+                    data = data[os.write(fd, data):]
+            finally:
+                os.close(fd)
             if path not in self._tightened:  # a log written by an older version may be 0644
                 self._tightened.add(path)
                 chmod_quietly(path, PRIVATE_FILE)

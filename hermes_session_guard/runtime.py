@@ -69,6 +69,7 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _session_dbs: dict[str, Path] = field(default_factory=dict)
     _with_snapshots: set[tuple[Path, str]] = field(default_factory=set)
+    _audit_path: tuple[tuple[str, Path], Path] | None = None
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(lambda: self.audit_path)
@@ -80,8 +81,14 @@ class Runtime:
 
     @property
     def audit_path(self) -> Path:
-        path = Path(self.config.audit.path)
-        return path if path.is_absolute() else self.home / path
+        """The configured audit file, under the home now (read at every audit line: the
+        path is built once per configured path and home)."""
+        key = (self.config.audit.path, self.home)
+        cached = self._audit_path
+        if cached is None or cached[0] != key:
+            path = Path(key[0])
+            cached = self._audit_path = (key, path if path.is_absolute() else key[1] / path)
+        return cached[1]
 
     def store_for(self, db_path: Path) -> GuardStore:
         key = database_key(db_path)

@@ -133,6 +133,7 @@ from .persistence import (
     carried_unpersisted,
     in_timestamp_order,
     live_brief,
+    live_brief_and_runs,
     live_transcript,
     persist_compacted,
     rebase_flush,

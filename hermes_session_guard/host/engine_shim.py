@@ -24,7 +24,7 @@ class EngineVerdict:
     """What the guard learned from the context engine during one compression, and
     what it does to a successful result before the host persists it."""
 
-    def __init__(self, decorate: Callable[[list[Any], list[Any]], None] | None = None,
+    def __init__(self, decorate: Callable[[list[Any], list[Any], list[int] | None], None] | None = None,
                  stale: Callable[[], bool] | None = None) -> None:
         self.failure: str | None = None
         self.decorate = decorate
@@ -43,7 +43,9 @@ def _text_size(messages: Any) -> int:
     return sum(len(message_text(m) or "") for m in messages if isinstance(m, dict))
 
 
-def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
+def _engine_failure(engine: Any, messages: list[Any] | None, out: Any, found: list[int] | None) -> str | None:
+    """Why the engine's result ``out`` for ``messages`` (None: not a list) is refused, or None;
+    ``found``: the summaries in ``out`` (:func:`summaries.tags.summary_indices`)."""
     if getattr(engine, "_last_compress_aborted", False):
         return str(getattr(engine, "_last_summary_error", None) or "compression aborted")
     err = getattr(engine, "_last_summary_error", None)
@@ -51,15 +53,14 @@ def _engine_failure(engine: Any, messages: Any, out: Any) -> str | None:
         return str(err)
     from ..summaries.tags import summary_body_sizes
 
-    if not isinstance(out, list):
+    if not isinstance(out, list) or found is None:
         return None
-    given = messages if isinstance(messages, list) else None  # kept messages quoting the prefix are not summaries
-    sizes = summary_body_sizes(out, given)
+    sizes = summary_body_sizes(out, found)
     if sizes and not any(sizes):
         return "the summary model returned an empty summary"
-    if given is not None:
+    if messages is not None:
         body = sum(sizes)
-        if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(given):
+        if body > RUNAWAY_SUMMARY_CHARS and body >= _text_size(messages):
             return (f"the summary ({body:,} characters) is larger than the whole conversation it replaces "
                     "(garbage or runaway summary)")
     return None
@@ -85,7 +86,12 @@ def _make_engine_shim(cls: Any) -> Any:
         out = original(self, messages, *args, **kwargs)
         if verdict is None:
             return out
-        failure = _engine_failure(self, messages, out) or engine_support.empty_summary(self, messages, out)
+        from ..summaries.tags import summary_indices
+
+        # kept messages quoting the prefix are not summaries; found once, for the checks and the tags
+        given = messages if isinstance(messages, list) else None
+        found = summary_indices(out, given) if isinstance(out, list) else None
+        failure = _engine_failure(self, given, out, found) or engine_support.empty_summary(self, messages, out)
         if failure:
             # A failed summary must not replace real turns with a fallback marker:
             # hand the host its input back, which every release treats as "no progress".
@@ -95,7 +101,7 @@ def _make_engine_shim(cls: Any) -> Any:
             # fail open: the summary stays as the host wrote it
             with failing_open("tagging the compaction summary", "the summary is kept untagged and without its "
                               "recall line", advice=None):
-                verdict.decorate(list(messages), out)
+                verdict.decorate(list(messages), out, found if given is not None else None)
         return out
 
     compress.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
@@ -129,7 +135,7 @@ def unshim_engines() -> None:
 
 @contextmanager
 def watching_engine(
-    agent: Any, decorate: Callable[[list[Any], list[Any]], None] | None = None,
+    agent: Any, decorate: Callable[[list[Any], list[Any], list[int] | None], None] | None = None,
     stale: Callable[[], bool] | None = None,
 ) -> Iterator[EngineVerdict]:
     shim_engine(agent)

@@ -15,7 +15,7 @@ from typing import Any
 from ..fail_open import failing_open
 from ..store import message_text
 from .agent import session_db
-from .reads import live_rows_brief
+from .reads import live_rows_brief, runs_of
 
 
 def in_timestamp_order(db: Any, floor_session: str, messages: list[Any]) -> list[Any]:
@@ -137,17 +137,30 @@ def live_brief(agent: Any, sid: str, leave_out_row: int | None = None,
     differently here, so a difference means "read :func:`live_transcript`". None when the
     read fails or a display marker cannot be decoded. ``include_row_ids``: each message also
     has its row's id under ``_row_id``, as Hermes's loader gives it."""
+    return _brief(agent, sid, leave_out_row, include_row_ids)[0]
+
+
+def live_brief_and_runs(agent: Any, sid: str) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]]]:
+    """:func:`live_brief` with row ids, and the ids of every live row of the session
+    (metadata rows and queued prompts too) as runs, as ``reads.live_row_ranges`` gives
+    them: one read for both. ``(None, [])`` when the read fails."""
+    return _brief(agent, sid, None, True)
+
+
+def _brief(agent: Any, sid: str, leave_out_row: int | None,
+           include_row_ids: bool) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]]]:
     db = session_db(agent)
     if db is None:
-        return []
+        return [], []
     path = getattr(db, "db_path", None)  # the SessionDB's own file, never a default one
     rows = live_rows_brief(Path(path), sid, tuple(sorted(_TRANSCRIPT_METADATA_ROLES))) if path else None
     if rows is None:
-        return None
+        return None, []
+    runs = runs_of([row[0] for row in rows])
     queued = _queued_prompt_row()
     out = []
     for row_id, role, content, call, meta in rows:
-        if row_id == leave_out_row:
+        if row_id == leave_out_row or role in _TRANSCRIPT_METADATA_ROLES:
             continue
         message = {"role": role, "content": content, "tool_call_id": call}
         if include_row_ids:
@@ -156,11 +169,11 @@ def live_brief(agent: Any, sid: str, leave_out_row: int | None = None,
             try:
                 message["display_metadata"] = json.loads(meta)
             except (TypeError, ValueError):
-                return None
+                return None, runs
             if queued(message):
                 continue
         out.append(message)
-    return out
+    return out, runs
 
 
 @functools.cache

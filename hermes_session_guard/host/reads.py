@@ -205,10 +205,11 @@ def runs_of(ids: list[int]) -> list[tuple[int, int]]:
 
 
 def live_rows_brief(db_path: Path, sid: str, leave_out: tuple[str, ...]) -> list[tuple[Any, ...]] | None:
-    """``(id, role, content, tool_call_id, display_metadata)`` of a session's live rows in id
-    order, without rows whose role is in ``leave_out``: the columns that identify a message,
-    straight from the table (no JSON decoded, no dict built). None when the read fails or
-    the table lacks one of those columns (Hermes's loader is the way then)."""
+    """``(id, role, content, tool_call_id, display_metadata)`` of each of a session's live rows
+    in id order: the columns that identify a message, straight from the table (no JSON
+    decoded, no dict built). A row whose role is in ``leave_out`` comes with its id and role
+    only (its text is not read). None when the read fails or the table lacks one of those
+    columns (Hermes's loader is the way then)."""
     try:
         conn = _read_only(db_path)
         try:
@@ -219,8 +220,9 @@ def live_rows_brief(db_path: Path, sid: str, leave_out: tuple[str, ...]) -> list
             live = "AND active = 1" if "active" in cols else ""  # 0.13-0.17 keep no inactive rows
             marks = ",".join("?" for _ in leave_out) or "''"
             return sorted(conn.execute(  # by id: see live_row_ranges
-                f"SELECT id, role, content, tool_call_id, {meta} FROM messages WHERE session_id = ? {live} "
-                f"AND role NOT IN ({marks})", (sid, *leave_out)).fetchall())
+                f"SELECT id, role, CASE WHEN role IN ({marks}) THEN NULL ELSE content END, tool_call_id, "
+                f"CASE WHEN role IN ({marks}) THEN NULL ELSE {meta} END FROM messages WHERE session_id = ? {live}",
+                (*leave_out, *leave_out, sid)).fetchall())
         finally:
             conn.close()
     except sqlite3.Error as exc:

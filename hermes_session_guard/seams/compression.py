@@ -640,7 +640,7 @@ class _Operation:
         span: list[tuple[int, int] | None] = [None]
         arrived: list[list[Any]] = [foreign]
 
-        def decorate(engine_input: list[Any], engine_output: list[Any]) -> None:
+        def decorate(engine_input: list[Any], engine_output: list[Any], found: list[int] | None) -> None:
             if self.engine_returned_at is None:
                 self.engine_returned_at = time.time()
             if strategy == Strategy.HOST_NATIVE and engine_output and engine_output != engine_input:
@@ -698,7 +698,7 @@ class _Operation:
                 else engine_support.produced_positions(engine_input, engine_output)
             decorate_summaries(
                 engine_input, engine_output, session_id=sid, snapshot_id=snapshot_id,
-                header=summaries_cfg.recall_header, native_key=native_key, produced=made,
+                header=summaries_cfg.recall_header, native_key=native_key, produced=made, found=found,
             )
             self.produced = {text_hash(message_text(engine_output[i])) for i in made}
 
@@ -951,6 +951,8 @@ class _Operation:
         (in stored order), and the ``foreign`` messages that are not live. On a failed read
         nothing is added and nothing carried over."""
         with failing_open("reading the live transcript", "nothing is added or carried over", level=None) as failed:
+            if not foreign and self.holds_every_live_row(compressed):
+                return [], []
             mine = set(Keyed(compressed).keys)
             brief = host.live_brief(self.agent, self.sid)
             if brief is not None:  # every live row is one of the list's and every foreign message is live
@@ -966,6 +968,16 @@ class _Operation:
         kept = [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
         lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
         return kept, lost
+
+    def holds_every_live_row(self, compressed: list[Any]) -> bool:
+        """Every live row of the session is one of ``compressed``, by the row id Hermes stamped on
+        each message it wrote (``_row_id``; 0.20+ stamps the compacted set): an id-only read
+        instead of the transcript's texts. Any message without one, or any other live row, says no."""
+        stamped = [m.get("_row_id") if isinstance(m, dict) else None for m in compressed]
+        ids = [row_id for row_id in stamped if type(row_id) is int]
+        if not ids or len(ids) < len(stamped):
+            return False
+        return host.runs_of(sorted(ids)) == host.live_row_ranges(self.db_path, self.sid)
 
     def write_snapshot_ahead(self, snapshot_id: str, created_at: float,
                              runs: list[tuple[int, int]]) -> None:
@@ -1053,9 +1065,13 @@ class _Operation:
             return [], None
         # on failure, compress as before, under the lock, without the generation check
         with failing_open("the generation check", "compressed without it", level=None) as failed:
-            ids = host.live_row_ranges(self.db_path, self.sid) if self.strategy in IN_PLACE_STRATEGIES else None
+            # the live rows as stored and, in place, their ids (as host.live_row_ranges gives them): one read
+            if self.strategy in IN_PLACE_STRATEGIES:
+                brief, ids = host.live_brief_and_runs(self.agent, self.sid)
+            else:
+                brief, ids = host.live_brief(self.agent, self.sid), None
             mine = self.mine()
-            if self.holds_live(mine, ids):  # the live rows are this list's own, in order: nothing foreign, not behind
+            if self.holds_live(mine, brief, ids):  # the live rows are this list's own, in order: nothing foreign
                 self.live_ids = ids
                 return [], None
             live = Keyed(host.live_transcript(self.agent, self.sid))
@@ -1069,12 +1085,13 @@ class _Operation:
             return [], self.adopt(Keyed(self.messages, mine.keys), live, standing)
         return foreign, None
 
-    def holds_live(self, mine: Keyed, ids: list[tuple[int, int]] | None = None) -> bool:
-        """The session's live rows, as stored, are the first messages of ``mine`` (by key):
-        then no other writer stored a turn this list lacks and the list does not predate a
-        compaction, and Hermes's loader need not read the transcript (host.live_brief). Any
-        difference, or a failed read, says no: the caller reads the transcript."""
-        brief = host.live_brief(self.agent, self.sid, include_row_ids=True)
+    def holds_live(self, mine: Keyed, brief: list[dict[str, Any]] | None,
+                   ids: list[tuple[int, int]] | None) -> bool:
+        """The session's live rows as stored (``brief``: host.live_brief) are the first messages
+        of ``mine`` (by key): then no other writer stored a turn this list lacks and the list
+        does not predate a compaction, and Hermes's loader need not read the transcript. Any
+        difference, or a failed read (None), says no: the caller reads the transcript.
+        ``ids``: every live row's id, as runs (in place only)."""
         if brief is None or len(brief) > len(mine.keys) or keys_of(brief) != mine.keys[:len(brief)]:
             return False
         if ids and self.snapshot_storage == SnapshotStorage.REFERENCE \

@@ -72,18 +72,22 @@ def summary_indices(messages: list[Any], before: list[Any] | None = None) -> lis
 
 class _Texts:
     """The texts of a message list, for ``in``: found by length first, so no long text is
-    hashed (a compaction's input holds the whole transcript, about 0.7 MB at 48 turns)."""
+    hashed (a compaction's input holds the whole transcript, about 0.7 MB at 48 turns).
+    Collected at the first ``in``: a scan that finds every summary tagged asks none."""
 
-    __slots__ = ("_by_length",)
+    __slots__ = ("_messages", "_by_length")
 
     def __init__(self, messages: list[Any]) -> None:
-        self._by_length: dict[int, list[str | None]] = {}
-        for m in messages:
-            if isinstance(m, dict):
-                text = message_text(m)
-                self._by_length.setdefault(-1 if text is None else len(text), []).append(text)
+        self._messages = messages
+        self._by_length: dict[int, list[str | None]] | None = None
 
     def __contains__(self, text: object) -> bool:
+        if self._by_length is None:
+            self._by_length = {}
+            for m in self._messages:
+                if isinstance(m, dict):
+                    kept = message_text(m)
+                    self._by_length.setdefault(-1 if kept is None else len(kept), []).append(kept)
         return text in self._by_length.get(len(text) if isinstance(text, str) else -1, ())
 
 
@@ -286,11 +290,12 @@ def summary_body(text: str) -> str:
     return strip_recall_header(text.split(SUMMARY_END_MARKER, 1)[0]).strip()
 
 
-def summary_body_sizes(messages: list[Any], before: list[Any] | None = None) -> list[int]:
-    """Characters of summary text (after the prefixes) of each summary in ``messages``:
-    all zero when the compressor inserted a summary marker with nothing behind it (an
-    empty answer from the summary model that the host did not treat as a failure)."""
-    return [len(summary_body(message_text(messages[i]) or "")) for i in summary_indices(messages, before)]
+def summary_body_sizes(messages: list[Any], found: list[int]) -> list[int]:
+    """Characters of summary text (after the prefixes) of each summary ``found`` in ``messages``
+    (:func:`summary_indices`): all zero when the compressor inserted a summary marker with
+    nothing behind it (an empty answer from the summary model that the host did not treat
+    as a failure)."""
+    return [len(summary_body(message_text(messages[i]) or "")) for i in found]
 
 
 # -- which turns were compacted -----------------------------------------------------
@@ -346,15 +351,18 @@ def decorate_summaries(
     header: bool,
     native_key: str | None,
     produced: list[int] | None = None,
+    found: list[int] | None = None,
 ) -> list[int]:
     """Tag every summary in ``after`` and give the new ones the recall header.
     ``produced``: positions of summaries known from the compaction itself (an engine's
     own format, without Hermes's prefix); they are tagged too (no header: there is
-    no prefix line to put it after). Returns the indices of the new summaries."""
+    no prefix line to put it after). ``found``: ``summary_indices(after, before)``, when
+    the caller has it already. Returns the indices of the new summaries."""
     old = _Texts(before)
-    summaries = _summary_indices(after, old)
-    # the new ones: an earlier summary kept in the protected head keeps its own header
-    fresh = [i for i in summaries if message_text(after[i]) not in old]
+    summaries = _summary_indices(after, old) if found is None else found
+    # the new ones: an earlier summary kept in the protected head keeps its own header (an
+    # untagged one was found by not being in ``before``)
+    fresh = [i for i in summaries if not is_tagged(after[i]) or message_text(after[i]) not in old]
     span = compacted_range(before, after)
     found = sorted({*summaries, *(produced or ())})
     for i in found:

@@ -94,3 +94,19 @@ def test_a_column_hermes_adds_while_the_reader_is_open_is_seen(tmp_path: Path) -
     conn.close()
     _add(path, "S1", "user", "archived", active=0)
     assert [m["content"] for m in host.live_brief(_agent(path), "S1") or []] == ["u1"]
+
+
+def test_one_read_gives_the_brief_and_every_live_row_id_as_live_row_ranges_does(tmp_path: Path) -> None:
+    path = _db(tmp_path)
+    _add(path, "S1", "session_meta", "{}")
+    _add(path, "S1", "user", "u1")
+    _add(path, "S1", "user", "old", active=0)
+    _add(path, "S1", "assistant", "a1")
+    _add(path, "S1", "system", "injected")
+    _add(path, "S2", "user", "other session")
+    brief, runs = host.live_brief_and_runs(_agent(path), "S1")
+    assert [(m["_row_id"], m["content"]) for m in brief or []] == [(2, "u1"), (4, "a1")]
+    assert runs == host.live_row_ranges(path, "S1") == [(1, 2), (4, 5)]  # metadata rows too
+    _add(path, "S1", "user", "u2", display_metadata="{not json")
+    assert host.live_brief_and_runs(_agent(path), "S1") == (None, [(1, 2), (4, 5), (7, 7)])
+    assert host.live_brief_and_runs(_agent(tmp_path / "missing.db"), "S1") == (None, [])

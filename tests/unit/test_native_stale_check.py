@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from hermes_session_guard import host
 from hermes_session_guard.runtime import Runtime
 from hermes_session_guard.seam_behaviour import Behaviour, Strategy
@@ -56,3 +58,44 @@ def test_without_ids_from_the_generation_check_the_transcript_is_read(
     assert op.stale_under_host_lock() is False
     read.assert_called_once()
     ranges.assert_not_called()
+
+
+def _stamped(first: int) -> list[dict[str, Any]]:
+    return [{**m, "_row_id": first + i} for i, m in enumerate(_messages()[:3])]
+
+
+def test_after_hermes_compacted_its_row_ids_on_the_list_answer_without_reading_the_texts(
+    runtime: Runtime, db: Any, mocker: Any
+) -> None:
+    op = _op(runtime, db)
+    mocker.patch.object(host, "live_row_ranges", return_value=[(5, 7)])
+    brief = mocker.patch.object(host, "live_brief", side_effect=AssertionError("texts read"))
+    assert op.kept_and_lost(_stamped(5), []) == ([], [])
+    brief.assert_not_called()
+
+
+@pytest.mark.parametrize("case", ["another live row", "a message without a row id", "a duplicated id", "foreign"])
+def test_anything_the_row_ids_do_not_settle_reads_the_live_rows(
+    runtime: Runtime, db: Any, mocker: Any, case: str
+) -> None:
+    op = _op(runtime, db)
+    compressed, foreign = _stamped(5), []
+    arrived = {"role": "user", "content": "stored by another writer meanwhile", "tool_call_id": None}
+    live = [{k: v for k, v in m.items() if k != "_row_id"} for m in compressed]
+    runs = [(5, 7)]
+    if case == "another live row":
+        runs, live = [(5, 8)], [*live, arrived]
+    elif case == "a message without a row id":
+        del compressed[1]["_row_id"]
+    elif case == "a duplicated id":
+        compressed[2]["_row_id"] = 6
+    else:
+        foreign = [arrived]
+        runs, live = [(5, 8)], [*live, arrived]
+    mocker.patch.object(host, "live_row_ranges", return_value=runs)
+    brief = mocker.patch.object(host, "live_brief", return_value=live)
+    mocker.patch.object(host, "live_transcript", return_value=live)
+    kept, lost = op.kept_and_lost(compressed, foreign)
+    brief.assert_called_once()
+    assert kept == ([arrived] if case in ("another live row", "foreign") else [])
+    assert lost == []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
+
+import pytest
 
 from hermes_session_guard import host
 from hermes_session_guard.store import text_hash
@@ -81,13 +84,16 @@ def test_compacted_range_standalone_and_merged() -> None:
     assert s.compacted_range(before, copy.deepcopy(before)) is None
 
 
-def test_decorate_tags_every_summary_and_heads_only_new_ones() -> None:
+@pytest.mark.parametrize("found_by_caller", [False, True])
+def test_decorate_tags_every_summary_and_heads_only_new_ones(found_by_caller: bool) -> None:
     old_line = "[Original context: session S, turns 4–9, snapshot S.snapshot.1]"
     old = {"role": "user", "content": s.with_recall_header(standalone(), old_line), "is_compressed_summary": True}
     before = [*_msgs(3), old, *_msgs(12)[3:]]
     after = [*copy.deepcopy(before[:4]), {"role": "assistant", "content": standalone()}, *copy.deepcopy(before[13:])]
+    # the engine shim finds them once and hands them over: the same tags and recall lines
+    found = s.summary_indices(after, before) if found_by_caller else None
     fresh = s.decorate_summaries(before, after, session_id="S", snapshot_id="S.snapshot.2", header=True,
-                                 native_key="_compressed_summary")
+                                 native_key="_compressed_summary", found=found)
     assert fresh == [4]
     assert after[3]["content"] == old["content"]  # the earlier summary keeps its own line
     assert after[3]["is_compressed_summary"] and after[4]["is_compressed_summary"]
@@ -170,6 +176,13 @@ def test_compression_tags_what_the_compressor_wrote_not_a_kept_quote() -> None:
     assert [i for i, m in enumerate(after) if m.get("is_compressed_summary")] == [3]
     assert after[5]["content"] == QUOTING[0]
     assert s.summary_indices(after, before) == [3]
+
+    class Unread(list[dict[str, str]]):
+        def __iter__(self) -> Any:
+            raise AssertionError("the input's texts were collected")
+
+    # every summary tagged by then and no quote to tell apart: the input's texts are not collected
+    assert s.summary_indices([*after[:5], *after[6:]], Unread(before)) == [3]
 
 
 def test_the_recall_line_goes_after_the_hosts_prefix_not_after_a_quote() -> None:
