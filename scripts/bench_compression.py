@@ -67,7 +67,7 @@ def main() -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    from guard_clock import GUARD, OwnClock, instrument
+    from guard_clock import GUARD, OwnClock, caller_kind, instrument
     from machine_info import checkpoint, describe, load_average, write_bytes
 
     import hermes_session_guard
@@ -76,10 +76,12 @@ def main() -> int:
 
     print(describe())
     clock = OwnClock() if args.own else None
+    caller = GUARD  # whose the caller's _compress_context call is (guard_clock.caller_kind)
     if clock is not None:
         from hermes_session_guard.hostinfo import installed_version
 
         instrument(clock, installed_version() or "0")
+        caller = caller_kind(installed_version() or "0")
     home = Path(os.environ["HERMES_HOME"])
     with FakeLLMServer(latency=args.latency) as llm:
         in_place = {"rotate": False, "in_place": True, "default": None}[args.mode]
@@ -112,7 +114,7 @@ def main() -> int:
                 written = write_bytes()
                 compress = agent._compress_context
                 if clock is not None and with_guard:
-                    compress = clock.timed(GUARD, compress)
+                    compress = clock.timed(caller, compress)
                     clock.take()
                 cpu, started = time.process_time(), time.perf_counter()
                 out, _ = compress(messages, "You are a benchmark agent.", approx_tokens=150_000)

@@ -1,13 +1,17 @@
 """The guard's own CPU time in a guarded compression, told apart from Hermes's.
 
-Thread CPU time is charged to the innermost instrumented frame: the guarded call, the
-guard's ``guarded_compression`` (in whichever thread runs it: Hermes 0.20+ compacts in a
-worker thread) and the guard's context-engine shim are the guard's; the compression function the guard
+Thread CPU time is charged to the innermost instrumented frame: the guard's
+``guarded_compression`` (in whichever thread runs it: Hermes 0.20+ compacts in a worker
+thread) and the guard's context-engine shim are the guard's; the compression function the guard
 wraps (from the seam table), the context engine's own ``compress``, the system
 prompt builder and Hermes's compression lock methods (which Hermes calls itself unguarded)
 are Hermes's; the guard's rows written inside Hermes's transactions (0.20+, ``Rider.run``) are
-the guard's, the commit that carries them Hermes's. What the guard's other wrappers do inside Hermes's call
-(a few attribute reads) counts as Hermes's. Used by ``bench_compression.py --own``.
+the guard's, the commit that carries them Hermes's. The caller's ``AIAgent._compress_context``
+(:func:`caller_kind`) is the guard's where it is the guarded function itself (0.13-0.14), and
+Hermes's where it is Hermes's forwarder to the guarded ``compress_context`` (0.15+; on 0.20+
+it does work of its own there, 1.1-1.3 ms per 48-message compaction, guarded or not). What
+the guard's wrappers do outside ``guarded_compression`` (a few attribute reads) counts as
+Hermes's. Used by ``bench_compression.py --own``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,16 @@ def _replace(target: str, wrap: Callable[[Any], Any]) -> None:
     for part in path:
         owner = getattr(owner, part)
     setattr(owner, name, wrap(getattr(owner, name)))
+
+
+def caller_kind(version: str) -> str:
+    """Whose the caller's ``AIAgent._compress_context`` call is: the guard's where the seam
+    table wraps that very function, Hermes's where it forwards to the function the guard wraps."""
+    from hermes_session_guard.hostinfo import parse_version
+    from hermes_session_guard.seams.table import select_row
+
+    row = select_row("compression", parse_version(version))
+    return GUARD if row is None or row.target.endswith(":AIAgent._compress_context") else HOST
 
 
 def instrument(clock: OwnClock, version: str) -> None:
