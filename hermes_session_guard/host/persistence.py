@@ -137,18 +137,19 @@ def live_brief(agent: Any, sid: str, leave_out_row: int | None = None,
     differently here, so a difference means "read :func:`live_transcript`". None when the
     read fails or a display marker cannot be decoded. ``include_row_ids``: each message also
     has its row's id under ``_row_id``, as Hermes's loader gives it."""
-    return _brief(agent, sid, leave_out_row, include_row_ids)[0]
+    return _brief(agent, sid, leave_out_row, include_row_ids, with_runs=False)[0]
 
 
 def live_brief_and_runs(agent: Any, sid: str) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]]]:
     """:func:`live_brief` with row ids, and the ids of every live row of the session
     (metadata rows and queued prompts too) as runs, as ``reads.live_row_ranges`` gives
     them: one read for both. ``(None, [])`` when the read fails."""
-    return _brief(agent, sid, None, True)
+    return _brief(agent, sid, None, True, with_runs=True)
 
 
-def _brief(agent: Any, sid: str, leave_out_row: int | None,
-           include_row_ids: bool) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]]]:
+def _brief(agent: Any, sid: str, leave_out_row: int | None, include_row_ids: bool,
+           with_runs: bool) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]]]:
+    """The brief and, ``with_runs`` (else ``[]``: a turn's start asks only for the brief), the runs."""
     db = session_db(agent)
     if db is None:
         return [], []
@@ -156,7 +157,7 @@ def _brief(agent: Any, sid: str, leave_out_row: int | None,
     rows = live_rows_brief(Path(path), sid, tuple(sorted(_TRANSCRIPT_METADATA_ROLES))) if path else None
     if rows is None:
         return None, []
-    runs = runs_of([row[0] for row in rows])
+    runs = runs_of([row[0] for row in rows]) if with_runs else []
     queued = _queued_prompt_row()
     out = []
     for row_id, role, content, call, meta in rows:

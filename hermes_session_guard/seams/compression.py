@@ -998,18 +998,20 @@ class _Operation:
 
     def rows_read(self, runs: list[tuple[int, int]]) -> tuple[int, str]:
         """The count and digest of Hermes's rows ``runs``: as the generation check read them
-        when they are the same rows, else read now (store.rows_digest)."""
-        if runs == self.live_ids and self.live_digest is not None:
-            return self.live_digest
-        return self.store.rows_digest(self.sid, runs)
+        when they are the same rows (known_read), else read now (store.rows_digest)."""
+        return self.known_read(runs) or self.store.rows_digest(self.sid, runs)
+
+    def known_read(self, runs: list[tuple[int, int]]) -> tuple[int, str] | None:
+        """The count and digest the generation check read, when ``runs`` are the rows it read."""
+        return self.live_digest if runs == self.live_ids else None
 
     def store_reference(self, snapshot_id: str, created_at: float, runs: list[tuple[int, int]],
                         matching: list[Any] | None = None,
                         read: tuple[int, str] | None = None) -> SnapshotInfo | None:
         """Record the snapshot as Hermes's rows ``runs`` of this session (store.write_snapshot_reference);
         ``read``: their count and digest, read already."""
-        if read is None and runs == self.live_ids:
-            read = self.live_digest
+        if read is None:
+            read = self.known_read(runs)
         return self.store.write_snapshot_reference(
             snapshot_id=snapshot_id, session_id=self.sid, row_runs=runs, op_id=self.op_id,
             host_version=self.runtime.host_version, host_mode=self.strategy, created_at=created_at,

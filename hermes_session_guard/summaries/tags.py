@@ -364,14 +364,14 @@ def decorate_summaries(
     # untagged one was found by not being in ``before``)
     fresh = [i for i in summaries if not is_tagged(after[i]) or message_text(after[i]) not in old]
     span = compacted_range(before, after)
-    found = sorted({*summaries, *(produced or ())})
-    for i in found:
+    tagged = sorted({*summaries, *(produced or ())})
+    for i in tagged:
         tag(after[i], native_key)
     if header and span is not None:
         line = recall_header(session_id, span[0], span[1], snapshot_id)
         for i in fresh:
             map_summary_text(after[i], lambda text: with_recall_header(text, line))
-    for i in found:
+    for i in tagged:
         remember_summary(message_text(after[i]))
     return fresh
 
