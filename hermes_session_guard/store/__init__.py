@@ -9,7 +9,7 @@ gave state.db), so it works whether or not an agent has a SessionDB.
 - :mod:`.schema`: the DDL and the schema version;
 - one repository per table family, each a :class:`~.connection.StoreConnection`
   working through ``transaction()``/``reading()``: :mod:`.snapshots`,
-  :mod:`.recall` (the recall index), :mod:`.summaries`, :mod:`.compressions`
+  :mod:`.text_index` (the one full-text index, for recall and search), :mod:`.summaries`, :mod:`.compressions`
   (compressions and repairs), :mod:`.handoffs`, :mod:`.leases`, :mod:`.generations`;
   the inbox's queries live in :mod:`hermes_session_guard.inbox` over the same
   ``transaction()``;
@@ -25,7 +25,6 @@ from .connection import StoreConnection, database_key
 from .generations import GenerationRecord, GenerationRepository
 from .handoffs import HandoffRecord, HandoffRepository
 from .leases import LeaseRepository
-from .recall import IndexText, RecallDoc, RecallIndexRepository, porter_stems, scope_token
 from .rows import _row_message, _row_parts, message_text, text_hash
 from .schema import LOCK_TABLE, SCHEMA_VERSION
 from .snapshots import (
@@ -39,6 +38,7 @@ from .snapshots import (
     snapshots_recorded,
 )
 from .summaries import SummaryRepository
+from .text_index import IndexText, RecallDoc, TextIndexRepository, index_body, porter_stems, scope_token
 
 
 class GuardStore(
@@ -65,15 +65,16 @@ __all__ = [
     "IndexText",
     "LeaseRepository",
     "RecallDoc",
-    "RecallIndexRepository",
     "SnapshotInfo",
     "SnapshotRepository",
     "content_digest",
     "StoreConnection",
+    "TextIndexRepository",
     "database_key",
     "SummaryRepository",
     "_row_message",
     "_row_parts",
+    "index_body",
     "message_text",
     "porter_stems",
     "read_snapshot_counts",

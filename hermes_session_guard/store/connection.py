@@ -15,7 +15,7 @@ from typing import Literal
 
 from ..fail_open import failing_open
 from ..file_modes import create_private, make_private_dirs
-from .schema import _FTS_SCHEMA, _SCHEMA, SCHEMA_VERSION, add_missing_columns
+from .schema import _FTS_SCHEMA, _SCHEMA, LEGACY_INDEX, SCHEMA_VERSION, add_missing_columns
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -74,6 +74,23 @@ def _read_only_error(exc: BaseException) -> bool:
     return "readonly" in str(exc).lower() or "read-only" in str(exc).lower()
 
 
+def _drop_legacy_index(conn: sqlite3.Connection) -> None:
+    """Drop the indexes an earlier layout kept (``LEGACY_INDEX``): derived data, rebuilt
+    as the one text index by the first search or recall."""
+    present = {(str(r[0]), str(r[1])) for r in conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE name LIKE 'session_guard_recall%'"
+        " OR name LIKE 'session_guard_search%'")}
+    for kind, name in LEGACY_INDEX:
+        if (kind, name) not in present:
+            continue
+        try:
+            conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
+        except sqlite3.OperationalError as exc:
+            if _read_only_error(exc):
+                raise
+            return  # an SQLite without FTS5 cannot drop an FTS5 table: left as it is, unread
+
+
 class StoreConnection:
     """Thread-safe access to the ``session_guard_*`` tables of one state.db: every
     repository of the store works through :meth:`transaction` and :meth:`reading`."""
@@ -106,7 +123,7 @@ class StoreConnection:
                 # snapshot is always committed before the Hermes write that replaces the rows
                 # it keeps, whose own (synchronous) commit makes the earlier WAL frames durable.
                 # A power cut can lose at most the latest bookkeeping rows (summary tags,
-                # recall index, hand-off records, inbox state changes the startup replay
+                # text index, hand-off records, inbox state changes the startup replay
                 # re-derives), never a snapshot of rows Hermes replaced. A commit that must be
                 # on disk before the guard tells anyone (a buffered message's receipt) asks
                 # for it: see transaction(). macOS keeps FULL, as Hermes does there.
@@ -121,6 +138,7 @@ class StoreConnection:
                 self.fts = False
             try:
                 add_missing_columns(conn)
+                _drop_legacy_index(conn)
                 conn.execute(
                     "INSERT INTO session_guard_meta(key, value) VALUES ('schema_version', ?)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value"

@@ -1,5 +1,5 @@
 """How a message is stored in and read back from a snapshot row, and the text
-identity (hash) the summaries and the recall index key on."""
+identity (hash) the summaries and the text index key on."""
 
 from __future__ import annotations
 

@@ -24,9 +24,12 @@ import sqlite3
 #    (``ADDED_COLUMNS``: who ran it, its strategy, when the lock was taken and the
 #    summary call ran, the summary's length), so ``status --session`` lists each
 #    compaction after the fact, one that crashed midway included.
+# 7: one full-text index over the text the guard keeps (``session_guard_text_*``), serving
+#    recall and Hermes's search seam, replaces the recall index and the search index
+#    (``LEGACY_INDEX``, dropped on connect; the first search or recall builds the new one).
 # Every table is created if missing on connect, and every column of ``ADDED_COLUMNS``
 # added if missing, so a file from any earlier layout gains what it lacks.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 LOCK_TABLE = "session_guard_locks"  # the guard's own compression leases (see session_lock)
 
@@ -128,7 +131,7 @@ CREATE TABLE IF NOT EXISTS session_guard_summaries (
     created_at REAL NOT NULL,
     PRIMARY KEY (session_id, content_hash)
 );
-CREATE TABLE IF NOT EXISTS session_guard_recall_docs (
+CREATE TABLE IF NOT EXISTS session_guard_text_docs (
     doc_id INTEGER PRIMARY KEY,
     session_id TEXT NOT NULL,
     source TEXT NOT NULL,
@@ -136,13 +139,16 @@ CREATE TABLE IF NOT EXISTS session_guard_recall_docs (
     position INTEGER NOT NULL,
     role TEXT,
     content_hash TEXT NOT NULL,
-    host_row_id INTEGER,
-    UNIQUE (session_id, content_hash)
+    recall INTEGER NOT NULL,
+    host_row_id INTEGER
 );
-CREATE TABLE IF NOT EXISTS session_guard_recall_indexed (
+CREATE INDEX IF NOT EXISTS idx_session_guard_text_docs_ref ON session_guard_text_docs(ref, position);
+CREATE INDEX IF NOT EXISTS idx_session_guard_text_docs_recall
+    ON session_guard_text_docs(session_id, content_hash) WHERE recall = 1;
+CREATE TABLE IF NOT EXISTS session_guard_text_indexed (
     snapshot_id TEXT PRIMARY KEY
 );
-CREATE TABLE IF NOT EXISTS session_guard_recall_sources (
+CREATE TABLE IF NOT EXISTS session_guard_text_sources (
     session_id TEXT NOT NULL,
     host_session_id TEXT NOT NULL,
     seen_row_id INTEGER NOT NULL,
@@ -167,15 +173,29 @@ CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
     ON session_guard_inbox(session_key, state, seq);
 """
 
-# Contentless full-text index over the recall documents (the text itself stays in
-# the snapshot tables / Hermes's rows). ``scope`` holds one token per session so a
-# query can only ever match documents of the sessions it names.
-_FTS_SCHEMA = """
-CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_fts USING fts5(
-    scope, body, content='', tokenize='porter unicode61'
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_recall_vocab USING fts5vocab(session_guard_recall_fts, 'row');
+# The one full-text index over the text the guard keeps (text_index): every message of a
+# snapshot copy, and for recall Hermes's own rows a snapshot names or the conversation's
+# archived rows. Contentless (the text stays in the snapshot tables / Hermes's rows), the
+# default tokenizer of Hermes's own ``messages_fts`` (unicode61). ``content`` is the text;
+# ``scope`` holds one token of the conversation for a document recall may return (its
+# first occurrence in that conversation), so a recall query can only ever match documents
+# of the sessions it names; Hermes's search seam matches ``content`` alone.
+TEXT_FTS = "session_guard_text_fts"
+TEXT_VOCAB = "session_guard_text_vocab"
+_FTS_SCHEMA = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS {TEXT_FTS} USING fts5(scope, content, content='');
+CREATE VIRTUAL TABLE IF NOT EXISTS {TEXT_VOCAB} USING fts5vocab({TEXT_FTS}, 'row');
 """
+
+# The two indexes layout 6 and earlier kept over the same snapshot text (recall's, with a
+# porter tokenizer, and one behind Hermes's search seam); dropped on connect, in this order.
+LEGACY_INDEX = (
+    ("table", "session_guard_recall_vocab"), ("table", "session_guard_recall_fts"),
+    ("table", "session_guard_recall_docs"), ("table", "session_guard_recall_indexed"),
+    ("table", "session_guard_recall_sources"), ("view", "session_guard_search_content"),
+    ("table", "session_guard_search_fts"), ("table", "session_guard_search_docs"),
+    ("table", "session_guard_search_indexed"),
+)
 
 
 # Columns added to a table after its first layout: (table, column, SQL type). Added on
@@ -216,33 +236,6 @@ CREATE TABLE IF NOT EXISTS session_guard_turn_locks (
     acquired_at REAL NOT NULL,
     expires_at REAL NOT NULL
 )"""
-
-# The full-text index of snapshot text behind Hermes's search seams (summaries.search_index):
-# documents point at snapshot messages; the FTS5 table reads their text through a view.
-SEARCH_DOCS = "session_guard_search_docs"
-SEARCH_INDEXED = "session_guard_search_indexed"
-SEARCH_CONTENT_VIEW = "session_guard_search_content"
-SEARCH_FTS = "session_guard_search_fts"
-# The text Hermes's messages_fts trigger indexes for a row:
-# COALESCE(content,'') || ' ' || COALESCE(tool_name,'') || ' ' || COALESCE(tool_calls,'').
-_SEARCH_BODY = (
-    "COALESCE(m.content, '') || ' ' || COALESCE(json_extract(m.message_json, '$.tool_name'), '') || ' ' ||"
-    " COALESCE(json_extract(m.message_json, '$.tool_calls'), '')"
-)
-SEARCH_DDL = (
-    "CREATE TABLE IF NOT EXISTS session_guard_search_docs (doc_id INTEGER PRIMARY KEY, snapshot_id TEXT NOT NULL,"
-    " position INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS session_guard_search_indexed (snapshot_id TEXT PRIMARY KEY, indexed_at REAL NOT NULL)",
-    "CREATE VIEW IF NOT EXISTS session_guard_search_content AS SELECT d.doc_id AS doc_id, " + _SEARCH_BODY
-    + " AS content FROM session_guard_search_docs d JOIN session_guard_snapshot_messages m"
-    " ON m.snapshot_id = d.snapshot_id AND m.position = d.position",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS session_guard_search_fts USING fts5(content,"
-    " content='session_guard_search_content', content_rowid='doc_id')",
-)
-# Its vocabulary, per connection (a temp table: never written to the file).
-SEARCH_VOCAB = "temp.session_guard_search_vocab"
-SEARCH_VOCAB_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS temp.session_guard_search_vocab"
-                    " USING fts5vocab(main, session_guard_search_fts, 'row')")
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

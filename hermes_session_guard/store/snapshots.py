@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from .connection import connect
-from .recall import IndexText, RecallIndexRepository
 from .rows import _row_message, _row_parts
 from .schema import _has_table
+from .text_index import IndexText, TextIndexRepository
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,9 @@ def reference_problem(messages: list[dict[str, Any]], count: int, digest: str) -
     return f"{len(messages)} of its {count} rows are there{changed}"
 
 
-class SnapshotRepository(RecallIndexRepository):
+class SnapshotRepository(TextIndexRepository):
     """Writes and reads snapshots; a snapshot written with ``index_text`` enters the
-    recall index in the same transaction."""
+    text index in the same transaction."""
 
     def snapshot_exists(self, snapshot_id: str) -> bool:
         with self.reading() as conn:
@@ -175,8 +175,7 @@ class SnapshotRepository(RecallIndexRepository):
     ) -> SnapshotInfo:
         """Store ``messages`` verbatim under ``snapshot_id``. Snapshots are immutable:
         writing an existing id raises ``sqlite3.IntegrityError``. With ``index_text``
-        the messages also enter the recall index (the text it returns for each; a
-        ``None`` keeps that message out)."""
+        (what recall reads of a message) the messages also enter the text index."""
         rows = [(snapshot_id, pos, *_row_parts(msg)) for pos, msg in enumerate(messages)]
         first = 1 if first_turn is None else first_turn
         info = SnapshotInfo(
@@ -215,8 +214,9 @@ class SnapshotRepository(RecallIndexRepository):
                 rows,
             )
             if index_text is not None:
-                self._index_snapshot(conn, session_id, snapshot_id, first,
-                                     [(role, content, raw) for _sid, _p, role, content, raw in rows], index_text)
+                self._index_snapshot(conn, session_id, snapshot_id,
+                                     [(role, content, raw) for _sid, _p, role, content, raw in rows], index_text,
+                                     copy=True)
         return info
     def write_snapshot_reference(
         self,

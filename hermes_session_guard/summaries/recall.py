@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store import GuardStore, RecallDoc, message_text, porter_stems, text_hash
+from ..store import GuardStore, RecallDoc, message_text, text_hash
 from .tags import has_summary_block, is_summary_message, original_part
 
 #: First line of every recall answer; answers stored in later snapshots are not re-indexed.
@@ -102,10 +102,21 @@ class Query:
         return not self.words and not self.phrases
 
 
-def fts_expression(words: list[str]) -> str:
-    """An FTS5 body expression: the words as quoted terms, OR-ed. Only letters and
-    digits ever reach it, so nothing the model writes can change its shape."""
-    return " OR ".join(f'"{w}"' for w in words if _WORD.fullmatch(w))
+_TERM = re.compile(r"[^\W_]+")  # a term of the index's unicode61 tokenizer
+
+
+def fts_expression(words: list[str], forms: dict[str, dict[str, int]] | None = None) -> str:
+    """An FTS5 content expression: each word as any of its ``forms`` (the index's
+    terms sharing its stem, :meth:`~hermes_session_guard.store.GuardStore.word_forms`;
+    the word itself without them), OR-ed. Only quoted letters and digits ever reach it,
+    so nothing the model writes can change its shape."""
+    return " OR ".join(word_match(w, forms) for w in words if _WORD.fullmatch(w))
+
+
+def word_match(word: str, forms: dict[str, dict[str, int]] | None = None) -> str:
+    """One word as an FTS5 expression: its forms, quoted, OR-ed."""
+    terms = sorted(t for t in ((forms or {}).get(word) or {word: 0}) if _TERM.fullmatch(t)) or [word]
+    return f'"{terms[0]}"' if len(terms) == 1 else "(" + " OR ".join(f'"{t}"' for t in terms) + ")"
 
 
 # -- excerpts ---------------------------------------------------------------------------
@@ -215,6 +226,7 @@ class Recall:
     max_chars: int
     db_path: Path | None = None
     stored_text: Callable[[int], str | None] | None = None
+    _forms: dict[str, dict[str, int]] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, args: dict[str, Any]) -> str:
         notes: list[str] = []
@@ -276,7 +288,7 @@ class Recall:
         words = list(query.words)
         for phrase in query.phrases:
             words += [w.lower() for w in _WORD.findall(phrase) if w.lower() not in words]
-        counts = self.store.term_document_counts(_stems(words).values()) if self.store.fts else {}
+        counts = self._counts(words)
         words = self._informative(words, counts)
         if not words:
             return []
@@ -303,21 +315,30 @@ class Recall:
         out.sort(key=lambda p: p.order)
         return out
 
+    def _counts(self, words: list[str]) -> dict[str, int]:
+        """``word -> how many indexed documents hold one of its forms`` (a document with
+        two forms counts twice: an estimate, for weighting)."""
+        if not self.store.fts:
+            return {}
+        self._forms = {w: self.store.word_forms(w) for w in words}
+        return {w: sum(forms.values()) for w, forms in self._forms.items()}
+
     def _candidates(self, words: list[str], counts: dict[str, int]) -> list[RecallDoc]:
-        """Passages holding all the words first, then two of them, then any rare one. A
+        """Documents holding all the words first, then two of them, then any rare one. A
         pair of common words or a common word alone matches much of a long history, costs
         a scan of its postings to rank and says little, so those combinations are skipped."""
-        stems = _stems(words)
         rare_cap = max(RARE_MIN_DOCS, int(RARE_SHARE * max(1, self.store.doc_count())))
-        rare = [w for w in words if counts.get(stems[w], 0) <= rare_cap]
-        stages = [" AND ".join(f'"{w}"' for w in words)] if len(words) > 1 else []
+        rare = [w for w in words if counts.get(w, 0) <= rare_cap]
+        forms = self._forms
+        stages = [" AND ".join(word_match(w, forms) for w in words)] if len(words) > 1 else []
         if len(words) > 2:
-            pairs = [f'("{a}" AND "{b}")' for i, a in enumerate(words) for b in words[i + 1:]
+            pairs = [f"({word_match(a, forms)} AND {word_match(b, forms)})"
+                     for i, a in enumerate(words) for b in words[i + 1:]
                      if a in rare or b in rare]
             if pairs:
                 stages.append(" OR ".join(pairs))
-        wide = rare or sorted(words, key=lambda w: counts.get(stems[w], 0))[:1]
-        stages.append(fts_expression(wide))
+        wide = rare or sorted(words, key=lambda w: counts.get(w, 0))[:1]
+        stages.append(fts_expression(wide, forms))
         docs: list[RecallDoc] = []
         have: set[int] = set()
         for expr in stages:
@@ -329,22 +350,20 @@ class Recall:
         return docs
 
     def _informative(self, words: list[str], counts: dict[str, int]) -> list[str]:
-        """Drop words found in most indexed passages (they rank nothing and are the
+        """Drop words found in most indexed documents (they rank nothing and are the
         expensive part of a full-text query); keep the rarest few."""
         if len(words) <= 1 or not self.store.fts:
             return words[:MAX_QUERY_TERMS]
         total = max(counts.values(), default=0)
-        stems = _stems(words)
         n_docs = self.store.doc_count() or 1
-        kept = [w for w in words if counts.get(stems[w], 0) <= COMMON_TERM_SHARE * n_docs]
+        kept = [w for w in words if counts.get(w, 0) <= COMMON_TERM_SHARE * n_docs]
         if not kept:
-            kept = sorted(words, key=lambda w: counts.get(stems[w], total))[:1]
-        kept = [w for w in kept if counts.get(stems[w], 1) > 0] or kept
-        return sorted(kept, key=lambda w: counts.get(stems[w], 0))[:MAX_QUERY_TERMS]
+            kept = sorted(words, key=lambda w: counts.get(w, total))[:1]
+        kept = [w for w in kept if counts.get(w, 1) > 0] or kept
+        return sorted(kept, key=lambda w: counts.get(w, 0))[:MAX_QUERY_TERMS]
 
     def _weights(self, words: list[str], counts: dict[str, int]) -> dict[str, float]:
-        stems = _stems(words)
-        return {_key(w): 1.0 + 1.0 / (1 + counts.get(stems[w], 0)) ** 0.5 for w in words}
+        return {_key(w): 1.0 + 1.0 / (1 + counts.get(w, 0)) ** 0.5 for w in words}
 
     def _doc_text(self, doc: RecallDoc) -> str | None:
         if doc.source == "snapshot" and doc.message is not None:
@@ -392,11 +411,6 @@ class Recall:
         if tail:
             lines.append(tail)
         return _bounded("\n".join(lines), self.max_chars)
-
-
-def _stems(words: list[str]) -> dict[str, str]:
-    """The index's form of each word (the porter tokenizer's stem), via SQLite itself."""
-    return porter_stems(words)
 
 
 def _int(value: Any) -> int | None:

@@ -18,16 +18,17 @@ snapshots the same search Hermes gives its rows:
   with a negative ``id`` (no Hermes row has one) and ``snapshot_id`` /
   ``snapshot_position`` naming where the verbatim text is.
 
-The index is external-content FTS5 over a view of the snapshot rows: it stores
-the inverted index only, never a third copy of the text. A snapshot enters it on
-the first search after it was written (whoever wrote it: a compression, a
-lineage repair, an older guard), so a compression pays nothing for it.
+The index is the guard's one full-text index (:mod:`hermes_session_guard.store.text_index`),
+which indexes every message of a snapshot copy with the text Hermes's trigger joins and
+holds no copy of it; a snapshot enters it on the first search or recall after it was
+written (whoever wrote it: a compression, a lineage repair, an older guard), so a
+compression pays nothing for it. Snippets are FTS5's own ``snippet()`` over the hits'
+text, in a per-connection table that holds only those hits.
 
 Nothing here imports Hermes; it reads Hermes's ``sessions`` table (never writes it).
 
-Why one module of ~450 lines: the index's schema, its lazy build, the in-memory vocabulary
-that answers "no snapshot can match" and the query itself share the FTS5 layout; a change to
-one is a change to all.
+Why one module: the query, its filters, the row shape and the in-memory vocabulary that
+answers "no snapshot can match" share the index's layout; a change to one is a change to all.
 """
 
 from __future__ import annotations
@@ -37,93 +38,29 @@ import json
 import logging
 import re
 import sqlite3
-import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import GuardStore, SnapshotGone
-from ..store.schema import (
-    SEARCH_CONTENT_VIEW,
-    SEARCH_DDL,
-    SEARCH_DOCS,
-    SEARCH_FTS,
-    SEARCH_INDEXED,
-    SEARCH_VOCAB,
-    SEARCH_VOCAB_DDL,
-)
+from ..safe_text import searchable
+from ..store import GuardStore, SnapshotGone, _row_message, index_body
+from ..store.schema import TEXT_FTS, TEXT_VOCAB
+from .recall import recall_text
 
 log = logging.getLogger("hermes_session_guard")
 
-DOCS, INDEXED, CONTENT_VIEW, FTS = SEARCH_DOCS, SEARCH_INDEXED, SEARCH_CONTENT_VIEW, SEARCH_FTS
-
-_ready: dict[int, GuardStore] = {}
-_ready_lock = threading.Lock()
+DOCS, FTS = "session_guard_text_docs", TEXT_FTS
 
 
 class SearchIndexUnavailable(RuntimeError):
-    """The index cannot be created here (no FTS5, a read-only state.db)."""
-
-
-def ensure_index(store: GuardStore) -> None:
-    """Create the index tables once per store (per process)."""
-    with _ready_lock:
-        if _ready.get(id(store)) is store:
-            return
-    try:
-        with store.reading() as conn:
-            have = {r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE name IN (?,?,?,?)", (DOCS, INDEXED, CONTENT_VIEW, FTS))}
-        if len(have) < 4:
-            with store.transaction() as conn:
-                for statement in SEARCH_DDL:
-                    conn.execute(statement)
-    except sqlite3.Error as exc:
-        raise SearchIndexUnavailable(f"{type(exc).__name__}: {exc}") from exc
-    with _ready_lock:
-        _ready[id(store)] = store
-
-
-_unchanged_since: dict[int, tuple[GuardStore, int, int]] = {}
-
-
-def _write_mark(conn: sqlite3.Connection) -> tuple[int, int]:
-    """Changes since the last look: other connections' commits (``data_version``) and
-    this connection's own (``total_changes``)."""
-    return int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes
+    """The index cannot be used here (an SQLite without FTS5)."""
 
 
 def index_pending(store: GuardStore) -> int:
-    """Index every snapshot of this state.db that is not indexed yet; returns how many.
-    Nothing was written to the file since the last call: nothing to look up."""
-    ensure_index(store)
-    with store.reading() as conn:
-        version, changes = _write_mark(conn)
-        if _unchanged_since.get(id(store)) == (store, version, changes):
-            return 0
-        todo = [r[0] for r in conn.execute(
-            f"SELECT snapshot_id FROM session_guard_snapshots WHERE snapshot_id NOT IN"
-            f" (SELECT snapshot_id FROM {INDEXED}) ORDER BY created_at, snapshot_id")]
-    done = 0
-    for snapshot_id in todo:
-        with store.transaction() as conn:
-            if conn.execute(f"SELECT 1 FROM {INDEXED} WHERE snapshot_id = ?", (snapshot_id,)).fetchone():
-                continue  # another process indexed it meanwhile
-            first = conn.execute(f"SELECT COALESCE(MAX(doc_id), 0) FROM {DOCS}").fetchone()[0]
-            conn.execute(
-                f"INSERT INTO {DOCS}(snapshot_id, position) SELECT snapshot_id, position"
-                " FROM session_guard_snapshot_messages WHERE snapshot_id = ? ORDER BY position", (snapshot_id,))
-            conn.execute(
-                f"INSERT INTO {FTS}(rowid, content) SELECT doc_id, content FROM {CONTENT_VIEW} WHERE doc_id > ?",
-                (first,))
-            conn.execute(f"INSERT INTO {INDEXED}(snapshot_id, indexed_at) VALUES (?, ?)",
-                         (snapshot_id, time.time()))
-        done += 1
-    with store.reading() as conn:
-        # Another connection's commit since ``version`` was read changes it: looked at next time.
-        _unchanged_since[id(store)] = (store, version, conn.total_changes)
-    return done
+    """Index every snapshot of this state.db that is not indexed yet; returns how many."""
+    if not store.fts:
+        raise SearchIndexUnavailable("this SQLite has no FTS5")
+    return store.index_missing_snapshots(None, recall_text)
 
 
 def _in(column: str, values: Sequence[str], negate: bool = False) -> str:
@@ -153,13 +90,20 @@ _SELECT = (
     "SELECT d.doc_id, sn.session_id, m.role, {snippet} AS snippet,"
     " COALESCE(json_extract(m.message_json, '$.timestamp'), sn.created_at) AS timestamp,"
     " json_extract(m.message_json, '$.tool_name') AS tool_name, s.source, s.model, s.started_at AS session_started,"
-    " d.snapshot_id, d.position, {rank} AS rank"
+    " d.ref, d.position, {rank} AS rank, m.content, m.message_json"
 )
 _JOINS = (
-    " JOIN session_guard_snapshot_messages m ON m.snapshot_id = d.snapshot_id AND m.position = d.position"
-    " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.snapshot_id"
+    " JOIN session_guard_snapshot_messages m ON m.snapshot_id = d.ref AND m.position = d.position"
+    " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.ref"
     " JOIN sessions s ON s.id = sn.session_id"
 )
+# The text Hermes's messages_fts trigger indexes for a row, of a snapshot message in SQL
+# (the substring route matches it; the full-text route indexed store.index_body's).
+_BODY = (
+    "(COALESCE(m.content, '') || ' ' || COALESCE(json_extract(m.message_json, '$.tool_name'), '') || ' ' ||"
+    " COALESCE(json_extract(m.message_json, '$.tool_calls'), ''))"
+)
+_SNIPPETS = "session_guard_snippets"
 
 
 def search(
@@ -177,38 +121,58 @@ def search(
     queries) a substring match on any of the terms instead, newest snapshot first."""
     index_pending(store)
     where, params = _filters(source_filter, exclude_sources, role_filter)
+    where.append("d.source = 'snapshot'")
     if like_terms:
-        likes = " OR ".join(f"{CONTENT_VIEW}.content LIKE ? ESCAPE '\\'" for _ in like_terms)
+        likes = " OR ".join(f"{_BODY} LIKE ? ESCAPE '\\'" for _ in like_terms)
         escaped = [t.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for t in like_terms]
         sql = (
-            _SELECT.format(snippet=f"substr({CONTENT_VIEW}.content, max(1, instr({CONTENT_VIEW}.content, ?) - 40),"
-                           " 120)", rank="0.0")
-            + f" FROM {CONTENT_VIEW} JOIN {DOCS} d ON d.doc_id = {CONTENT_VIEW}.doc_id" + _JOINS
+            _SELECT.format(snippet=f"substr({_BODY}, max(1, instr({_BODY}, ?) - 40), 120)", rank="0.0")
+            + f" FROM {DOCS} d" + _JOINS
             + f" WHERE ({likes})" + "".join(f" AND {w}" for w in where)
             + " ORDER BY timestamp DESC LIMIT ?"
         )
         args: list[Any] = [like_terms[0], *[f"%{e}%" for e in escaped], *params, limit]
     else:
+        # ``content:`` keeps the query off the scope column (recall's session tokens).
         sql = (
-            _SELECT.format(snippet=f"snippet({FTS}, 0, '>>>', '<<<', '...', 40)", rank=f"{FTS}.rank")
+            _SELECT.format(snippet="NULL", rank=f"bm25({FTS}, 0.0, 1.0)")
             + f" FROM {FTS} JOIN {DOCS} d ON d.doc_id = {FTS}.rowid" + _JOINS
             + f" WHERE {FTS} MATCH ?" + "".join(f" AND {w}" for w in where)
-            + f" ORDER BY {FTS}.rank LIMIT ?"
+            + " ORDER BY rank, d.doc_id LIMIT ?"
         )
-        args = [fts_query, *params, limit]
+        args = [f"content:({fts_query})", *params, limit]
     with store.reading() as conn:
         try:
             rows = conn.execute(sql, args).fetchall()
+            snippets = {} if like_terms else _snippets(conn, fts_query, rows)
         except sqlite3.OperationalError as exc:
             # Hermes answers [] to an FTS5 syntax error its sanitizer let through; so do we.
             log.debug("session guard: snapshot search query failed (%s)", exc)
             return []
-        hits = [_hit(conn, row) for row in rows]
+        hits = [_hit(conn, row, snippets) for row in rows]
     return hits
 
 
-def _hit(conn: sqlite3.Connection, row: Sequence[Any]) -> dict[str, Any]:
-    doc_id, session_id, role, snippet, timestamp, tool_name, source, model, started, snapshot_id, position, rank = row
+def _snippets(conn: sqlite3.Connection, fts_query: str, rows: Sequence[Sequence[Any]]) -> dict[int, str]:
+    """FTS5's ``snippet()`` of each hit, as Hermes's own index gives it: the hits' text
+    (what the index holds for them) in a per-connection table, matched by the same query."""
+    if not rows:
+        return {}
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SNIPPETS} USING fts5(content)")
+    try:
+        conn.executemany(f"INSERT INTO temp.{_SNIPPETS}(rowid, content) VALUES (?, ?)",
+                         [(row[0], searchable(index_body(_row_message(row[13], row[12])))) for row in rows])
+        return {int(r[0]): str(r[1]) for r in conn.execute(
+            f"SELECT rowid, snippet({_SNIPPETS}, 0, '>>>', '<<<', '...', 40) FROM temp.{_SNIPPETS}"
+            f" WHERE {_SNIPPETS} MATCH ?", (fts_query,))}
+    finally:
+        conn.execute(f"DELETE FROM temp.{_SNIPPETS}")
+
+
+def _hit(conn: sqlite3.Connection, row: Sequence[Any], snippets: dict[int, str]) -> dict[str, Any]:
+    doc_id, session_id, role, snippet, timestamp, tool_name, source, model, started, snapshot_id, position, rank = (
+        row[:12])
+    snippet = snippets.get(int(doc_id), snippet)
     return {
         "id": -int(doc_id),  # no Hermes row has a negative id
         "session_id": session_id,
@@ -307,16 +271,16 @@ def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: 
     window = max(int(window), 0)
     with store.reading() as conn:
         anchor = conn.execute(
-            f"SELECT d.snapshot_id, d.position, sn.created_at FROM {DOCS} d"
-            " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.snapshot_id"
-            " WHERE d.doc_id = ? AND sn.session_id = ?", (doc_id, session_id),
+            f"SELECT d.ref, d.position, sn.created_at FROM {DOCS} d"
+            " JOIN session_guard_snapshots sn ON sn.snapshot_id = d.ref"
+            " WHERE d.doc_id = ? AND d.source = 'snapshot' AND sn.session_id = ?", (doc_id, session_id),
         ).fetchone()
         if anchor is None:
             return None
         snapshot_id, position, created_at = anchor[0], int(anchor[1]), float(anchor[2])
         ids = dict(conn.execute(
-            f"SELECT position, doc_id FROM {DOCS} WHERE doc_id BETWEEN ? AND ? AND snapshot_id = ?",
-            (doc_id - position, doc_id + window + 1, snapshot_id),
+            f"SELECT position, doc_id FROM {DOCS} WHERE ref = ? AND position BETWEEN ? AND ? AND source = 'snapshot'",
+            (snapshot_id, position - window, position + window),
         ).fetchall())
         rows = conn.execute(
             "SELECT position, role, content, message_json FROM session_guard_snapshot_messages"
@@ -398,17 +362,16 @@ _vocabularies: dict[int, _Vocabulary] = {}
 
 
 def _load_vocabulary(conn: sqlite3.Connection) -> frozenset[str] | None:
-    conn.execute(SEARCH_VOCAB_DDL)
-    rows = conn.execute(f"SELECT term FROM {SEARCH_VOCAB} LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
+    rows = conn.execute(f"SELECT term FROM {TEXT_VOCAB} LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
     return None if len(rows) > _VOCABULARY_CAP else frozenset(r[0] for r in rows)
 
 
 def _vocabulary(store: GuardStore) -> _Vocabulary:
-    """Every term of the snapshot index (snapshots written since the last look are
+    """Every term of the text index (snapshots written since the last look are
     indexed first). Reloaded only when the index itself grew; a write elsewhere in
     state.db costs one small count."""
     with store.reading() as conn:
-        mark = _write_mark(conn)
+        mark = store.write_mark(conn)
     cached = _vocabularies.get(id(store))
     if cached is not None and cached.store is store and cached.mark == mark:
         return cached
@@ -416,7 +379,8 @@ def _vocabulary(store: GuardStore) -> _Vocabulary:
     version = mark[0]
     index_pending(store)
     with store.reading() as conn:
-        count, last = conn.execute(f"SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM {INDEXED}").fetchone()
+        count, last = conn.execute(
+            "SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM session_guard_text_indexed").fetchone()
         indexed = (int(count), int(last))
         if cached is not None and cached.store is store and cached.indexed == indexed:
             terms, ordered = cached.terms, cached.ordered

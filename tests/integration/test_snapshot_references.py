@@ -211,5 +211,5 @@ def test_copied_and_referenced_snapshots_read_the_same_everywhere(
     with calling_session(SID):
         answer = handler({"query": "staging vault token rotates"})
     assert FACT in answer
-    indexed = {r[0] for r in _query(home, "SELECT snapshot_id FROM session_guard_recall_indexed")}
+    indexed = {r[0] for r in _query(home, "SELECT snapshot_id FROM session_guard_text_indexed")}
     assert {ref.snapshot_id, copy.snapshot_id} <= indexed

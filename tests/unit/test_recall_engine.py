@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -99,8 +100,30 @@ def test_a_foreign_snapshot_id_is_refused_by_name(store: GuardStore) -> None:
 def test_the_fts_expression_only_holds_quoted_words() -> None:
     q = Query.parse('error "exact phrase" scope:x OR) NEAR(a b) *')
     expr = fts_expression(q.words)
-    assert all(part.startswith('"') and part.endswith('"') for part in expr.split(" OR "))
-    assert "scope" not in expr.replace('"scope"', "")
+    term = r'"[a-z0-9]+"\*?'
+    match = rf"(?:{term}|\({term}(?: OR {term})+\))"
+    assert re.fullmatch(rf"{match}(?: OR {match})*", expr), expr
+    assert "scope" not in re.sub(term, "", expr)
+
+
+def test_a_word_matches_the_forms_the_index_holds_of_it(tmp_path: Path) -> None:
+    st = GuardStore(tmp_path / "state.db")
+    words = "deploy deploys deploying deployed deployment deplorable happy happiness e1215 e12150 go gone"
+    st.write_snapshot(snapshot_id="A.snapshot.1", session_id="A",
+                      messages=[{"role": "user", "content": w} for w in words.split()] * 2, index_text=recall_text)
+    assert st.word_forms("deploying") == {"deploy": 2, "deploys": 2, "deploying": 2, "deployed": 2}
+    assert set(st.word_forms("deployments")) == {"deployment"}
+    assert set(st.word_forms("happy")) == {"happy", "happiness"}
+    assert set(st.word_forms("deplore")) == {"deplorable"}
+    assert st.word_forms("e1215") == {"e1215": 2}  # a digit: the word alone
+    assert st.word_forms("go") == {"go": 2}  # a stem shorter than three letters: the word alone
+    assert st.word_forms("zebra") == {}
+    st.close()
+
+
+def test_a_word_finds_other_forms_of_it(store: GuardStore) -> None:
+    assert "ERROR 1215 (HY000)" in recall(store, query="migrating failures")
+    assert "proxy_read_timeout 75s" in recall(store, query="edit nginx")
 
 
 def test_snapshots_written_without_the_index_are_indexed_on_first_recall(tmp_path: Path) -> None:
@@ -131,7 +154,7 @@ def test_unindexed_snapshots_of_every_session_enter_the_index_once(tmp_path: Pat
     assert lazy.index_missing_snapshots(None, recall_text) == 1  # only A was left
     assert lazy.index_missing_snapshots(None, recall_text) == 0
     assert lazy.doc_count() == eager.doc_count() > 0
-    assert lazy.term_document_counts(["vault"]) == eager.term_document_counts(["vault"]) == {"vault": 2}
+    assert lazy.document_counts(["vault"]) == eager.document_counts(["vault"]) == {"vault": 2}
     assert recall(lazy, query="vault path") == recall(eager, query="vault path")
     for st in (eager, lazy, other):
         st.close()

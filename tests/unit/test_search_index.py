@@ -4,6 +4,7 @@ another process) found by the next search, the window around a hit."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -67,8 +68,9 @@ def test_the_index_holds_no_copy_of_the_text(home: HermesLikeHome) -> None:
     _snapshot(store, "a", "a.snapshot.1", ["the quick brown fox jumps over the lazy dog"])
     search_index.index_pending(store)
     conn = sqlite3.connect(str(home.db_path))
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'session_guard_search%'")]
-    assert f"{search_index.FTS}_content" not in tables  # external content: the text stays in the snapshot
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'session_guard_text%'")]
+    assert f"{search_index.FTS}_data" in tables
+    assert f"{search_index.FTS}_content" not in tables  # contentless: the text stays in the snapshot
     for table in tables:
         if table.startswith(f"{search_index.FTS}_"):
             dump = " ".join(str(row) for row in conn.execute(f"SELECT * FROM {table}"))
@@ -175,3 +177,68 @@ def test_cannot_match_never_hides_a_hit_the_full_search_finds(home: HermesLikeHo
             assert query in across_messages or search_index.search(store, query), query
     assert checked == len(queries)
     store.close()
+
+
+# -- one index for search and recall ---------------------------------------------------------
+
+
+def test_one_index_serves_hermess_search_and_recall(home: HermesLikeHome) -> None:
+    """A snapshot indexed for a search is not indexed again for recall; each message of
+    the copy is one document, and a text repeated in a later snapshot is a search hit in
+    both but recall's only at its first occurrence."""
+    from hermes_session_guard.summaries.recall import Recall, recall_text
+
+    store = GuardStore(home.db_path)
+    _snapshot(store, "a", "a.snapshot.1", ["alpha", TOKEN])
+    _snapshot(store, "a", "a.snapshot.2", ["alpha", TOKEN, "gamma"])
+    hits = search_index.search(store, TOKEN)
+    assert sorted(h["snapshot_id"] for h in hits) == ["a.snapshot.1", "a.snapshot.2"]
+    assert store.index_missing_snapshots(None, recall_text) == 0
+    assert store.doc_count() == 5
+    answer = Recall(store=store, session_id="a", lineage=["a"], max_chars=4000).run({"query": TOKEN})
+    assert answer.count(f"turn 1 {TOKEN}") == 1 and "snapshot a.snapshot.1" in answer
+    assert "a.snapshot.2" not in answer
+    store.close()
+
+
+@pytest.mark.parametrize("query", [TOKEN, '"brown fox"', "quick*", "fox NOT zebra", "NEAR(brown lazy, 5)"])
+def test_a_snippet_is_fts5s_own_over_hermess_text(home: HermesLikeHome, query: str) -> None:
+    """The snippet of a hit is what FTS5 gives for the same text in a table like
+    Hermes's ``messages_fts``."""
+    store = GuardStore(home.db_path)
+    long_text = " ".join(["filler"] * 60 + [f"the quick brown fox {TOKEN} jumps over the lazy dog"] + ["tail"] * 60)
+    message = {"role": "assistant", "content": long_text, "tool_calls": [{"function": {"name": "fox_tool"}}]}
+    store.write_snapshot(snapshot_id="a.snapshot.1", session_id="a", messages=[message])
+    (hit,) = search_index.search(store, query)
+    hermes = sqlite3.connect(":memory:")
+    hermes.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(content)")
+    hermes.execute("INSERT INTO messages_fts(rowid, content) VALUES (1, ?)",
+                   (f"{long_text}  {json.dumps(message['tool_calls'], separators=(',', ':'))}",))
+    (expected,) = hermes.execute("SELECT snippet(messages_fts, 0, '>>>', '<<<', '...', 40) FROM messages_fts"
+                                 " WHERE messages_fts MATCH ?", (query,)).fetchone()
+    assert hit["snippet"] == expected and ">>>" in expected
+    store.close()
+
+
+def test_an_earlier_layouts_two_indexes_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(str(path))
+    conn.executescript(
+        "CREATE TABLE session_guard_recall_docs (doc_id INTEGER PRIMARY KEY);"
+        "CREATE VIRTUAL TABLE session_guard_recall_fts USING fts5(scope, body, content='', tokenize='porter');"
+        "CREATE VIRTUAL TABLE session_guard_recall_vocab USING fts5vocab(session_guard_recall_fts, 'row');"
+        "CREATE TABLE session_guard_search_docs (doc_id INTEGER PRIMARY KEY, snapshot_id TEXT, position INT);"
+        "CREATE VIEW session_guard_search_content AS"
+        " SELECT doc_id, snapshot_id AS content FROM session_guard_search_docs;"
+        "CREATE VIRTUAL TABLE session_guard_search_fts USING fts5(content, content='session_guard_search_content',"
+        " content_rowid='doc_id');"
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY);")
+    conn.close()
+    store = GuardStore(path)
+    assert not store.has_snapshots("a")  # the first use connects
+    store.close()
+    conn = sqlite3.connect(str(path))
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert not {n for n in names if n.startswith(("session_guard_recall", "session_guard_search"))}
+    assert {"session_guard_text_docs", "session_guard_text_fts", "messages"} <= names
