@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from hermes_session_guard.seams.buffering import HELD_PROMPTS
 from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
@@ -22,6 +23,7 @@ from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from .api_turns import answer_for, echo_last_user
 from .conftest import DEFERS_TO_USAGE, HOST, anchor_on_real_usage
 from .tui_import import TuiFrames
+from .waiting import wait_for
 
 SID = "20260701_140000_tuiq01"
 WAIT = 180
@@ -41,9 +43,24 @@ def _submit(server: Any, frames: TuiFrames, live: str, text: str) -> dict[str, A
     return dict(ack["result"])
 
 
-def _wait_completed(frames: TuiFrames, live: str, n: int, quiet: float | None = None) -> list[dict[str, Any]]:
+def _idle(session: dict[str, Any]) -> bool:
+    """The TUI gateway's session runs no turn and has nothing queued for one: ``running``
+    is off (a turn sets it before it starts and clears it after its ``message.complete``),
+    its next-turn slot ``queued_prompt`` (0.19+) and the FIFO after it ``queued_prompts``
+    (0.20+) are empty, the guard holds no prompt back for the slot (0.19-0.20), and the
+    thread of its last turn (``_run_thread``: the turn, then its drain of the queue) has
+    ended."""
+    thread = session.get("_run_thread")
+    return not (session.get("running") or session.get("queued_prompt") or session.get("queued_prompts")
+                or session.get(HELD_PROMPTS) or (thread is not None and thread.is_alive()))
+
+
+def _wait_completed(server: Any, frames: TuiFrames, live: str, n: int,
+                    quiet: float | None = None) -> list[dict[str, Any]]:
     """The session's completed turns once there are ``n``; with ``quiet``, also once none
-    has completed for that many seconds after the first (turns folded into fewer)."""
+    has completed for that many seconds after the first (turns folded into fewer). Either
+    way only once the session is idle (:func:`_idle`), so that a further (wrong) turn has
+    completed by then."""
     deadline = time.monotonic() + WAIT  # a bound on the loop, not on the turns' duration
     seen, since = 0, time.monotonic()
     while len(frames.completed(live)) < n:
@@ -53,7 +70,9 @@ def _wait_completed(frames: TuiFrames, live: str, n: int, quiet: float | None = 
             break
         assert time.monotonic() < deadline, f"{len(frames.completed(live))} of {n} TUI turns completed"
         time.sleep(0.05)
-    time.sleep(0.3)  # a further (wrong) completion would land now
+    session = server._sessions[live]
+    assert wait_for(lambda: _idle(session), max(0.0, deadline - time.monotonic())), \
+        f"the TUI session is still busy after {len(frames.completed(live))} completed turns"
     return frames.events(live, "message.complete")
 
 
@@ -78,7 +97,7 @@ def _prompt_during_compaction(db: Any, llm: FakeLLMServer, tui: tuple[Any, TuiFr
         acks = [_submit(server, frames, live, t) for t in texts[1:]]
     finally:
         gate.set()
-    return acks, _wait_completed(frames, live, len(texts), quiet)
+    return acks, _wait_completed(server, frames, live, len(texts), quiet)
 
 
 def _asked(llm: FakeLLMServer) -> list[str]:
@@ -152,6 +171,6 @@ def test_outside_compaction_the_interrupt_setting_is_untouched(guard: Any, db: A
             assert interrupted.wait(30), "the running turn was not interrupted"
     finally:
         interrupted.set()
-    _wait_completed(frames, live, 1 if ack.get("status") == "redirected" else 2)
+    _wait_completed(server, frames, live, 1 if ack.get("status") == "redirected" else 2)
 
 
