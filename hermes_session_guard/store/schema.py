@@ -138,11 +138,10 @@ CREATE TABLE IF NOT EXISTS session_guard_text_docs (
     ref TEXT NOT NULL,
     position INTEGER NOT NULL,
     role TEXT,
-    content_hash TEXT NOT NULL,
+    content_hash INTEGER NOT NULL,
     recall INTEGER NOT NULL,
     host_row_id INTEGER
 );
-CREATE INDEX IF NOT EXISTS idx_session_guard_text_docs_ref ON session_guard_text_docs(ref, position);
 CREATE INDEX IF NOT EXISTS idx_session_guard_text_docs_recall
     ON session_guard_text_docs(session_id, content_hash) WHERE recall = 1;
 CREATE TABLE IF NOT EXISTS session_guard_text_indexed (
@@ -176,14 +175,15 @@ CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
 # The one full-text index over the text the guard keeps (text_index): every message of a
 # snapshot copy, and for recall Hermes's own rows a snapshot names or the conversation's
 # archived rows. Contentless (the text stays in the snapshot tables / Hermes's rows), the
-# default tokenizer of Hermes's own ``messages_fts`` (unicode61). ``content`` is the text;
+# default tokenizer of Hermes's own ``messages_fts`` (unicode61). ``content`` is the text
+# (the first column: its positions need no column marker, most of the index's bytes);
 # ``scope`` holds one token of the conversation for a document recall may return (its
 # first occurrence in that conversation), so a recall query can only ever match documents
 # of the sessions it names; Hermes's search seam matches ``content`` alone.
 TEXT_FTS = "session_guard_text_fts"
 TEXT_VOCAB = "session_guard_text_vocab"
 _FTS_SCHEMA = f"""
-CREATE VIRTUAL TABLE IF NOT EXISTS {TEXT_FTS} USING fts5(scope, content, content='');
+CREATE VIRTUAL TABLE IF NOT EXISTS {TEXT_FTS} USING fts5(content, scope, content='');
 CREATE VIRTUAL TABLE IF NOT EXISTS {TEXT_VOCAB} USING fts5vocab({TEXT_FTS}, 'row');
 """
 

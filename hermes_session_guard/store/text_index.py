@@ -199,7 +199,7 @@ class TextIndexRepository(StoreConnection):
         scope = scope_token(session_id)
         added = 0
         for position, role, body, recalled, host_row_id in docs:
-            digest = text_hash(recalled or body)
+            digest = int(text_hash(recalled or body)[:15], 16)  # 60 bits: an integer column
             first = bool(recalled) and conn.execute(
                 "SELECT 1 FROM session_guard_text_docs WHERE session_id = ? AND content_hash = ? AND recall = 1",
                 (session_id, digest)).fetchone() is None
@@ -334,7 +334,7 @@ class TextIndexRepository(StoreConnection):
         with self.reading() as conn:
             rows = conn.execute(
                 f"SELECT {self._DOC_COLUMNS}, f.score, m.message_json, m.content"
-                f" FROM (SELECT rowid AS id, bm25({TEXT_FTS}, 0.0, 1.0) AS score"
+                f" FROM (SELECT rowid AS id, bm25({TEXT_FTS}, 1.0, 0.0) AS score"
                 f"       FROM {TEXT_FTS} WHERE {TEXT_FTS} MATCH ?"
                 "       ORDER BY score LIMIT ?) AS f"
                 " JOIN session_guard_text_docs d ON d.doc_id = f.id" + self._DOC_JOINS +

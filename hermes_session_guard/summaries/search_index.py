@@ -135,7 +135,7 @@ def search(
     else:
         # ``content:`` keeps the query off the scope column (recall's session tokens).
         sql = (
-            _SELECT.format(snippet="NULL", rank=f"bm25({FTS}, 0.0, 1.0)")
+            _SELECT.format(snippet="NULL", rank=f"bm25({FTS}, 1.0, 0.0)")
             + f" FROM {FTS} JOIN {DOCS} d ON d.doc_id = {FTS}.rowid" + _JOINS
             + f" WHERE {FTS} MATCH ?" + "".join(f" AND {w}" for w in where)
             + " ORDER BY rank, d.doc_id LIMIT ?"
@@ -278,9 +278,10 @@ def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: 
         if anchor is None:
             return None
         snapshot_id, position, created_at = anchor[0], int(anchor[1]), float(anchor[2])
+        # A copy's messages are indexed in order in one transaction: consecutive doc ids.
         ids = dict(conn.execute(
-            f"SELECT position, doc_id FROM {DOCS} WHERE ref = ? AND position BETWEEN ? AND ? AND source = 'snapshot'",
-            (snapshot_id, position - window, position + window),
+            f"SELECT position, doc_id FROM {DOCS} WHERE doc_id BETWEEN ? AND ? AND ref = ?",
+            (doc_id - min(position, window), doc_id + window, snapshot_id),
         ).fetchall())
         rows = conn.execute(
             "SELECT position, role, content, message_json FROM session_guard_snapshot_messages"
