@@ -142,7 +142,7 @@ CREATE TABLE IF NOT EXISTS session_guard_text_docs (
     recall INTEGER NOT NULL,
     host_row_id INTEGER
 );
-CREATE INDEX IF NOT EXISTS idx_session_guard_text_docs_recall
+CREATE UNIQUE INDEX IF NOT EXISTS idx_session_guard_text_docs_recall
     ON session_guard_text_docs(session_id, content_hash) WHERE recall = 1;
 CREATE TABLE IF NOT EXISTS session_guard_text_indexed (
     snapshot_id TEXT PRIMARY KEY

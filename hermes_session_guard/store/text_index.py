@@ -13,11 +13,12 @@ A document is one message:
   that Hermes session).
 
 The text is never copied here: it stays in the snapshot tables or in Hermes's rows. The
-tokenizer is Hermes's (``unicode61``); recall widens each word to its Porter stem as a
-prefix (:func:`porter_stems`). A document recall may return carries its conversation's
-:func:`scope_token` in the ``scope`` column: only a message's first occurrence in that
-conversation (by text), and only text recall reads (summaries removed, recall's own
-answers left out), so a recall query names the sessions it may match inside the index.
+tokenizer is Hermes's (``unicode61``); recall reads a word as the forms of it the index
+holds (:meth:`TextIndexRepository.word_forms`, by :func:`porter_stems`). A document recall
+may return carries its conversation's :func:`scope_token` in the ``scope`` column: only a
+message's first occurrence in that conversation (by text; a unique index holds it), and
+only text recall reads (summaries removed, recall's own answers left out), so a recall
+query names the sessions it may match inside the index.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ _stem_cache: dict[str, str] = {}
 
 
 def porter_stems(words: Iterable[str]) -> dict[str, str]:
-    """``word -> stem`` as SQLite's ``porter`` tokenizer computes it (recall widens a
-    word to its stem as a prefix)."""
+    """``word -> stem`` as SQLite's ``porter`` tokenizer computes it (which terms of the
+    index are forms of a word: :meth:`TextIndexRepository.word_forms`)."""
     global _stem_conn
     words = [w for w in words if w]
     missing = [w for w in dict.fromkeys(words) if w not in _stem_cache]
@@ -197,19 +198,20 @@ class TextIndexRepository(StoreConnection):
         session's scope) at its first occurrence in that session only; the other documents
         are added only with ``every`` (a snapshot copy: Hermes's search seam reads them all)."""
         scope = scope_token(session_id)
+        insert = ("INSERT {} INTO session_guard_text_docs(session_id, source, ref, position, role, content_hash,"
+                  " recall, host_row_id) VALUES (?,?,?,?,?,?,?,?)")
         added = 0
         for position, role, body, recalled, host_row_id in docs:
             digest = int(text_hash(recalled or body)[:15], 16)  # 60 bits: an integer column
-            first = bool(recalled) and conn.execute(
-                "SELECT 1 FROM session_guard_text_docs WHERE session_id = ? AND content_hash = ? AND recall = 1",
-                (session_id, digest)).fetchone() is None
-            if not first and not every:
-                continue
-            cur = conn.execute(
-                "INSERT INTO session_guard_text_docs(session_id, source, ref, position, role, content_hash, recall,"
-                " host_row_id) VALUES (?,?,?,?,?,?,?,?)",
-                (session_id, source, ref, position, role, digest, int(first), host_row_id),
-            )
+            row = (session_id, source, ref, position, role, digest)
+            # recall's at its first occurrence: the unique index on (session_id, content_hash)
+            # of recall's documents ignores a repeat
+            cur = conn.execute(insert.format("OR IGNORE"), (*row, 1, host_row_id)) if recalled else None
+            first = cur is not None and cur.rowcount == 1
+            if cur is None or not first:
+                if not every:
+                    continue
+                cur = conn.execute(insert.format(""), (*row, 0, host_row_id))
             if self.fts:
                 conn.execute(f"INSERT INTO {TEXT_FTS}(rowid, scope, content) VALUES (?,?,?)",
                              (cur.lastrowid, scope if first else "", searchable(body)))
@@ -294,19 +296,18 @@ class TextIndexRepository(StoreConnection):
         if any(c.isdigit() for c in word) or len(stem) < 3 or len(base) < 3 or not self.fts:
             return self.document_counts([word])
         self._df_fresh()
-        key = word
-        if key not in self._forms:
+        if word not in self._forms:
             with self.reading() as conn:
                 rows = conn.execute(f"SELECT term, doc FROM {TEXT_VOCAB} WHERE term >= ? AND term < ? LIMIT ?",
                                     (base, base + "\U0010ffff", self._MAX_FORMS_SCANNED + 1)).fetchall()
             if len(rows) > self._MAX_FORMS_SCANNED:
-                self._forms[key] = self.document_counts([word])
+                self._forms[word] = self.document_counts([word])
             else:
                 stems = porter_stems(str(t) for t, _ in rows)
                 forms = {str(t): int(n) for t, n in rows if stems[str(t)].startswith(stem)}
                 forms.update(self.document_counts([word]))
-                self._forms[key] = forms
-        return self._forms[key]
+                self._forms[word] = forms
+        return self._forms[word]
 
     # -- recall's queries -------------------------------------------------------------
     _DOC_COLUMNS = (

@@ -226,7 +226,6 @@ class Recall:
     max_chars: int
     db_path: Path | None = None
     stored_text: Callable[[int], str | None] | None = None
-    _forms: dict[str, dict[str, int]] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, args: dict[str, Any]) -> str:
         notes: list[str] = []
@@ -288,12 +287,15 @@ class Recall:
         words = list(query.words)
         for phrase in query.phrases:
             words += [w.lower() for w in _WORD.findall(phrase) if w.lower() not in words]
-        counts = self._counts(words)
+        forms = {w: self.store.word_forms(w) for w in words} if self.store.fts else {}
+        # how many documents hold one of a word's forms (one holding two counts twice: an
+        # estimate, for weighting)
+        counts = {w: sum(f.values()) for w, f in forms.items()}
         words = self._informative(words, counts)
         if not words:
             return []
         if self.store.fts:
-            docs = self._candidates(words, counts)
+            docs = self._candidates(words, counts, forms)
         else:
             docs = self.store.scan_docs(self.lineage, words, MAX_CANDIDATES)
         allowed = set(self.lineage)
@@ -315,21 +317,13 @@ class Recall:
         out.sort(key=lambda p: p.order)
         return out
 
-    def _counts(self, words: list[str]) -> dict[str, int]:
-        """``word -> how many indexed documents hold one of its forms`` (a document with
-        two forms counts twice: an estimate, for weighting)."""
-        if not self.store.fts:
-            return {}
-        self._forms = {w: self.store.word_forms(w) for w in words}
-        return {w: sum(forms.values()) for w, forms in self._forms.items()}
-
-    def _candidates(self, words: list[str], counts: dict[str, int]) -> list[RecallDoc]:
+    def _candidates(self, words: list[str], counts: dict[str, int],
+                    forms: dict[str, dict[str, int]]) -> list[RecallDoc]:
         """Documents holding all the words first, then two of them, then any rare one. A
         pair of common words or a common word alone matches much of a long history, costs
         a scan of its postings to rank and says little, so those combinations are skipped."""
         rare_cap = max(RARE_MIN_DOCS, int(RARE_SHARE * max(1, self.store.doc_count())))
         rare = [w for w in words if counts.get(w, 0) <= rare_cap]
-        forms = self._forms
         stages = [" AND ".join(word_match(w, forms) for w in words)] if len(words) > 1 else []
         if len(words) > 2:
             pairs = [f"({word_match(a, forms)} AND {word_match(b, forms)})"
