@@ -94,15 +94,6 @@ class _AppendFile:
         return None
 
 
-class _Discard:
-    """No audit file (``AuditLog(None)``): the events reach the stdlib logger only."""
-
-    def msg(self, message: str) -> None:
-        return None
-
-    info = warning = error = debug = critical = msg
-
-
 def _scrub_values(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     return scrubbed(event_dict)
 
@@ -162,10 +153,10 @@ def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
 class AuditLog:
     """Factory for per-operation bound loggers: structlog's processors (a timestamp, the
     secret net, the stdlib bridge, its JSON renderer) in front of its ``WriteLogger``
-    writing one line per event to the audit file (``path``; ``None`` for none)."""
+    writing one line per event to the audit file (``path``)."""
 
-    def __init__(self, path: Path | Callable[[], Path] | None) -> None:
-        self._factory = structlog.WriteLoggerFactory(file=_AppendFile(path)) if path is not None else _Discard
+    def __init__(self, path: Path | Callable[[], Path]) -> None:
+        self._factory = structlog.WriteLoggerFactory(file=_AppendFile(path))
 
     def logger(self, **bound: Any) -> Any:
         return structlog.wrap_logger(

@@ -96,12 +96,15 @@ def plugin_dir(home: Path) -> Path:
     return Path(home) / "plugins" / DIR_NAME
 
 
-def _refuse_links(home: Path, *, inside: bool = True) -> None:
+def check(home: Path, *, removing: bool = False) -> None:
+    """Raise :class:`DashboardPluginError` where :func:`stage` and :func:`commit` (or, with
+    ``removing``, :func:`detach`) would refuse; writes nothing. Links inside the plugin
+    directory do not stop its removal: nothing in it is opened, links are deleted as links."""
     plugins = Path(home) / "plugins"
     if os.path.islink(plugins) or (os.path.lexists(plugins) and not os.path.isdir(plugins)):
         raise DashboardPluginError(f"{plugins} is a symbolic link or not a directory; the guard writes its dashboard "
                                    "plugin only into a real directory")
-    bad = links_under(plugin_dir(home)) if inside else []
+    bad = [] if removing else links_under(plugin_dir(home))
     if bad:
         raise DashboardPluginError(f"{bad[0]} is a symbolic link or not a regular file; remove "
                                    f"{plugin_dir(home)} and run the command again")
@@ -113,13 +116,6 @@ def _owner(path: Path) -> tuple[int, int] | None:
         return None
     st = os.lstat(path)
     return st.st_uid, st.st_gid
-
-
-def check(home: Path, *, removing: bool = False) -> None:
-    """Raise :class:`DashboardPluginError` where :func:`stage` and :func:`commit` (or, with
-    ``removing``, :func:`detach`) would refuse; writes nothing. Links inside the plugin
-    directory do not stop its removal: nothing in it is opened, links are deleted as links."""
-    _refuse_links(home, inside=not removing)
 
 
 def _remove_tree(path: Path) -> None:
@@ -140,14 +136,14 @@ def stage(home: Path) -> Path:
     """Build the plugin directory under a hidden name in ``plugins/`` (created if missing)
     and return it; nothing in place changes. Raises :class:`OSError`."""
     home = Path(home)
-    _refuse_links(home)
+    check(home)
     plugins = home / "plugins"
     if not os.path.lexists(plugins):
         os.mkdir(plugins, PRIVATE_DIR)
         owner = _owner(home)
         if owner is not None:
             os.chown(plugins, *owner, follow_symlinks=False)
-        _refuse_links(home)
+        check(home)
     for leftover in os.listdir(plugins):  # of a run killed between stage and commit, not one running now
         if _STAGED.match(leftover) and _older_than(plugins / leftover, LEFTOVER_SECONDS):
             _remove_tree(plugins / leftover)
@@ -167,7 +163,7 @@ def commit(home: Path, staged: Path) -> Path:
     """Put a directory made by :func:`stage` in place of the old one (which is removed)."""
     root = plugin_dir(home)
     try:
-        _refuse_links(home)
+        check(home)
     except BaseException:
         discard(staged)
         raise
@@ -201,7 +197,7 @@ def detach(home: Path) -> Path | None:
     root = plugin_dir(home)
     if not os.path.lexists(root):
         return None
-    _refuse_links(home, inside=False)
+    check(home, removing=True)
     aside = root.with_name(f".{DIR_NAME}.{secrets.token_hex(6)}.old")
     os.rename(root, aside)  # a link is renamed itself, never followed
     return aside
@@ -215,15 +211,6 @@ def reattach(home: Path, aside: Path) -> None:
 def write(home: Path) -> Path:
     """Write (or rewrite) the dashboard plugin directory under ``home``; returns it."""
     return commit(home, stage(home))
-
-
-def remove(home: Path) -> bool:
-    """Remove the dashboard plugin directory; ``True`` when there was one."""
-    aside = detach(home)
-    if aside is None:
-        return False
-    _remove_tree(aside)
-    return True
 
 
 def _router() -> Any:

@@ -22,7 +22,6 @@ _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY",
 # Create, never open what is there: O_EXCL fails on any existing name, a symlink included
 # (dangling or not); O_NOFOLLOW says the same where it exists (not on Windows).
 EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-_EXCL_FLAGS = EXCL_FLAGS
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -71,7 +70,7 @@ def open_private_append(path: Path) -> int:
 def create_private(path: Path) -> None:
     """Create ``path`` empty with mode ``0600``; ``FileExistsError`` when anything (a
     symlink included, which is never followed) is already there."""
-    fd = os.open(path, _EXCL_FLAGS, PRIVATE_FILE)
+    fd = os.open(path, EXCL_FLAGS, PRIVATE_FILE)
     os.close(fd)
     chmod_quietly(path, PRIVATE_FILE)
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+BACKUP_INFIX = ".session-guard-backup-"  # a copy the guard keeps of a file before it changes it
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -69,3 +72,15 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o600, owner: tup
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def backup_path_for(path: Path) -> Path:
+    """A name next to ``path`` that nothing holds yet, for a copy of it:
+    ``<name>.session-guard-backup-<UTC time>`` (``-2``, ``-3``... when taken)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    candidate = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}")
+    n = 1
+    while os.path.lexists(candidate):
+        n += 1
+        candidate = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}-{n}")
+    return candidate

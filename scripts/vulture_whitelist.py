@@ -36,7 +36,6 @@ _.fullname  # importlib: the MetaPathFinder.find_spec(fullname, path, target) pr
 _.__signature__  # inspect.signature: a wrapper shows the signature of what it wraps (host/delivery.py, engine_shim.py)
 
 # Other libraries read these by name.
-_.critical  # structlog: the logger method for each level (audit.py _Discard)
 _.preserve_quotes  # ruamel.yaml: YAML() settings (maintenance/plugin_config.py)
 _.width
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import textwrap
 from typing import Any
 
 from .output import fail
+from .selftest import run_in_temp_home
 
 HELP = "Show anomalies A and B with the guard off and on, side by side (temporary home, fake LLM)"
 MARKER = "SESSION_GUARD_DEMO "
@@ -29,21 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_scenarios(release_default: bool, timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="session-guard-demo-") as tmp:
-        os.chmod(tmp, 0o700)
-        env = dict(os.environ, HERMES_HOME=tmp, GATEWAY_ALLOW_ALL_USERS="true")
-        env.pop("HERMES_SESSION_ID", None)
-        argv = [sys.executable, "-m", "hermes_session_guard.selftest.demo_scenarios"]
-        if release_default:
-            argv.append("--release-default")
-        try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"the demo timed out after {timeout:.0f}s"}
-        for line in proc.stdout.splitlines():
-            if MARKER in line:
-                return dict(json.loads(line.split(MARKER, 1)[1]))
-        return {"ok": False, "error": "the demo printed no result", "stderr": proc.stderr[-4000:]}
+    argv = ["hermes_session_guard.selftest.demo_scenarios", *(["--release-default"] if release_default else [])]
+    return run_in_temp_home("demo", argv, MARKER, "the demo", timeout, GATEWAY_ALLOW_ALL_USERS="true")
 
 
 def _ids(col: dict[str, Any]) -> str:

@@ -21,18 +21,17 @@ from pathlib import Path
 
 from .. import host
 from ..audit import AuditLog, new_op_id
+from ..files import backup_path_for
 from ..hostinfo import installed_version
 from ..locks import presence, repair_lock
 from ..maintenance.corruption import diagnose
 from ..maintenance.lineage_repair import (
     RepairPlan,
     apply_repair,
-    backup_path_for,
     backup_state_db,
-    database_busy,
     plan_repair,
 )
-from ..maintenance.state_inspection import HomeError, HomeState, load_home_state, write_problem
+from ..maintenance.state_inspection import HomeError, HomeState, database_busy, load_home_state, write_problem
 from ..store.connection import connect
 from .output import EXIT_FOUND, emit_json, fail
 

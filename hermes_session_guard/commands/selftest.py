@@ -31,31 +31,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds for the live probe (default 180)")
 
 
-def run_probe(timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="session-guard-selftest-") as tmp:
-        env = dict(os.environ, HERMES_HOME=tmp)
-        env.pop("HERMES_SESSION_ID", None)
+def run_in_temp_home(name: str, argv: list[str], marker: str, what: str, timeout: float, **env: str) -> dict[str, Any]:
+    """Run ``python -m <argv>`` with a temporary ``HERMES_HOME`` (``0700``, removed after) and
+    return the JSON it printed after ``marker``, or ``ok: False`` with the reason."""
+    with tempfile.TemporaryDirectory(prefix=f"session-guard-{name}-") as tmp:
+        os.chmod(tmp, 0o700)
+        child_env = dict(os.environ, HERMES_HOME=tmp, **env)
+        child_env.pop("HERMES_SESSION_ID", None)
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "hermes_session_guard.selftest.probe"],
-                env=env, capture_output=True, text=True, timeout=timeout,
-            )
+            proc = subprocess.run([sys.executable, "-m", *argv], env=child_env, capture_output=True, text=True,
+                                  timeout=timeout)
         except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"live probe timed out after {timeout:.0f}s", "checks": [], "seams": []}
+            return {"ok": False, "error": f"{what} timed out after {timeout:.0f}s"}
         for line in proc.stdout.splitlines():
-            if MARKER in line:  # a host module may have left a partial line on stdout
-                result: dict[str, Any] = json.loads(line.split(MARKER, 1)[1])
-                return result
-        return {"ok": False, "error": "live probe printed no result", "stderr": proc.stderr[-4000:],
-                "checks": [], "seams": []}
+            if marker in line:  # a host module may have left a partial line on stdout
+                return dict(json.loads(line.split(marker, 1)[1]))
+        return {"ok": False, "error": f"{what} printed no result", "stderr": proc.stderr[-4000:]}
 
 
-PLUGIN_NAME = "session-guard"
-
-
-def plugin_enabled(home: Any) -> tuple[bool, str]:
-    """Whether the home's config.yaml enables the guard (``plugins.disabled`` wins)."""
-    return guard_enabled(home)
+def run_probe(timeout: float) -> dict[str, Any]:
+    return {"checks": [], "seams": [],
+            **run_in_temp_home("selftest", ["hermes_session_guard.selftest.probe"], MARKER, "live probe", timeout)}
 
 
 def user_home() -> tuple[Path | None, dict[str, Any]]:

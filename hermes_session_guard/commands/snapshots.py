@@ -73,14 +73,10 @@ def run(args: argparse.Namespace) -> int:
         snaps: list[SnapshotInfo] = []
         msgs: list[dict[str, Any]] = []
         if checked.has_db:
-            with readonly_connection(checked.db_path) as conn:
-                conn.execute("BEGIN")
-                try:
-                    snaps = read_snapshots(conn, args.session_id)
-                    if args.show and args.show in {s.snapshot_id for s in snaps}:
-                        msgs = read_snapshot_messages(conn, args.session_id, args.show)
-                finally:
-                    conn.execute("ROLLBACK")
+            with readonly_connection(checked.db_path, snapshot=True) as conn:
+                snaps = read_snapshots(conn, args.session_id)
+                if args.show and args.show in {s.snapshot_id for s in snaps}:
+                    msgs = read_snapshot_messages(conn, args.session_id, args.show)
     except HomeError as exc:
         return fail(str(exc), args.json)
     except SnapshotGone as exc:

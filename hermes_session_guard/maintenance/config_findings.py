@@ -38,21 +38,6 @@ RECOMMENDED_TIMEOUT = 300  # seconds; the value Hermes's own PR raised the defau
 # A compaction that ends above this share of the threshold leaves no room for the next turns.
 ROOM_FRACTION = 0.9
 
-SIGNATURES: dict[str, str] = {
-    "compression_disabled": "compression.enabled is false: sessions grow until the provider rejects them",
-    "aux_compression_model_unset": "auxiliary.compression.model is unset: the summary model is whatever "
-                                   "auto-detection picks, its window unknown",
-    "aux_compression_window_too_small": "the auxiliary compression model's context window is below the main "
-                                        "model's compression threshold in tokens",
-    "aux_compression_window_unknown": "the auxiliary compression model's context window is not known offline",
-    "aux_compression_timeout_low": "auxiliary.compression.timeout is below 300 s: large summaries time out",
-    "custom_provider_no_context_length": "a custom provider (or custom main model) has no context_length",
-    "threshold_above_hygiene": "compression.threshold is at or above the gateway's session hygiene threshold",
-    "protected_exceeds_budget": "protected head + tail leave no room for a compaction to get under the limit",
-    "guard_option_invalid": "a session_guard option has an unusable value: the guard runs with that option's "
-                            "default (an unknown option is ignored)",
-}
-
 # The lines seed 001 recommends, per signature (YAML to merge into config.yaml).
 SEED_LINES: dict[str, str] = {
     "compression_disabled": "compression:\n  enabled: true",

@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +49,7 @@ from .routing_plan import plan_routing
 from .state_inspection import (
     MERGED_END_REASON,
     HomeState,
+    LockRow,
     read_rows,
     read_system_prompt,
     registered_lock_tables,
@@ -157,21 +156,11 @@ class RoutingChange:
         return f"re-point {self.session_key} in {place}: {self.old} -> {self.new}"
 
 
-@dataclass
-class LockClear:
-    kind: str
-    table: str
-    session_id: str
-    holder: str | None
-    expires_at: float | None
-    owned_by_guard: bool
-    dead_holder: bool = False  # unexpired, but its holder's process is provably gone
-
-    def describe(self, now: float) -> str:
-        if self.dead_holder:
-            return f"clear the {self.kind} lock on {self.session_id} held by the dead process {self.holder}"
-        return (f"clear the expired {self.kind} lock on {self.session_id} (holder {self.holder}, expired "
-                f"{now - (self.expires_at or now):.0f}s ago)")
+def _describe_lock(lock: LockRow, now: float) -> str:
+    if not lock.expired(now):  # planned because its holder's process is provably gone
+        return f"clear the {lock.kind} lock on {lock.session_id} held by the dead process {lock.holder}"
+    return (f"clear the expired {lock.kind} lock on {lock.session_id} (holder {lock.holder}, expired "
+            f"{now - (lock.expires_at or now):.0f}s ago)")
 
 
 @dataclass
@@ -179,7 +168,7 @@ class RepairPlan:
     now: float
     lineages: list[LineageRepair] = field(default_factory=list)
     routing: list[RoutingChange] = field(default_factory=list)
-    locks: list[LockClear] = field(default_factory=list)
+    locks: list[LockRow] = field(default_factory=list)  # expired, or held by a dead process
     orphans: dict[str, int] = field(default_factory=dict)
     not_repaired: list[Finding] = field(default_factory=list)
 
@@ -192,7 +181,7 @@ class RepairPlan:
         for lr in self.lineages:
             out.extend(lr.describe())
         out.extend(change.describe() for change in self.routing)
-        out.extend(lock.describe(self.now) for lock in self.locks)
+        out.extend(_describe_lock(lock, self.now) for lock in self.locks)
         out.extend(f"recreate the session row of {sid} ({n} message(s) without one)"
                    for sid, n in sorted(self.orphans.items()))
         return out
@@ -252,25 +241,13 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
     # the same plan doctor reports (routing_not_at_tip)
     plan.routing = [RoutingChange(m.entry.where, m.entry.session_key, m.current, m.target, m.entry.scope,
                                   m.entry.entry_json) for m in plan_routing(state, lineages) if m.rewrite]
-    plan.locks = [LockClear(lk.kind, lk.table, lk.session_id, lk.holder, lk.expires_at, lk.owned_by_guard,
-                            dead_holder=not lk.expired(state.now))
-                  for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]
+    plan.locks = [lk for lk in state.locks if lk.expired(state.now) or lk.dead(state.now)]
     plan.orphans = dict(state.orphan_rows)
     plan.not_repaired = [f for f in findings if f.signature not in REPAIRED_SIGNATURES]
     return plan
 
 
 # -- performing a plan ----------------------------------------------------------------------
-
-
-def backup_path_for(db_path: Path, now: float | None = None) -> Path:
-    stamp = datetime.fromtimestamp(time.time() if now is None else now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    candidate = db_path.with_name(f"{db_path.name}.session-guard-backup-{stamp}")
-    n = 1
-    while candidate.exists():
-        n += 1
-        candidate = db_path.with_name(f"{db_path.name}.session-guard-backup-{stamp}-{n}")
-    return candidate
 
 
 def backup_state_db(db_path: Path, target: Path) -> Path:
@@ -299,24 +276,7 @@ def backup_state_db(db_path: Path, target: Path) -> Path:
     return target
 
 
-def database_busy(db_path: Path, timeout: float = 0.5) -> str | None:
-    """Why state.db cannot be written right now (another writer holds it), or None."""
-    conn = connect(db_path, timeout=timeout, autocommit=True)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return None
-    except sqlite3.OperationalError as exc:
-        return str(exc)
-    finally:
-        conn.close()
-
-
-def _snapshot_message(row: dict[str, Any]) -> dict[str, Any]:
-    return host.as_message(row)
-
-
-def _clear_dead_holder(lock: LockClear, db: Any, store: GuardStore) -> bool:
+def _clear_dead_holder(lock: LockRow, db: Any, store: GuardStore) -> bool:
     """Drop a lock whose holder's process is gone, qualified by that holder (a live
     process that took the lock over meanwhile keeps it): the guard's table directly,
     Hermes's ``compression_locks`` through its own holder-qualified release."""
@@ -348,7 +308,7 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
                 created = time.time()
                 snap_id = snapshot_id_for(lr.root, created, store.snapshot_exists)
                 store.write_snapshot(snapshot_id=snap_id, session_id=lr.root,
-                                     messages=[_snapshot_message(r) for r in rows], op_id=op_id,
+                                     messages=[host.as_message(r) for r in rows], op_id=op_id,
                                      reason=f"repair: live transcript of {member}", host_version=host_version,
                                      host_mode=REPAIR_MODE, created_at=created)
                 snapshot_ids.append(snap_id)
@@ -388,7 +348,7 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
         done["routing"] = len(plan.routing)
 
         for lock in plan.locks:
-            if lock.dead_holder:
+            if not lock.expired(plan.now):  # its holder is dead
                 cleared = _clear_dead_holder(lock, db, store)
             elif lock.owned_by_guard:
                 lt = next((t for t in registered_lock_tables() if t.table == lock.table), None)

@@ -42,10 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from ..file_modes import create_private_file
-from ..files import atomic_write_bytes
+from ..files import BACKUP_INFIX, atomic_write_bytes, backup_path_for
 
 PLUGIN_NAME = "session-guard"
-BACKUP_INFIX = ".session-guard-backup-"
 MAX_BACKUPS = 3  # copies of config.yaml kept (it may hold secrets); a copy equal to a kept one is not made
 MAX_ATTEMPTS = 20  # edits started over because another writer changed config.yaml meanwhile
 SETTLE_SECONDS = 2.0  # how long config.yaml is watched after the replace for a writer that read it before
@@ -274,16 +273,6 @@ def edited_text(text: str, enable: bool, path: Path) -> str | None:
     except PluginConfigError as exc:
         raise refused from exc
     return bom + candidate
-
-
-def backup_path_for(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    candidate = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}")
-    n = 1
-    while os.path.lexists(candidate):
-        n += 1
-        candidate = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}-{n}")
-    return candidate
 
 
 def backups(path: Path) -> list[Path]:

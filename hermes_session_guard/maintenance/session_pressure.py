@@ -167,14 +167,6 @@ def _cause(reason: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def holder_liveness(holder: str | None) -> str:
-    """``alive`` / ``dead`` / ``unknown`` for a lock holder (the identity check of
-    :mod:`..locks.liveness`: provably dead only on this machine and boot)."""
-    from ..locks.liveness import holder_liveness as check
-
-    return check(holder)
-
-
 def _pct(tokens: int, limit: int | None) -> float | None:
     return round(100.0 * tokens / limit, 1) if limit else None
 
@@ -221,7 +213,7 @@ def build_sessions(state: HomeState, session_ids: list[str] | None = None) -> tu
             "snapshot_bytes": size["bytes"],
             "buffered": state.buffered.get(sid, 0),
             "lock_holders": [{
-                "kind": lk.kind, "holder": lk.holder, "liveness": holder_liveness(lk.holder),
+                "kind": lk.kind, "holder": lk.holder, "liveness": lk.holder_liveness(),
                 "expires_in_seconds": round(lk.expires_at - state.now, 1) if lk.expires_at else None,
                 "expired": lk.expired(state.now),
             } for lk in locks.get(sid, [])],

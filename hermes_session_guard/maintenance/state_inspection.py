@@ -49,11 +49,9 @@ class SessionInfo:
     ended_at: float | None
     end_reason: str | None
     model_config: str | None = None
-    title: str | None = None
     rows: int = 0
     live_rows: int = 0
     first_row_id: int | None = None
-    last_row_id: int | None = None
     last_ts: float | None = None
 
     @property
@@ -236,8 +234,9 @@ def readonly_uri(db_path: Path) -> str:
 
 
 @contextmanager
-def readonly_connection(db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to an existing, complete SQLite file (HomeError otherwise)."""
+def readonly_connection(db_path: Path, *, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to an existing, complete SQLite file (HomeError otherwise);
+    with ``snapshot``, inside one read transaction (everything read is one state)."""
     problem = _file_problem(db_path)
     if problem:
         raise HomeError(problem)
@@ -247,7 +246,13 @@ def readonly_connection(db_path: Path) -> Iterator[sqlite3.Connection]:
     except sqlite3.Error as exc:
         raise _friendly(exc, db_path) from exc
     try:
-        yield conn
+        if snapshot:
+            conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if snapshot:
+                conn.execute("ROLLBACK")
     except sqlite3.Error as exc:
         raise _friendly(exc, db_path) from exc
     finally:
@@ -303,22 +308,26 @@ def write_problem(home: Path, db_path: Path) -> str | None:
     return None
 
 
-def busy_problem(db_path: Path, timeout: float | None = None) -> str | None:
-    """Why state.db cannot take a write transaction now (another process holds one), or None."""
-    wait = BUSY_TIMEOUT_SECONDS if timeout is None else timeout
-    try:
-        conn = connect(db_path, timeout=wait, autocommit=True)
-    except sqlite3.Error as exc:
-        return f"cannot open {db_path} for writing ({exc})"
+def database_busy(db_path: Path, timeout: float = 0.5) -> str | None:
+    """SQLite's reason why state.db cannot take a write transaction now (another writer holds one), or None."""
+    conn = connect(db_path, timeout=timeout, autocommit=True)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
         return None
     except sqlite3.Error as exc:
-        return (f"{db_path} is locked by another process that is writing to it ({exc}); "
-                "retry when Hermes is idle")
+        return str(exc)
     finally:
         conn.close()
+
+
+def busy_problem(db_path: Path) -> str | None:
+    """Why state.db cannot take a write transaction now (another process holds one), or None."""
+    try:
+        busy = database_busy(db_path, BUSY_TIMEOUT_SECONDS)
+    except sqlite3.Error as exc:
+        return f"cannot open {db_path} for writing ({exc})"
+    return busy and f"{db_path} is locked by another process that is writing to it ({busy}); retry when Hermes is idle"
 
 
 def check(home: Path | None = None, *, writes: bool = False, empty_ok: bool = False) -> CheckedHome:
@@ -340,14 +349,10 @@ def check(home: Path | None = None, *, writes: bool = False, empty_ok: bool = Fa
                             "is HERMES_HOME the home Hermes runs with?")
         checked = CheckedHome(home, config, db_path, has_db=False)
     else:
-        with readonly_connection(db_path) as conn:
-            conn.execute("BEGIN")
-            try:
-                fresh = _no_sessions_yet(conn)
-                if not fresh:
-                    check_hermes_schema(conn, db_path)
-            finally:
-                conn.execute("ROLLBACK")
+        with readonly_connection(db_path, snapshot=True) as conn:
+            fresh = _no_sessions_yet(conn)
+            if not fresh:
+                check_hermes_schema(conn, db_path)
         checked = CheckedHome(home, config, db_path, has_db=not fresh)
     if writes:
         problem = write_problem(home, db_path)
@@ -371,11 +376,9 @@ def _sessions(conn: sqlite3.Connection, stats: dict[str, dict[str, Any]]) -> dic
             ended_at=row.get("ended_at"),
             end_reason=row.get("end_reason"),
             model_config=row.get("model_config"),
-            title=row.get("title"),
             rows=st.get("count", 0),
             live_rows=st.get("live", 0),
             first_row_id=st.get("first_id"),
-            last_row_id=st.get("last_id"),
             last_ts=st.get("last_ts"),
         )
     return out
@@ -439,24 +442,20 @@ def load_home_state(home: Path | None = None, *, now: float | None = None) -> Ho
     if not checked.has_db:
         _routing_file(state)
         return state
-    with readonly_connection(checked.db_path) as conn:
-        conn.execute("BEGIN")
-        try:
-            check_hermes_schema(conn, checked.db_path)
-            state.schema_version = host.read_schema_version(conn)
-            stats = host.read_message_stats(conn)
-            state.sessions = _sessions(conn, stats)
-            state.orphan_rows = {sid: st["count"] for sid, st in stats.items() if sid not in state.sessions}
-            ended = [s.id for s in state.sessions.values() if s.ended_by_compression]
-            state.marks = host.read_message_marks(conn, ended)
-            state.summaries = host.read_summary_rows(conn)
-            _routing(conn, state)
-            _locks(conn, state)
-            _buffers(conn, state)
-            state.snapshots = read_snapshot_counts(conn)
-            state.gone_snapshots = _gone_references(conn)
-        finally:
-            conn.execute("ROLLBACK")
+    with readonly_connection(checked.db_path, snapshot=True) as conn:
+        check_hermes_schema(conn, checked.db_path)
+        state.schema_version = host.read_schema_version(conn)
+        stats = host.read_message_stats(conn)
+        state.sessions = _sessions(conn, stats)
+        state.orphan_rows = {sid: st["count"] for sid, st in stats.items() if sid not in state.sessions}
+        ended = [s.id for s in state.sessions.values() if s.ended_by_compression]
+        state.marks = host.read_message_marks(conn, ended)
+        state.summaries = host.read_summary_rows(conn)
+        _routing(conn, state)
+        _locks(conn, state)
+        _buffers(conn, state)
+        state.snapshots = read_snapshot_counts(conn)
+        state.gone_snapshots = _gone_references(conn)
     return state
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hermes_session_guard.commands import cli
-from hermes_session_guard.maintenance.config_findings import SEED_LINES, SIGNATURES, check_config, load_host_rules
+from hermes_session_guard.maintenance.config_findings import SEED_LINES, check_config, load_host_rules
 
 URL = "http://127.0.0.1:9/v1"
 
@@ -87,7 +87,7 @@ def test_each_finding_from_a_crafted_config(rules: Any, signature: str) -> None:
     (f,) = findings
     assert f.key.split("[")[0].split(".")[0] in ("compression", "auxiliary", "custom_providers", "model")
     assert f.key.split(".")[-1] in f.fix  # the one-line fix names the config key
-    assert f.config_lines == SEED_LINES[signature] and signature in SIGNATURES
+    assert f.config_lines == SEED_LINES[signature]
 
 
 def test_hermes_default_timeout_is_flagged_when_unset(rules: Any) -> None:

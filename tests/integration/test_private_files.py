@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.audit import read_events
+from hermes_session_guard.files import backup_path_for
 from hermes_session_guard.handoff import packet as handoff_packet
-from hermes_session_guard.maintenance.lineage_repair import backup_path_for, backup_state_db
+from hermes_session_guard.maintenance.lineage_repair import backup_state_db
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.store import text_hash

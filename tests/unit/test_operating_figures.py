@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 from hermes_session_guard.locks import liveness
+from hermes_session_guard.locks.liveness import holder_liveness
 from hermes_session_guard.maintenance.config_findings import HostRules, check_config
-from hermes_session_guard.maintenance.session_pressure import compression_history, holder_liveness, p95
+from hermes_session_guard.maintenance.session_pressure import compression_history, p95
 
 RULES = HostRules(
     version="test",
