@@ -7,17 +7,17 @@ Nothing here imports Hermes: callers collect a :class:`PacketInputs` (see
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..config import relative_path_problem
-from ..file_modes import make_private_dirs
+from ..file_modes import PRIVATE_FILE, create_private, make_private_dirs
+from ..files import atomic_write_text
 from ..store import message_text
 from ..summaries.tags import is_summary_message, summary_body, text_without_summary
 from .redaction import host_pass, redact, redact_guard_patterns
@@ -323,7 +323,6 @@ def packet_filename(session_id: str, created_at: float, n: int = 1) -> str:
 
 
 MAX_NAME_ATTEMPTS = 10_000
-_EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
@@ -333,10 +332,9 @@ def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
     for n in range(1, MAX_NAME_ATTEMPTS + 1):
         candidate = directory / packet_filename(session_id, created_at, n)
         try:
-            fd = os.open(candidate, _EXCL_FLAGS, 0o600)
+            create_private(candidate)
         except FileExistsError:
             continue
-        os.close(fd)
         return candidate
     raise FileExistsError(f"no free hand-off packet name for {session_id} in {directory}")
 
@@ -354,31 +352,13 @@ def write_packet(home: Path, configured_dir: str, session_id: str, text: str, cr
     if not _inside(directory, base):
         raise PathEscapeError(f"{directory} is outside {base}")
     final = _claim_name(directory, session_id, created_at)
-    tmp = directory / f".{final.name}.{secrets.token_hex(4)}.tmp"
     try:
-        fd = os.open(tmp, _EXCL_FLAGS, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        _best_effort_chmod(tmp, 0o600)
-        os.replace(tmp, final)
+        atomic_write_text(final, text, mode=PRIVATE_FILE)
     except BaseException:
-        for leftover in (tmp, final):  # the claimed name is released again
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
+        with suppress(OSError):
+            final.unlink()  # the claimed name is released again
         raise
-    _best_effort_chmod(final, 0o600)
     return final
-
-
-def _best_effort_chmod(path: Path, mode: int) -> None:
-    try:
-        os.chmod(path, mode)
-    except OSError:
-        pass
 
 
 def snapshot_pointers(infos: Iterable[Any]) -> list[SnapshotPointer]:

@@ -135,42 +135,26 @@ class Inbox:
             states = tuple(states)
             query += f" AND state IN ({','.join('?' * len(states))})"
             params.extend(states)
-        with self.store.reading() as conn:
-            rows = conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [InboxEntry.from_row(r) for r in rows]
+        return [InboxEntry.from_row(r) for r in self.store.read_all(query + " ORDER BY seq", params)]
 
     def has_undelivered(self, session_key: str) -> bool:
-        with self.store.reading() as conn:
-            row = conn.execute(
-                "SELECT 1 FROM session_guard_inbox WHERE session_key = ? AND state IN (?, ?) LIMIT 1",
-                (session_key, *UNDELIVERED),
-            ).fetchone()
-        return row is not None
+        return self.store.read_one("SELECT 1 FROM session_guard_inbox WHERE session_key = ? AND state IN (?, ?)"
+                                   " LIMIT 1", (session_key, *UNDELIVERED)) is not None
 
     def buffered_during(self, op_id: str) -> int:
         """How many messages were buffered while compression ``op_id`` ran (any state now)."""
-        with self.store.reading() as conn:
-            row = conn.execute("SELECT COUNT(*) FROM session_guard_inbox WHERE op_id = ?", (op_id,)).fetchone()
-        return int(row[0]) if row else 0
+        return int(self.store.read_one("SELECT COUNT(*) FROM session_guard_inbox WHERE op_id = ?", (op_id,))[0])
 
     def latest_op(self, session_key: str) -> str | None:
         """The compression op of the newest undelivered message (the queue it joins)."""
-        with self.store.reading() as conn:
-            row = conn.execute(
-                "SELECT op_id FROM session_guard_inbox WHERE session_key = ? AND state IN (?, ?)"
-                " ORDER BY seq DESC LIMIT 1",
-                (session_key, *UNDELIVERED),
-            ).fetchone()
+        row = self.store.read_one("SELECT op_id FROM session_guard_inbox WHERE session_key = ? AND state IN (?, ?)"
+                                  " ORDER BY seq DESC LIMIT 1", (session_key, *UNDELIVERED))
         return row[0] if row else None
 
     def undelivered_keys(self) -> list[str]:
-        with self.store.reading() as conn:
-            rows = conn.execute(
-                "SELECT session_key, MIN(seq) AS first FROM session_guard_inbox WHERE state IN (?, ?)"
-                " GROUP BY session_key ORDER BY first",
-                UNDELIVERED,
-            ).fetchall()
-        return [r[0] for r in rows]
+        return [r[0] for r in self.store.read_all("SELECT session_key, MIN(seq) AS first FROM session_guard_inbox"
+                                                  " WHERE state IN (?, ?) GROUP BY session_key ORDER BY first",
+                                                  UNDELIVERED)]
 
     # -- state changes --------------------------------------------------------------
     def settle_and_dispatch(

@@ -21,12 +21,12 @@ gave state.db), so it works whether or not an agent has a SessionDB.
 from __future__ import annotations
 
 from .compressions import CompressionRepository
-from .connection import StoreConnection, database_key
+from .connection import database_key
 from .generations import GenerationRecord, GenerationRepository
-from .handoffs import HandoffRecord, HandoffRepository
+from .handoffs import HandoffRepository
 from .leases import LeaseRepository
-from .rows import _row_message, _row_parts, message_text, text_hash
-from .schema import LOCK_TABLE, SCHEMA_VERSION
+from .rows import _row_message, message_text, text_hash
+from .schema import LOCK_TABLE
 from .snapshots import (
     SnapshotGone,
     SnapshotInfo,
@@ -38,7 +38,7 @@ from .snapshots import (
     snapshots_recorded,
 )
 from .summaries import SummaryRepository
-from .text_index import IndexText, RecallDoc, TextIndexRepository, index_body, porter_stems, scope_token
+from .text_index import RecallDoc, index_body
 
 
 class GuardStore(
@@ -55,33 +55,19 @@ class GuardStore(
 
 __all__ = [
     "LOCK_TABLE",
-    "SCHEMA_VERSION",
-    "CompressionRepository",
     "GenerationRecord",
-    "GenerationRepository",
     "GuardStore",
-    "HandoffRecord",
-    "HandoffRepository",
-    "IndexText",
-    "LeaseRepository",
     "RecallDoc",
+    "SnapshotGone",
     "SnapshotInfo",
-    "SnapshotRepository",
-    "content_digest",
-    "StoreConnection",
-    "TextIndexRepository",
-    "database_key",
-    "SummaryRepository",
     "_row_message",
-    "_row_parts",
+    "content_digest",
+    "database_key",
     "index_body",
     "message_text",
-    "porter_stems",
     "read_snapshot_counts",
     "read_snapshot_references",
     "reference_problem",
-    "SnapshotGone",
-    "scope_token",
     "snapshots_recorded",
     "text_hash",
 ]

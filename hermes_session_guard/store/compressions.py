@@ -8,7 +8,6 @@ The phase times (``STEP_COLUMNS``) say where the time went."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -60,11 +59,8 @@ class CompressionRepository(StoreConnection):
 
     def unfinished_compressions(self, session_id: str) -> list[tuple[str, str | None]]:
         """(op id, holder) of each compression of ``session_id`` still in phase ``started``."""
-        with self.reading() as conn:
-            rows = conn.execute(
-                "SELECT op_id, holder FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
-                " AND finished_at IS NULL", (session_id,),
-            ).fetchall()
+        rows = self.read_all("SELECT op_id, holder FROM session_guard_compressions WHERE session_id = ?"
+                             " AND phase = 'started' AND finished_at IS NULL", (session_id,))
         return [(str(r[0]), r[1]) for r in rows]
 
     def mark_interrupted(self, op_id: str, detail: str) -> None:
@@ -102,39 +98,25 @@ class CompressionRepository(StoreConnection):
                  op_id),
             )
 
-    def compressions(self, session_id: str) -> list[dict[str, Any]]:
+    def _compression_rows(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         with self.reading() as conn:
-            conn.row_factory = sqlite3.Row
-            try:
-                rows = conn.execute(
-                    "SELECT * FROM session_guard_compressions WHERE session_id = ? ORDER BY started_at",
-                    (session_id,),
-                ).fetchall()
-            finally:
-                conn.row_factory = None
-        return [dict(r) for r in rows]
+            cur = conn.execute(f"SELECT * FROM session_guard_compressions {where}", params)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def compressions(self, session_id: str) -> list[dict[str, Any]]:
+        return self._compression_rows("WHERE session_id = ? ORDER BY started_at", (session_id,))
 
     def latest_compressions(self, limit: int) -> list[dict[str, Any]]:
         """The ``limit`` latest compressions of any session, newest first."""
-        with self.reading() as conn:
-            conn.row_factory = sqlite3.Row
-            try:
-                rows = conn.execute(
-                    "SELECT * FROM session_guard_compressions ORDER BY started_at DESC, op_id LIMIT ?", (limit,),
-                ).fetchall()
-            finally:
-                conn.row_factory = None
-        return [dict(r) for r in rows]
+        return self._compression_rows("ORDER BY started_at DESC, op_id LIMIT ?", (limit,))
 
     def compression_in_flight(self, session_id: str, max_age: float) -> str | None:
         """The op id of a compression of ``session_id`` that started less than ``max_age``
         seconds ago and has not finished (any process sharing this state.db), else None."""
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT op_id FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
-                " AND finished_at IS NULL AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
-                (session_id, time.time() - max_age),
-            ).fetchone()
+        row = self.read_one("SELECT op_id FROM session_guard_compressions WHERE session_id = ? AND phase = 'started'"
+                            " AND finished_at IS NULL AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
+                            (session_id, time.time() - max_age))
         return row[0] if row else None
     # -- repairs --------------------------------------------------------------------
     def record_repair(self, *, op_id: str, session_id: str, record: dict[str, Any],

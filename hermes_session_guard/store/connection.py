@@ -8,10 +8,10 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..fail_open import failing_open
 from ..file_modes import create_private, make_private_dirs
@@ -252,6 +252,15 @@ class StoreConnection:
     def reading(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             yield self._connect()
+
+    def read_one(self, sql: str, params: Sequence[object] = ()) -> Any:
+        """The first row of one read (None when there is none)."""
+        with self.reading() as conn:
+            return conn.execute(sql, params).fetchone()
+
+    def read_all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        with self.reading() as conn:
+            return conn.execute(sql, params).fetchall()
 
     def close(self) -> None:
         with self._lock:

@@ -23,16 +23,15 @@ class GenerationRecord:
     updated_at: float
 
 
+_SELECT = ("SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
+           " FROM session_guard_generations WHERE session_id = ?")
+
+
 class GenerationRepository(StoreConnection):
     """One row per session, counted up by each guarded compaction."""
 
     def generation(self, session_id: str) -> GenerationRecord | None:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
-                " FROM session_guard_generations WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
+        row = self.read_one(_SELECT, (session_id,))
         return GenerationRecord(*row) if row else None
 
     def record_generation(
@@ -49,9 +48,5 @@ class GenerationRepository(StoreConnection):
                 " snapshot_id = excluded.snapshot_id, updated_at = excluded.updated_at",
                 (session_id, block_len, block_digest, op_id, snapshot_id, now),
             )
-            row = conn.execute(
-                "SELECT session_id, generation, block_len, block_digest, op_id, snapshot_id, updated_at"
-                " FROM session_guard_generations WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
+            row = conn.execute(_SELECT, (session_id,)).fetchone()
         return GenerationRecord(*row)

@@ -44,19 +44,11 @@ class HandoffRepository(StoreConnection):
     def lineage_root(self, session_id: str) -> str:
         """The first session of the hand-off chain ``session_id`` belongs to."""
         with self.reading() as conn:
-            row = conn.execute(
-                "SELECT lineage_root FROM session_guard_handoffs WHERE child_session_id = ? AND status = 'done'",
-                (session_id,),
-            ).fetchone()
-        return str(row[0]) if row else session_id
+            return self._lineage_root_locked(conn, session_id)
 
     def last_auto_handoff_at(self, parent_session_id: str) -> float | None:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT MAX(created_at) FROM session_guard_handoffs WHERE parent_session_id = ?"
-                " AND seq IS NOT NULL AND status = 'done'",
-                (parent_session_id,),
-            ).fetchone()
+        row = self.read_one("SELECT MAX(created_at) FROM session_guard_handoffs WHERE parent_session_id = ?"
+                            " AND seq IS NOT NULL AND status = 'done'", (parent_session_id,))
         return None if row is None or row[0] is None else float(row[0])
 
     def reserve_handoff(
@@ -148,6 +140,4 @@ class HandoffRepository(StoreConnection):
         elif session_id is not None:
             query += " WHERE parent_session_id = ? OR child_session_id = ?"
             params = (session_id, session_id)
-        with self.reading() as conn:
-            rows = conn.execute(query + " ORDER BY created_at, handoff_id", params).fetchall()
-        return [HandoffRecord(*row) for row in rows]
+        return [HandoffRecord(*row) for row in self.read_all(query + " ORDER BY created_at, handoff_id", params)]

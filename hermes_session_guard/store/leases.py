@@ -64,10 +64,7 @@ class LeaseRepository(StoreConnection):
         """Who holds an unexpired lease on ``session_id``, if anyone."""
         table = self._lease_table(table)
         now = time.time() if now is None else now
-        with self.reading() as conn:
-            row = conn.execute(
-                f"SELECT holder FROM {table} WHERE session_id = ? AND expires_at >= ?", (session_id, now),
-            ).fetchone()
+        row = self.read_one(f"SELECT holder FROM {table} WHERE session_id = ? AND expires_at >= ?", (session_id, now))
         return row[0] if row else None
 
     def clear_expired_lock(self, *, table: str, session_column: str, expires_column: str, session_id: str,

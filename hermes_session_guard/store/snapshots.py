@@ -42,6 +42,11 @@ class SnapshotInfo:
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+
+_INFO_COLUMNS = ("snapshot_id, session_id, op_id, created_at, message_count, first_turn, last_turn, reason,"
+                 " host_version, host_mode")
+
+
 def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
     """Snapshots per session through any (read-only) connection; empty when the
     guard never wrote to this database."""
@@ -148,16 +153,24 @@ def reference_problem(messages: list[dict[str, Any]], count: int, digest: str) -
     return f"{len(messages)} of its {count} rows are there{changed}"
 
 
+def _new_info(snapshot_id: str, session_id: str, op_id: str | None, count: int, first_turn: int | None,
+              reason: str, host_version: str | None, host_mode: str | None, created_at: float | None) -> SnapshotInfo:
+    first = 1 if first_turn is None else first_turn
+    return SnapshotInfo(snapshot_id, session_id, op_id, time.time() if created_at is None else created_at, count,
+                        first, first + count - 1, reason, host_version, host_mode)
+
+
+def _insert_info(conn: sqlite3.Connection, info: SnapshotInfo) -> None:
+    conn.execute(f"INSERT INTO session_guard_snapshots({_INFO_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                 tuple(info.__dict__.values()))
+
+
 class SnapshotRepository(TextIndexRepository):
     """Writes and reads snapshots; a snapshot written with ``index_text`` enters the
     text index in the same transaction."""
 
     def snapshot_exists(self, snapshot_id: str) -> bool:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT 1 FROM session_guard_snapshots WHERE snapshot_id = ?", (snapshot_id,)
-            ).fetchone()
-        return row is not None
+        return self.read_one("SELECT 1 FROM session_guard_snapshots WHERE snapshot_id = ?", (snapshot_id,)) is not None
 
     def write_snapshot(
         self,
@@ -177,37 +190,10 @@ class SnapshotRepository(TextIndexRepository):
         writing an existing id raises ``sqlite3.IntegrityError``. With ``index_text``
         (what recall reads of a message) the messages also enter the text index."""
         rows = [(snapshot_id, pos, *_row_parts(msg)) for pos, msg in enumerate(messages)]
-        first = 1 if first_turn is None else first_turn
-        info = SnapshotInfo(
-            snapshot_id=snapshot_id,
-            session_id=session_id,
-            op_id=op_id,
-            created_at=time.time() if created_at is None else created_at,
-            message_count=len(rows),
-            first_turn=first,
-            last_turn=first + len(rows) - 1,
-            reason=reason,
-            host_version=host_version,
-            host_mode=host_mode,
-        )
+        info = _new_info(snapshot_id, session_id, op_id, len(rows), first_turn, reason, host_version, host_mode,
+                         created_at)
         with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO session_guard_snapshots(snapshot_id, session_id, op_id, created_at,"
-                " message_count, first_turn, last_turn, reason, host_version, host_mode)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    info.snapshot_id,
-                    info.session_id,
-                    info.op_id,
-                    info.created_at,
-                    info.message_count,
-                    info.first_turn,
-                    info.last_turn,
-                    info.reason,
-                    info.host_version,
-                    info.host_mode,
-                ),
-            )
+            _insert_info(conn, info)
             conn.executemany(
                 "INSERT INTO session_guard_snapshot_messages(snapshot_id, position, role, content,"
                 " message_json) VALUES (?,?,?,?,?)",
@@ -242,21 +228,10 @@ class SnapshotRepository(TextIndexRepository):
         if matching is not None and (len(matching) != count or not all(isinstance(m, dict) for m in matching)
                                      or content_digest(matching) != digest):
             return None
-        first = 1 if first_turn is None else first_turn
-        info = SnapshotInfo(
-            snapshot_id=snapshot_id, session_id=session_id, op_id=op_id,
-            created_at=time.time() if created_at is None else created_at, message_count=count,
-            first_turn=first, last_turn=first + count - 1, reason="compression",
-            host_version=host_version, host_mode=host_mode,
-        )
+        info = _new_info(snapshot_id, session_id, op_id, count, first_turn, "compression", host_version, host_mode,
+                         created_at)
         with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO session_guard_snapshots(snapshot_id, session_id, op_id, created_at,"
-                " message_count, first_turn, last_turn, reason, host_version, host_mode)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (info.snapshot_id, info.session_id, info.op_id, info.created_at, info.message_count,
-                 info.first_turn, info.last_turn, info.reason, info.host_version, info.host_mode),
-            )
+            _insert_info(conn, info)
             conn.execute(
                 "INSERT INTO session_guard_snapshot_refs(snapshot_id, session_id, row_ranges, row_count,"
                 " content_digest) VALUES (?,?,?,?,?)",
@@ -276,11 +251,8 @@ class SnapshotRepository(TextIndexRepository):
         return _archived_reader(Path(self.db_path), session_id, runs)
 
     def _reference(self, snapshot_id: str) -> tuple[str, list[tuple[int, int]], int, str] | None:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT session_id, row_ranges, row_count, content_digest"
-                " FROM session_guard_snapshot_refs WHERE snapshot_id = ?", (snapshot_id,),
-            ).fetchone()
+        row = self.read_one("SELECT session_id, row_ranges, row_count, content_digest"
+                            " FROM session_guard_snapshot_refs WHERE snapshot_id = ?", (snapshot_id,))
         return (str(row[0]), parse_runs(str(row[1])), int(row[2]), str(row[3])) if row else None
 
     def referenced_messages(self, snapshot_id: str) -> list[dict[str, Any]] | None:
@@ -310,19 +282,8 @@ class SnapshotRepository(TextIndexRepository):
 
     def snapshot_message(self, snapshot_id: str, position: int) -> dict[str, Any] | None:
         """Message at 1-based ``position`` of a snapshot."""
-        referenced = self.referenced_messages(snapshot_id)
-        if referenced is not None:
-            info = self.snapshot_info(snapshot_id)
-            index = position - ((info.first_turn if info else None) or 1)
-            return referenced[index] if 0 <= index < len(referenced) else None
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT m.message_json, m.content FROM session_guard_snapshot_messages m"
-                " JOIN session_guard_snapshots s ON s.snapshot_id = m.snapshot_id"
-                " WHERE m.snapshot_id = ? AND m.position = ? - COALESCE(s.first_turn, 1)",
-                (snapshot_id, position),
-            ).fetchone()
-        return _row_message(row[0], row[1]) if row else None
+        found = self.snapshot_turns(snapshot_id, position, position)
+        return found[0][1] if found else None
 
     def snapshot_turns(self, snapshot_id: str, first: int, last: int) -> list[tuple[int, dict[str, Any]]]:
         """``(turn, message)`` for turns ``first..last`` of a snapshot."""
@@ -345,29 +306,18 @@ class SnapshotRepository(TextIndexRepository):
         return [(pos + base[0], _row_message(raw, content)) for pos, raw, content in rows]
 
     def snapshot_info(self, snapshot_id: str) -> SnapshotInfo | None:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT snapshot_id, session_id, op_id, created_at, message_count, first_turn, last_turn,"
-                " reason, host_version, host_mode FROM session_guard_snapshots WHERE snapshot_id = ?",
-                (snapshot_id,),
-            ).fetchone()
+        row = self.read_one(f"SELECT {_INFO_COLUMNS} FROM session_guard_snapshots WHERE snapshot_id = ?",
+                            (snapshot_id,))
         return SnapshotInfo(*row) if row else None
 
     def has_snapshots(self, session_id: str) -> bool:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT 1 FROM session_guard_snapshots WHERE session_id = ? LIMIT 1", (session_id,)
-            ).fetchone()
-        return row is not None
+        return self.read_one("SELECT 1 FROM session_guard_snapshots WHERE session_id = ? LIMIT 1",
+                             (session_id,)) is not None
+
     def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
-        with self.reading() as conn:
-            rows = conn.execute(
-                "SELECT snapshot_id, session_id, op_id, created_at, message_count, first_turn, last_turn,"
-                " reason, host_version, host_mode FROM session_guard_snapshots WHERE session_id = ?"
-                " ORDER BY created_at, snapshot_id",
-                (session_id,),
-            ).fetchall()
-        return [SnapshotInfo(*row) for row in rows]
+        return [SnapshotInfo(*row) for row in self.read_all(
+            f"SELECT {_INFO_COLUMNS} FROM session_guard_snapshots WHERE session_id = ?"
+            " ORDER BY created_at, snapshot_id", (session_id,))]
 
     def snapshot_messages(self, snapshot_id: str, session_id: str | None = None) -> list[dict[str, Any]]:
         """The messages of one snapshot, in order. With ``session_id`` the snapshot
@@ -385,15 +335,10 @@ class SnapshotRepository(TextIndexRepository):
         if session_id is not None:
             query += " AND s.session_id = ?"
             params += (session_id,)
-        with self.reading() as conn:
-            rows = conn.execute(query + " ORDER BY m.position", params).fetchall()
-        return [_row_message(r[0], r[1]) for r in rows]
+        return [_row_message(r[0], r[1]) for r in self.read_all(query + " ORDER BY m.position", params)]
     def compression_count(self, session_id: str, since: float | None = None) -> int:
         """Compressions of ``session_id`` that stored a snapshot (after ``since``)."""
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM session_guard_snapshots WHERE session_id = ? AND reason = 'compression'"
-                " AND created_at > ?",
-                (session_id, -1.0 if since is None else since),
-            ).fetchone()
+        row = self.read_one("SELECT COUNT(*) FROM session_guard_snapshots WHERE session_id = ?"
+                            " AND reason = 'compression' AND created_at > ?",
+                            (session_id, -1.0 if since is None else since))
         return int(row[0])

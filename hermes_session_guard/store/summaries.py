@@ -36,12 +36,9 @@ class SummaryRepository(StoreConnection):
         if not ids:
             return {}
         marks = ",".join("?" for _ in ids)
-        with self.reading() as conn:
-            rows = conn.execute(
-                "SELECT snapshot_id, MIN(first_turn), MAX(last_turn) FROM session_guard_summaries"
-                f" WHERE session_id IN ({marks}) AND snapshot_id IS NOT NULL AND first_turn IS NOT NULL"
-                " GROUP BY snapshot_id", ids,
-            ).fetchall()
+        rows = self.read_all("SELECT snapshot_id, MIN(first_turn), MAX(last_turn) FROM session_guard_summaries"
+                             f" WHERE session_id IN ({marks}) AND snapshot_id IS NOT NULL AND first_turn IS NOT NULL"
+                             " GROUP BY snapshot_id", ids)
         return {r[0]: (int(r[1]), int(r[2])) for r in rows}
 
     def summary_marks(self, session_ids: Iterable[str]) -> tuple[set[str], set[str]]:

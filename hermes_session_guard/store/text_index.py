@@ -243,11 +243,8 @@ class TextIndexRepository(StoreConnection):
         return added
 
     def archived_seen(self, session_id: str, host_session_id: str) -> int:
-        with self.reading() as conn:
-            row = conn.execute(
-                "SELECT seen_row_id FROM session_guard_text_sources WHERE session_id = ? AND host_session_id = ?",
-                (session_id, host_session_id),
-            ).fetchone()
+        row = self.read_one("SELECT seen_row_id FROM session_guard_text_sources WHERE session_id = ?"
+                            " AND host_session_id = ?", (session_id, host_session_id))
         return int(row[0]) if row else 0
 
     # -- statistics -------------------------------------------------------------------
@@ -262,9 +259,7 @@ class TextIndexRepository(StoreConnection):
     def doc_count(self) -> int:
         self._df_fresh()
         if " docs" not in self._df:
-            with self.reading() as conn:
-                row = conn.execute("SELECT MAX(doc_id) FROM session_guard_text_docs").fetchone()
-            self._df[" docs"] = int(row[0] or 0)
+            self._df[" docs"] = int(self.read_one("SELECT MAX(doc_id) FROM session_guard_text_docs")[0] or 0)
         return self._df[" docs"]
 
     def document_counts(self, terms: Iterable[str]) -> dict[str, int]:
@@ -297,9 +292,8 @@ class TextIndexRepository(StoreConnection):
             return self.document_counts([word])
         self._df_fresh()
         if word not in self._forms:
-            with self.reading() as conn:
-                rows = conn.execute(f"SELECT term, doc FROM {TEXT_VOCAB} WHERE term >= ? AND term < ? LIMIT ?",
-                                    (base, base + "\U0010ffff", self._MAX_FORMS_SCANNED + 1)).fetchall()
+            rows = self.read_all(f"SELECT term, doc FROM {TEXT_VOCAB} WHERE term >= ? AND term < ? LIMIT ?",
+                                 (base, base + "\U0010ffff", self._MAX_FORMS_SCANNED + 1))
             if len(rows) > self._MAX_FORMS_SCANNED:
                 self._forms[word] = self.document_counts([word])
             else:
@@ -332,16 +326,15 @@ class TextIndexRepository(StoreConnection):
         scopes = " OR ".join(f'"{scope_token(s)}"' for s in session_ids)
         expr = f"scope:({scopes}) AND content:({match_content})"
         skip = len(exclude or ())
-        with self.reading() as conn:
-            rows = conn.execute(
-                f"SELECT {self._DOC_COLUMNS}, f.score, m.message_json, m.content"
-                f" FROM (SELECT rowid AS id, bm25({TEXT_FTS}, 1.0, 0.0) AS score"
-                f"       FROM {TEXT_FTS} WHERE {TEXT_FTS} MATCH ?"
-                "       ORDER BY score LIMIT ?) AS f"
-                " JOIN session_guard_text_docs d ON d.doc_id = f.id" + self._DOC_JOINS +
-                " ORDER BY f.score, d.doc_id",
-                (expr, limit + skip),
-            ).fetchall()
+        rows = self.read_all(
+            f"SELECT {self._DOC_COLUMNS}, f.score, m.message_json, m.content"
+            f" FROM (SELECT rowid AS id, bm25({TEXT_FTS}, 1.0, 0.0) AS score"
+            f"       FROM {TEXT_FTS} WHERE {TEXT_FTS} MATCH ?"
+            "       ORDER BY score LIMIT ?) AS f"
+            " JOIN session_guard_text_docs d ON d.doc_id = f.id" + self._DOC_JOINS +
+            " ORDER BY f.score, d.doc_id",
+            (expr, limit + skip),
+        )
         allowed = set(session_ids)
         docs = [
             RecallDoc(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
@@ -356,10 +349,7 @@ class TextIndexRepository(StoreConnection):
             return []
         marks = ",".join("?" for _ in session_ids)
         like = " OR ".join("lower(m.content) LIKE ?" for _ in words)
-        with self.reading() as conn:
-            rows = conn.execute(
-                f"SELECT {self._DOC_COLUMNS}, 0.0 FROM session_guard_text_docs d" + self._DOC_JOINS +
-                f" WHERE d.recall = 1 AND d.session_id IN ({marks}) AND ({like}) ORDER BY d.doc_id LIMIT ?",
-                (*session_ids, *[f"%{w}%" for w in words], limit),
-            ).fetchall()
-        return [RecallDoc(*row) for row in rows]
+        return [RecallDoc(*row) for row in self.read_all(
+            f"SELECT {self._DOC_COLUMNS}, 0.0 FROM session_guard_text_docs d" + self._DOC_JOINS +
+            f" WHERE d.recall = 1 AND d.session_id IN ({marks}) AND ({like}) ORDER BY d.doc_id LIMIT ?",
+            (*session_ids, *[f"%{w}%" for w in words], limit))]

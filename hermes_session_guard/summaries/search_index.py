@@ -216,12 +216,8 @@ def host_ranks(store: GuardStore, fts_query: str, row_ids: Iterable[int]) -> dic
     ids = [int(i) for i in row_ids if isinstance(i, int) and i > 0]
     if not ids:
         return {}
-    with store.reading() as conn:
-        rows = conn.execute(
-            "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
-            f" AND rowid IN ({','.join('?' * len(ids))})",
-            (fts_query, *ids),
-        ).fetchall()
+    rows = store.read_all("SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
+                          f" AND rowid IN ({','.join('?' * len(ids))})", (fts_query, *ids))
     return {int(r[0]): float(r[1]) for r in rows}
 
 
@@ -232,12 +228,9 @@ def snapshots_for_export(store: GuardStore, session_ids: Iterable[str]) -> dict[
     if not ids:
         return {}
     out: dict[str, list[dict[str, Any]]] = {}
-    with store.reading() as conn:
-        rows = conn.execute(
-            "SELECT snapshot_id, session_id, created_at, message_count, first_turn, last_turn, reason"
-            f" FROM session_guard_snapshots WHERE {_in('session_id', ids)} ORDER BY created_at, snapshot_id",
-            ids,
-        ).fetchall()
+    rows = store.read_all("SELECT snapshot_id, session_id, created_at, message_count, first_turn, last_turn, reason"
+                          f" FROM session_guard_snapshots WHERE {_in('session_id', ids)}"
+                          " ORDER BY created_at, snapshot_id", ids)
     for snapshot_id, session_id, created_at, count, first, last, reason in rows:
         entry: dict[str, Any] = {
             "kind": "session_guard_snapshot",
@@ -257,9 +250,8 @@ def snapshots_for_export(store: GuardStore, session_ids: Iterable[str]) -> dict[
 
 
 def snapshot_counts(store: GuardStore) -> dict[str, int]:
-    with store.reading() as conn:
-        rows = conn.execute("SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")
-        return {str(sid): int(n) for sid, n in rows}
+    return {str(sid): int(n) for sid, n in store.read_all(
+        "SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")}
 
 
 def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: int) -> dict[str, Any] | None:
