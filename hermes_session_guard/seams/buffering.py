@@ -49,6 +49,7 @@ from ..locks import liveness, presence
 from ..locks.session_lock import op_of_holder
 from ..runtime import Runtime, current_runtime
 from ..store import GuardStore
+from .row import HostCall
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -222,16 +223,11 @@ class _CompactionAwareQueue(queue.Queue[Any]):
         pending = getattr(cli, "_pending_input", None)
         if cli is None or pending is None or current_runtime() is not runtime:
             return super().put(item, block, timeout)
-        put: list[bool] = []
-
-        def interrupt() -> None:
-            put.append(True)
-            super(_CompactionAwareQueue, self).put(item, block, timeout)
-
+        interrupt = HostCall(super().put, item, block, timeout)
         try:
             interrupted = interrupt_or_queue(runtime, getattr(cli, "agent", None), interrupt)
         except Exception as exc:
-            if put:  # the queue's own put failed: its error, and the item is not put twice
+            if interrupt.ran:  # the queue's own put failed: its error, and the item is not put twice
                 raise
             log.error("session guard: could not tell whether the CLI's session compacts (%s: %s); the input "
                       "interrupts the turn as without the guard", type(exc).__name__, exc)

@@ -15,7 +15,7 @@ from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
 from ..store.connection import arrived, carry, compaction_commit, take_riders
 from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
-from .row import SeamRow, Wrapper
+from .row import HostCall, SeamRow, Wrapper, agent_call
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -33,40 +33,29 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
                       on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        called = False
-
-        def call_host() -> Any:
-            nonlocal called
-            called = True
-            return wrapped(*args, **kwargs)
-
+        call_host = HostCall(wrapped, *args, **kwargs)
+        agent, messages, system_message = _compression_call(instance, args, kwargs)
         try:
-            if instance is not None:
-                agent, rest = instance, args
-            else:
-                agent, rest = (args[0], args[1:]) if args else (kwargs.get("agent"), ())
-            messages: Any = rest[0] if rest else kwargs.get("messages")  # Hermes's argument, passed on as given
-            system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
             return guarded_compression(
                 runtime, strategy, agent, messages, call_host,
                 native_summary_key=row.behaviour.native_summary_key or None,
                 system_message=system_message, lock=lock, behaviour=row.behaviour,
             )
         except Exception as exc:
-            if called:
+            if call_host.ran:
                 raise
-            agent = agent_of(instance, args, kwargs)
             if strategy in IN_PLACE_STRATEGIES:
                 return stepped_aside(runtime, row, agent, args, kwargs, exc, wrapped)
-            return skipped_before_host(runtime, row, agent, args, kwargs, instance, exc)
+            return skipped_before_host(runtime, row, agent, messages, system_message, exc)
 
     return wrapper
 
 
-def agent_of(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if instance is not None:
-        return instance
-    return args[0] if args else kwargs.get("agent")
+def _compression_call(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The agent, messages (Hermes's argument, passed on as given) and system message of a compression call."""
+    agent, rest = agent_call(instance, args, kwargs)
+    return (agent, rest[0] if rest else kwargs.get("messages"),
+            rest[1] if len(rest) > 1 else kwargs.get("system_message"))
 
 
 def _said_before_host(runtime: Runtime, row: SeamRow, agent: Any, exc: BaseException, consequence: str,
@@ -87,16 +76,13 @@ def _said_before_host(runtime: Runtime, row: SeamRow, agent: Any, exc: BaseExcep
             session_id_after=sid, **event)
 
 
-def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, ...],
-                        kwargs: dict[str, Any], instance: Any, exc: BaseException) -> Any:
+def skipped_before_host(runtime: Runtime, row: SeamRow, agent: Any, messages: Any, system_message: Any,
+                        exc: BaseException) -> Any:
     """A guard error before the host's compression ran (ADR 0008, ADR 0019): this compression
     is skipped, never run unguarded (an unguarded host rotates the id on 0.13-0.17 and
     can fork on every release). The caller's messages come back unchanged, with the
     prompt Hermes itself returns on a skip; Hermes tries again at its next threshold
     check. One ERROR line and a ``compression.failed`` event name the cause."""
-    rest = args if instance is not None else args[1:]
-    messages = rest[0] if rest else kwargs.get("messages")
-    system_message = rest[1] if len(rest) > 1 else kwargs.get("system_message")
     count = len(messages) if isinstance(messages, list) else None
     _said_before_host(runtime, row, agent, exc, "failing closed: compression of {sid} skipped, messages "
                       "unchanged, Hermes retries at its next threshold check", messages_before=count,

@@ -18,7 +18,7 @@ from ..host import client_events
 from ..runtime import Runtime
 from ..seam_behaviour import GatewayTranscript
 from . import buffering
-from .row import SeamRow, Wrapper, call_arg
+from .row import HostCall, SeamRow, Wrapper, call_arg
 
 
 def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
@@ -126,19 +126,13 @@ def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """A message for a busy session: buffer it while the session compresses (see buffering)."""
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        called = False
-
-        async def call_host() -> Any:
-            nonlocal called
-            called = True
-            return await wrapped(*args, **kwargs)
-
+        call_host = HostCall(wrapped, *args, **kwargs)  # Hermes's coroutine, awaited where it is made
         try:
             event = call_arg(args, kwargs, 0, "event")
             session_key = call_arg(args, kwargs, 1, "session_key")
             return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
         except Exception as exc:
-            if called:
+            if call_host.ran:
                 raise
             report(row, exc, "Hermes handles this message as it would without the guard")
             return await wrapped(*args, **kwargs)
@@ -208,20 +202,15 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             agent = call_arg(args, kwargs, 2, "agent")
         if failed:
             return wrapped(*args, **kwargs)
-        ran: list[Any] = []
-
-        def interrupt() -> None:
-            ran.append(None)
-            ran[0] = wrapped(*args, **kwargs)
-
+        interrupt = HostCall(wrapped, *args, **kwargs)
         try:
             buffering.interrupt_or_queue(runtime, agent, interrupt)
         except Exception as exc:
-            if ran:  # the host's own interrupt failed: its error, not the guard's
+            if interrupt.ran:  # the host's own interrupt failed: its error, not the guard's
                 raise
             report(row, exc, "the running turn is interrupted as without the guard")
             return wrapped(*args, **kwargs)
-        return ran[0] if ran else None
+        return interrupt.result
 
     return wrapper
 
@@ -247,19 +236,14 @@ def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], 
 
     def factory(runtime: Runtime, row: SeamRow) -> Wrapper:
         def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            called: list[bool] = []
-
-            def enqueue() -> Any:
-                called.append(True)
-                return wrapped(*args, **kwargs)
-
+            enqueue = HostCall(wrapped, *args, **kwargs)
             try:
                 session = call_arg(args, kwargs, 0, "session")
                 if not isinstance(session, dict):
                     return enqueue()
                 return place(runtime, session, enqueue)
             except Exception as exc:
-                if called:
+                if enqueue.ran:
                     raise
                 report(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
                 return wrapped(*args, **kwargs)

@@ -67,3 +67,25 @@ def call_arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: st
     if name in kwargs:
         return kwargs[name]
     return args[index] if len(args) > index else None
+
+
+def agent_call(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """The agent of a method seam (``instance``) or of a module function taking it first (0.21+),
+    and the positional arguments after it."""
+    if instance is not None:
+        return instance, args
+    return (args[0], args[1:]) if args else (kwargs.get("agent"), ())
+
+
+class HostCall:
+    """Hermes's own call, made when the guard's logic makes it (at most once): ``ran`` says
+    whether it was (an error after that is Hermes's, not the guard's), ``result`` what it returned."""
+
+    def __init__(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.call, self.args, self.kwargs = call, args, kwargs
+        self.ran, self.result = False, None
+
+    def __call__(self) -> Any:
+        self.ran = True
+        self.result = self.call(*self.args, **self.kwargs)
+        return self.result

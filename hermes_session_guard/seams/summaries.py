@@ -23,7 +23,7 @@ from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, h
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
-from .row import Wrapper, call_arg
+from .row import Wrapper, agent_call, call_arg
 from .search import with_snapshots_in_search
 
 log = logging.getLogger("hermes_session_guard")
@@ -122,19 +122,12 @@ def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
-def _agent(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The agent of a method seam (``instance``) or of a module function taking it first (0.21+)."""
-    if instance is not None:
-        return instance
-    return args[0] if args else kwargs.get("agent")
-
-
 def request_tools_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``AIAgent._build_api_kwargs``: offer ``session_guard_recall`` only to sessions
     with compacted history; remember which state.db the session lives in."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        agent = _agent(instance, args, kwargs)
+        agent = agent_call(instance, args, kwargs)[0]
         with failing_open(row, "the recall tool is offered as the host configured it") as failed:
             sid = host.session_id(agent)
             runtime.remember_session(sid, host.db_path(agent))
@@ -158,7 +151,7 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         with failing_open(row, "the system prompt has no recall rule"):
             from .compression import compressing_session
 
-            agent = _agent(instance, args, kwargs)
+            agent = agent_call(instance, args, kwargs)[0]
             sid = host.session_id(agent)
             if (
                 isinstance(prompt, str) and SYSTEM_RULE not in prompt
@@ -292,16 +285,19 @@ def _tag_rows_the_host_hid(runtime: Runtime, adapter: Any, args: tuple[Any, ...]
 
 
 def _stored_summary_hashes(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> set[str]:
-    """Content hashes of the summaries the guard recorded for the session a
-    ``/api/sessions/{id}/messages`` request names (rows come straight from state.db,
-    untagged). Rows recalling one of its snapshots in the guard's line count too."""
-    if not any(isinstance(m, dict) and is_summary_text(message_text(m)) for m in rows):
-        return set()
+    """The guard's summary hashes (:func:`_recorded_hashes`) for the session a
+    ``/api/sessions/{id}/messages`` request names (rows come straight from state.db, untagged)."""
     sid, path = _requested_session(adapter, args)
-    if not sid or not path:
+    return _recorded_hashes(runtime, path, sid, rows) if sid and path else set()
+
+
+def _recorded_hashes(runtime: Runtime, path: Any, sid: str, rows: list[Any]) -> set[str]:
+    """Content hashes of the summaries among ``rows`` the guard recorded for ``sid``; rows
+    recalling one of its snapshots in the guard's line count too."""
+    copies = [dict(m) for m in rows if isinstance(m, dict) and is_summary_text(message_text(m))]
+    if not copies:
         return set()
     hashes, snapshots = runtime.store_for(path).summary_marks([sid])
-    copies = [dict(m) for m in rows if isinstance(m, dict) and is_summary_text(message_text(m))]
     return set(hashes) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
 
 
@@ -316,13 +312,8 @@ def hide_in_dashboard(runtime: Runtime) -> bool:
         return False
 
     def keep(session_id: str, messages: list[Any]) -> list[Any]:
-        mode = runtime.config.summaries.visible
-        hashes: set[str] = set()
-        if any(isinstance(m, dict) and is_summary_text(message_text(m)) for m in messages):
-            marks, snapshots = runtime.store_for(state_db_path()).summary_marks([session_id])
-            copies = [dict(m) for m in messages if isinstance(m, dict) and is_summary_text(message_text(m))]
-            hashes = set(marks) | {text_hash(message_text(m)) for m in tag_recorded(copies, set(), snapshots, None)}
-        return display_messages(messages, mode, hashes)
+        return display_messages(messages, runtime.config.summaries.visible,
+                                _recorded_hashes(runtime, state_db_path(), session_id, messages))
 
     host.shim_dashboard(app, keep)
     return True

@@ -222,6 +222,26 @@ _API_NATIVE_NOTE = ("requests naming the session wait on the event loop in arriv
                     "turns.wait_seconds -> 503 session_busy")
 EVERY_RELEASE: dict[str, dict[str, Any]] = {"0.13.0+": {}}
 
+
+def _api_turns(name: str, handler: str, session_from: str, ranges: dict[str, dict[str, Any]],
+               note: str = "") -> tuple[SeamRow, ...]:
+    """An API server handler that runs a turn on an existing session (api_turn_wrapper)."""
+    return seam(name, module="gateway.platforms.api_server", attribute=f"APIServerAdapter.{handler}",
+                params=("self", "request"), wrapper=api_turn_wrapper, behaviour={"session_from": session_from},
+                lazy=True, note=note, ranges=ranges)
+
+
+def _adapter_shim(name: str, attribute: str, params: tuple[str, ...], *, module: str = "gateway.platforms.base",
+                  note: str = "", ranges: dict[str, dict[str, Any]] = EVERY_RELEASE) -> tuple[SeamRow, ...]:
+    """A platform adapter method each adapter wired up (platform_delivery) gets its own filtered copy of."""
+    return seam(name, kind=SeamKind.INSTANCE_SHIM, module=module, attribute=attribute, params=params,
+                applied_by=host.shim_adapter, requires=("gateway.platforms.base:SendResult",), lazy=True,
+                note=note, ranges=ranges)
+
+
+_NO_SESSION_CHAT = "the API server of 0.13-0.14 has no session chat endpoint"
+_NATIVE_FROM_0_20 = {"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))}
+
 SEAMS: tuple[SeamRow, ...] = (
     *seam(
         "compression",
@@ -547,51 +567,16 @@ SEAMS: tuple[SeamRow, ...] = (
              "summary failures hand the host its input back; the summary is tagged",
         ranges=EVERY_RELEASE,
     ),
-    *seam(
-        "delivery_send_shim",
-        kind=SeamKind.INSTANCE_SHIM,
-        module="gateway.platforms.base",
-        attribute="BasePlatformAdapter.send",
-        params=("self", "chat_id", "content"),
-        applied_by=host.shim_adapter,
-        requires=("gateway.platforms.base:SendResult",),
-        lazy=True,
-        note="each adapter wired up (platform_delivery) gets its own send: text filtered, None withheld",
-        ranges=EVERY_RELEASE,
-    ),
-    *seam(
-        "delivery_edit_shim",
-        kind=SeamKind.INSTANCE_SHIM,
-        module="gateway.platforms.base",
-        attribute="BasePlatformAdapter.edit_message",
-        params=("self", "chat_id", "message_id", "content"),
-        applied_by=host.shim_adapter,
-        requires=("gateway.platforms.base:SendResult",),
-        lazy=True,
-        note="each adapter wired up (platform_delivery) gets its own edit_message: text filtered",
-        ranges=EVERY_RELEASE,
-    ),
-    *seam(
-        "delivery_draft_shim",
-        kind=SeamKind.INSTANCE_SHIM,
-        module="gateway.platforms.base",
-        attribute="BasePlatformAdapter.send_draft",
-        params=("self", "chat_id", "draft_id", "content"),
-        applied_by=host.shim_adapter,
-        requires=("gateway.platforms.base:SendResult",),
-        lazy=True,
-        note="each adapter wired up (platform_delivery) gets its own send_draft: text filtered",
-        ranges=EVERY_RELEASE,
-    ),
-    *seam(
-        "delivery_platform_send_shim",
-        kind=SeamKind.INSTANCE_SHIM,
-        module="gateway.relay.adapter",
-        attribute="RelayAdapter.send_for_platform",
-        params=("self", "logical_platform", "chat_id", "content"),
-        applied_by=host.shim_adapter,
-        requires=("gateway.platforms.base:SendResult",),
-        lazy=True,
+    *_adapter_shim("delivery_send_shim", "BasePlatformAdapter.send", ("self", "chat_id", "content"),
+                   note="each adapter wired up (platform_delivery) gets its own send: text filtered, None withheld"),
+    *_adapter_shim("delivery_edit_shim", "BasePlatformAdapter.edit_message",
+                   ("self", "chat_id", "message_id", "content"),
+                   note="each adapter wired up (platform_delivery) gets its own edit_message: text filtered"),
+    *_adapter_shim("delivery_draft_shim", "BasePlatformAdapter.send_draft", ("self", "chat_id", "draft_id", "content"),
+                   note="each adapter wired up (platform_delivery) gets its own send_draft: text filtered"),
+    *_adapter_shim(
+        "delivery_platform_send_shim", "RelayAdapter.send_for_platform",
+        ("self", "logical_platform", "chat_id", "content"), module="gateway.relay.adapter",
         ranges={
             "0.13.0-0.20.0": not_needed("no relay adapter send path besides send() before 0.20",
                                         kind=SeamKind.WRAP, applied_by=None),
@@ -817,70 +802,26 @@ SEAMS: tuple[SeamRow, ...] = (
                                 "loads it before its run admission"},
         },
     ),
-    *seam(
-        "api_session_chat_turns",
-        module="gateway.platforms.api_server",
-        attribute="APIServerAdapter._handle_session_chat",
-        params=("self", "request"),
-        wrapper=api_turn_wrapper,
-        behaviour={"session_from": "path"},
-        lazy=True,
-        ranges={
-            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
-            "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
-            "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /api/sessions/{{id}}/chat: {_API_NATIVE_NOTE}"},
-        },
-    ),
-    *seam(
-        "api_session_chat_stream_turns",
-        module="gateway.platforms.api_server",
-        attribute="APIServerAdapter._handle_session_chat_stream",
-        params=("self", "request"),
-        wrapper=api_turn_wrapper,
-        behaviour={"session_from": "path"},
-        lazy=True,
-        ranges={
-            "0.13.0-0.15.0": not_needed("the API server of 0.13-0.14 has no session chat endpoint"),
-            "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
-            "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /api/sessions/{{id}}/chat/stream: {_API_NATIVE_NOTE}"},
-        },
-    ),
-    *seam(
-        "api_chat_completions_turns",
-        module="gateway.platforms.api_server",
-        attribute="APIServerAdapter._handle_chat_completions",
-        params=("self", "request"),
-        wrapper=api_turn_wrapper,
-        behaviour={"session_from": "header"},
-        lazy=True,
-        note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id",
-        ranges={"0.13.0-0.20.0": {},
-                "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /v1/chat/completions with X-Hermes-Session-Id: "
-                                                         f"{_API_NATIVE_NOTE}"}},
-    ),
-    *seam(
-        "api_responses_turns",
-        module="gateway.platforms.api_server",
-        attribute="APIServerAdapter._handle_responses",
-        params=("self", "request"),
-        wrapper=api_turn_wrapper,
-        behaviour={"session_from": "body"},
-        lazy=True,
-        note="POST /v1/responses continuing a session through previous_response_id or conversation",
-        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
-    ),
-    *seam(
-        "api_runs_turns",
-        module="gateway.platforms.api_server",
-        attribute="APIServerAdapter._handle_runs",
-        params=("self", "request"),
-        wrapper=api_turn_wrapper,
-        behaviour={"session_from": "body"},
-        lazy=True,
-        note="POST /v1/runs naming a session (session_id or previous_response_id); the reservation goes with the "
-             "run's task",
-        ranges={"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))},
-    ),
+    *_api_turns("api_session_chat_turns", "_handle_session_chat", "path", {
+        "0.13.0-0.15.0": not_needed(_NO_SESSION_CHAT),
+        "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat: waits on the event loop; over the bound -> 503"},
+        "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /api/sessions/{{id}}/chat: {_API_NATIVE_NOTE}"},
+    }),
+    *_api_turns("api_session_chat_stream_turns", "_handle_session_chat_stream", "path", {
+        "0.13.0-0.15.0": not_needed(_NO_SESSION_CHAT),
+        "0.15.0-0.20.0": {"note": "POST /api/sessions/{id}/chat/stream: waits before the SSE response starts"},
+        "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /api/sessions/{{id}}/chat/stream: {_API_NATIVE_NOTE}"},
+    }),
+    *_api_turns("api_chat_completions_turns", "_handle_chat_completions", "header", {
+        "0.13.0-0.20.0": {},
+        "0.20.0+": {**_API_NATIVE_ORDER, "note": f"POST /v1/chat/completions with X-Hermes-Session-Id: "
+                                                 f"{_API_NATIVE_NOTE}"},
+    }, note="POST /v1/chat/completions continuing a session through X-Hermes-Session-Id"),
+    *_api_turns("api_responses_turns", "_handle_responses", "body", _NATIVE_FROM_0_20,
+                note="POST /v1/responses continuing a session through previous_response_id or conversation"),
+    *_api_turns("api_runs_turns", "_handle_runs", "body", _NATIVE_FROM_0_20,
+                note="POST /v1/runs naming a session (session_id or previous_response_id); the reservation goes "
+                     "with the run's task"),
 )
 
 
