@@ -80,12 +80,9 @@ _.OPEN  # FailurePolicy
 _.NONE
 _.HEADER  # SessionFrom
 
-# The host surface (host/names.py), data for the host tests: they check each name on every release.
-_.HOST_NAMES
-
 # The selftest harness ships in the package (`selftest`, `demo` and the recall eval run from an
 # installed wheel); these parts of it are used by the tests and scripts/ only.
-_.anthropic_base_url  # selftest/fake_llm.py: the fake LLM's Anthropic-transport URL (tests)
+
 _.wait_for_requests  # selftest/fake_llm.py: tests and scripts/make_corrupt_fixtures.py
 _.say  # selftest/gateway.py GatewayHarness: send and wait (integration tests, scripts/make_corrupt_fixtures.py)
 _.TARGET  # selftest/recall_eval.py: run by scripts/eval_recall.py (check_dist runs it from the wheel)

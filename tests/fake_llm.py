@@ -1,4 +1,6 @@
-"""The tests' fake LLM: the package's ``FakeLLMServer`` plus what only tests script.
+"""The tests' fake LLM: the package's ``FakeLLMServer`` plus what only tests script:
+the Anthropic Messages API (``POST /v1/messages``, JSON and SSE, at ``anthropic_base_url``)
+and the settings below.
 
 ``ScriptedLLMServer`` adds, as constructor options and ``configure``/``reset`` settings:
 
@@ -31,11 +33,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from hermes_session_guard.selftest.fake_llm import FakeLLMHandler, FakeLLMServer, RequestKind
+from hermes_session_guard.selftest.fake_llm import STREAM_CHUNK_CHARS, FakeLLMHandler, FakeLLMServer, RequestKind
 
 __all__ = ["FailureSpec", "ScriptedLLMServer", "ToolCallReply"]
 
 FailureSpec = tuple[Any, ...]
+
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 _GARBAGE_PATTERN = bytes([0xFF, 0xFE, 0xC3, 0x28, 0xA0, 0xA1, 0xE2, 0x28, 0xA1, 0x80])
 
@@ -73,7 +85,15 @@ def _normalize_spec(spec: Any) -> FailureSpec:
 
 
 class _ScriptedHandler(FakeLLMHandler):
+    API_PATHS = {**FakeLLMHandler.API_PATHS, "/v1/messages": "anthropic", "/messages": "anthropic"}
     _failure: FailureSpec | None = None
+
+    def _send_error(self, status: int, message: str, api: str, error_type: str | None = None) -> None:
+        if api != "anthropic":
+            super()._send_error(status, message, api, error_type)
+            return
+        etype = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        self._send_json(status, {"type": "error", "error": {"type": etype, "message": message}})
 
     def _handle_llm(self, api: str, path: str, body: dict[str, Any], raw: bytes, kind: RequestKind) -> None:
         fake = cast(ScriptedLLMServer, self.server.fake)
@@ -113,7 +133,12 @@ class _ScriptedHandler(FakeLLMHandler):
     def _send_reply(self, api: str, stream: bool, model: str, reply: object, raw: bytes,
                     body: dict[str, Any]) -> None:
         if not isinstance(reply, ToolCallReply):
-            super()._send_reply(api, stream, model, reply, raw, body)
+            if api != "anthropic":
+                super()._send_reply(api, stream, model, reply, raw, body)
+                return
+            text = str(reply)
+            prompt, completion = self.server.fake._usage(raw, text)
+            (self._anthropic_stream if stream else self._anthropic_json)(model, text, prompt, completion)
             return
         prompt_tokens, completion_tokens = self.server.fake._usage(raw, reply.text)
         if api == "openai":
@@ -190,12 +215,45 @@ class _ScriptedHandler(FakeLLMHandler):
                                             "usage": {"output_tokens": completion_tokens}}))
         self._write(event("message_stop", {"type": "message_stop"}))
 
+    def _anthropic_json(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self._send_json(200, {
+            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+        })
+
+    def _anthropic_stream(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        self._start_stream()
+        message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": prompt_tokens, "output_tokens": 0}}
+        self._write(event("message_start", {"type": "message_start", "message": message}))
+        self._write(event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                  "content_block": {"type": "text", "text": ""}}))
+        for piece in [text[i : i + STREAM_CHUNK_CHARS] for i in range(0, len(text), STREAM_CHUNK_CHARS)]:
+            self._write(event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                      "delta": {"type": "text_delta", "text": piece}}))
+        self._write(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        self._write(event("message_delta", {"type": "message_delta",
+                                            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                            "usage": {"input_tokens": prompt_tokens,
+                                                      "output_tokens": completion_tokens}}))
+        self._write(event("message_stop", {"type": "message_stop"}))
+
 
 class ScriptedLLMServer(FakeLLMServer):
-    """``FakeLLMServer`` with ``summary_predicate``, ``fail_next_summary``,
+    """``FakeLLMServer`` with the Anthropic API, ``summary_predicate``, ``fail_next_summary``,
     ``fail_all_summaries`` and ``ToolCallReply`` replies (see the module docstring)."""
 
     handler_class = _ScriptedHandler
+    MESSAGE_KEYS = {**FakeLLMServer.MESSAGE_KEYS, "anthropic": frozenset({"role", "content"})}
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def __init__(
         self,

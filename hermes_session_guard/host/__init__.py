@@ -1,12 +1,11 @@
 """Everything the guard knows about Hermes's internals, by area.
 
 This package and :mod:`hermes_session_guard.seams` are the only parts that know Hermes's
-internals. :data:`HOST_NAMES` lists every host name used here so the surface can be
-diffed against a new release (``selftest`` checks it). The rest of the package imports
+internals (``tests/integration/host_names.py`` lists the Hermes names they rely on,
+checked against each release). The rest of the package imports
 ``from . import host`` and calls ``host.<name>``; every such name is imported here (the
 imports are the list: ruff's unused-import rule is off for this file only).
 
-- :mod:`.names`: the host surface (``HOST_NAMES``)
 - :mod:`.markers`: compaction-summary markers
 - :mod:`.agent`: an AIAgent's session, SessionDB, tools, notifications
 - :mod:`.engine_shim`: the context-engine ``compress`` shim
@@ -52,14 +51,11 @@ from .agent import (
 )
 from .dashboard import dashboard_app, shim_dashboard, unshim_dashboards
 from .delivery import (
-    delivered_nothing,
     json_response_like,
     shim_adapter,
     unshim_adapters,
 )
 from .engine_shim import (
-    RUNAWAY_SUMMARY_CHARS,
-    EngineVerdict,
     shim_engine,
     unshim_engines,
     watching_engine,
@@ -92,7 +88,6 @@ from .gateway import (
     send_notice,
     session_key_for,
     session_running,
-    spawn,
     stage_pending,
     transcript_has_user_text,
     user_authorized,
@@ -120,24 +115,18 @@ from .leases import (
 )
 from .markers import (
     NATIVE_SUMMARY_KEY,
-    SUMMARY_MARKERS,
     carries_summary_marker,
     merged_summary_markers,
     summary_prefixes,
 )
-from .names import (
-    HOST_NAMES,
-)
 from .persistence import (
     append_messages,
     carried_unpersisted,
-    in_timestamp_order,
     live_brief,
     live_brief_and_runs,
     live_transcript,
     persist_compacted,
     rebase_flush,
-    repairs_pending,
     staged_turn_row,
 )
 from .reads import (
@@ -167,7 +156,6 @@ from .statedb import (
     NON_CONTINUATION_MARKERS,
     REQUIRED_COLUMNS,
     ROUTING_FILE,
-    ROUTING_TABLE,
     as_message,
     end_session,
     ensure_session_row,

@@ -164,19 +164,29 @@ def current_system_prompt(agent: Any, system_message: str | None) -> str:
     return str(build(system_message)) if callable(build) else str(system_message or "")
 
 
-def notify_boundary(agent: Any, sid: str) -> None:
-    """Tell the context engine and memory providers a compaction boundary happened on
-    the same id, as the host's in-place path does (0.18.2+)."""
+def notify_boundary(agent: Any, sid: str, parent: str | None = None, reason: str = "compression") -> None:
+    """Tell the context engine and memory providers a boundary happened: a compaction on
+    the same id, as the host's in-place path does (0.18.2+), or (``reason="handoff"``) the
+    conversation's move from ``parent`` to the new session ``sid``."""
+    parent = parent or sid
+    what = "" if reason == "compression" else f" ({reason})"
     cc = getattr(agent, "context_compressor", None)
     if cc is not None and hasattr(cc, "on_session_start"):
-        with failing_open("the context engine's on_session_start", "the engine is not told of the boundary",
+        with failing_open(f"the context engine's on_session_start{what}", "the engine is not told of the boundary",
                           level=logging.DEBUG, advice=None):
-            cc.on_session_start(sid, boundary_reason="compression", old_session_id=sid)
+            if reason == "compression":
+                cc.on_session_start(sid, boundary_reason=reason, old_session_id=parent)
+            else:
+                try:
+                    cc.on_session_start(sid, boundary_reason=reason, old_session_id=parent,
+                                        platform=getattr(agent, "platform", None) or "cli")
+                except TypeError:
+                    cc.on_session_start(sid, boundary_reason=reason, old_session_id=parent)
     mm = getattr(agent, "_memory_manager", None)
     if mm is not None:
-        with failing_open("memory's on_session_switch", "the memory providers are not told of the boundary",
+        with failing_open(f"memory's on_session_switch{what}", "the memory providers are not told of the boundary",
                           level=logging.DEBUG, advice=None):
-            mm.on_session_switch(sid, parent_session_id=sid, reset=False, reason="compression")
+            mm.on_session_switch(sid, parent_session_id=parent, reset=False, reason=reason)
 
 
 # Hermes 0.20+ may defer plugin tools behind its tool-search bridge: the agent's tool list

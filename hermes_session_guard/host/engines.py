@@ -229,7 +229,7 @@ def refuse_shim(engine: Any, reason: str) -> None:
     )
 
 
-def assess(engine: Any, host_version: Any = None, *, compression_patched: bool = True,
+def assess(engine: Any, *, compression_patched: bool = True,
            name: str | None = None, handoff: bool = False) -> EngineSupport:
     """The promises for ``engine`` (``None``: Hermes's built-in compressor). ``handoff``:
     the home enables ``session_guard.handoff`` (an explicit move to a new session id)."""
@@ -265,25 +265,24 @@ def assess(engine: Any, host_version: Any = None, *, compression_patched: bool =
 # -- the engine a home selects --------------------------------------------------------
 
 
-def configured_engine(home: Path) -> str:
-    """``context.engine`` of ``home``/config.yaml (``compressor`` when unset)."""
+def _config_entry(home: Path, section: str, key: str) -> Any:
+    """``section.key`` of ``home``/config.yaml (None when absent)."""
     import yaml
 
     path = Path(home) / "config.yaml"
     data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
-    ctx = data.get("context") if isinstance(data, dict) else None
-    name = ctx.get("engine") if isinstance(ctx, dict) else None
-    return str(name or BUILTIN_ENGINE)
+    found = data.get(section) if isinstance(data, dict) else None
+    return found.get(key) if isinstance(found, dict) else None
+
+
+def configured_engine(home: Path) -> str:
+    """``context.engine`` of ``home``/config.yaml (``compressor`` when unset)."""
+    return str(_config_entry(home, "context", "engine") or BUILTIN_ENGINE)
 
 
 def handoff_enabled(home: Path) -> bool:
     """``session_guard.handoff.enabled`` in ``home``/config.yaml (off by default)."""
-    import yaml
-
-    path = Path(home) / "config.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
-    guard = data.get("session_guard") if isinstance(data, dict) else None
-    handoff = guard.get("handoff") if isinstance(guard, dict) else None
+    handoff = _config_entry(home, "session_guard", "handoff")
     return isinstance(handoff, dict) and handoff.get("enabled") is True
 
 
@@ -312,20 +311,16 @@ def load_engine(name: str) -> tuple[Any, str]:
 def inspect_home(home: Path) -> dict[str, Any]:
     """In a process whose HERMES_HOME is ``home``: the configured engine and its promises."""
     name = configured_engine(home)
-    from ..hostinfo import installed_version, parse_version
-
-    raw = installed_version()
-    version = parse_version(raw) if raw else None
     if name == BUILTIN_ENGINE:
-        return {"configured": name, "found": True, **assess(None, version).as_dict()}
+        return {"configured": name, "found": True, **assess(None).as_dict()}
     engine, source = load_engine(name)
     handoff = handoff_enabled(home)
     if engine is None:
-        support = assess(None, version, name=BUILTIN_ENGINE).as_dict()
+        support = assess(None, name=BUILTIN_ENGINE).as_dict()
         return {"configured": name, "found": False,
                 "detail": f"{source}; Hermes falls back to its built-in compressor", **support}
     return {"configured": name, "found": True, "source": source,
-            **assess(engine, version, name=name, handoff=handoff).as_dict()}
+            **assess(engine, name=name, handoff=handoff).as_dict()}
 
 
 def report_for_home(home: Path, timeout: float = 60.0) -> dict[str, Any]:

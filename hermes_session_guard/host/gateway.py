@@ -5,11 +5,10 @@ pending slots, approvals, notices, the runner's SessionDB and tracked tasks."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from ..fail_open import failing_open, report
-from ..hostinfo import state_db_path
+from .agent import db_path
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -137,10 +136,7 @@ def runner_lock_holder(runner: Any, session_id: str) -> str | None:
     return str(found) if found else None
 
 
-def runner_db_path(runner: Any) -> Path:
-    db = getattr(runner, "_session_db", None)
-    path = getattr(db, "db_path", None) if db is not None else None
-    return Path(path) if path else state_db_path()
+runner_db_path = db_path  # the runner keeps its SessionDB as ``_session_db`` too
 
 
 def transcript_has_user_text(runner: Any, session_id: str | None, text: str | None, since: float | None) -> bool:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..fail_open import failing_open
-from .persistence import in_timestamp_order
+from .agent import notify_boundary
+from .persistence import in_timestamp_order, rebase_flush
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -237,9 +238,7 @@ def switch_agent_session(agent: Any, child: str, seeded: list[Any]) -> Callable[
         if logs_dir is not None and hasattr(agent, "session_log_file"):
             agent.session_log_file = Path(logs_dir) / f"session_{child}.json"
         agent._session_db_created = True
-        agent._last_flushed_db_idx = len(seeded)
-        agent._flushed_db_message_ids = {id(m) for m in seeded if isinstance(m, dict)}
-        agent._flushed_db_message_session_id = child
+        rebase_flush(agent, child, seeded, "identity")
     except BaseException:
         undo()
         raise
@@ -253,19 +252,5 @@ _IDENTITY_ATTRS = (
 
 
 def notify_handoff(agent: Any, child: str, parent: str) -> None:
-    """Tell the context engine and memory providers the conversation moved to a new
-    session (boundary reason ``handoff``), as the host does for its own boundaries."""
-    cc = getattr(agent, "context_compressor", None)
-    if cc is not None and hasattr(cc, "on_session_start"):
-        with failing_open("the context engine's on_session_start (handoff)", "the engine is not told of the new "
-                          "session", level=logging.DEBUG, advice=None):
-            try:
-                cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent,
-                                    platform=getattr(agent, "platform", None) or "cli")
-            except TypeError:
-                cc.on_session_start(child, boundary_reason="handoff", old_session_id=parent)
-    mm = getattr(agent, "_memory_manager", None)
-    if mm is not None:
-        with failing_open("memory's on_session_switch (handoff)", "the memory providers are not told of the new "
-                          "session", level=logging.DEBUG, advice=None):
-            mm.on_session_switch(child, parent_session_id=parent, reset=False, reason="handoff")
+    """Tell the context engine and memory providers the conversation moved to ``child``."""
+    notify_boundary(agent, child, parent, reason="handoff")

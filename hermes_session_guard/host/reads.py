@@ -39,9 +39,6 @@ class _ReadOnly:
         with self.lock:
             return _Rows(self.conn.execute(sql, params).fetchall())
 
-    def close(self) -> None:  # shared: stays open (see close_readers)
-        return None
-
 
 class _Rows(list[Any]):
     def fetchone(self) -> Any:
@@ -100,8 +97,6 @@ def compression_ancestors(db_path: Path, sid: str, limit: int = 64) -> list[str]
             current = parent
     except sqlite3.Error as exc:
         log.debug("session guard: reading the session lineage failed: %s", exc)
-    finally:
-        conn.close()
     return out
 
 
@@ -126,8 +121,6 @@ def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool)
     except sqlite3.Error as exc:
         log.debug("session guard: reading stored turns failed: %s", exc)
         return []
-    finally:
-        conn.close()
     out = []
     for turn, (row_id, role, content, is_active, was_compacted) in enumerate(rows, 1):
         if row_id <= after_id or (archived_only and (is_active or not was_compacted)):
@@ -138,16 +131,10 @@ def stored_turns(db_path: Path, sid: str, after_id: int, *, archived_only: bool)
 
 def last_row_id(db_path: Path, sid: str) -> int:
     try:
-        conn = _read_only(db_path)
+        row = _read_only(db_path).execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()
     except sqlite3.Error:
         return 0
-    try:
-        row = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()
-        return int(row[0] or 0)
-    except sqlite3.Error:
-        return 0
-    finally:
-        conn.close()
+    return int(row[0] or 0)
 
 
 def stored_message(db_path: Path, row_id: int) -> str | None:
@@ -159,18 +146,12 @@ def stored_messages(db_path: Path, row_ids: list[int]) -> dict[int, str]:
     state.db that cannot be read, are missing from it)."""
     if not row_ids:
         return {}
+    marks = ",".join("?" for _ in row_ids)
     try:
-        conn = _read_only(db_path)
+        rows = _read_only(db_path).execute(f"SELECT id, content FROM messages WHERE id IN ({marks})", tuple(row_ids))
     except sqlite3.Error:
         return {}
-    try:
-        marks = ",".join("?" for _ in row_ids)
-        rows = conn.execute(f"SELECT id, content FROM messages WHERE id IN ({marks})", tuple(row_ids)).fetchall()
-        return {int(row_id): content for row_id, content in rows}
-    except sqlite3.Error:
-        return {}
-    finally:
-        conn.close()
+    return {int(row_id): content for row_id, content in rows}
 
 
 def live_row_ranges(db_path: Path, sid: str) -> list[tuple[int, int]]:
@@ -179,14 +160,10 @@ def live_row_ranges(db_path: Path, sid: str) -> list[tuple[int, int]]:
     engine returns, after Hermes took its lock and watermark: the rows its commit
     summarises away or carries over, i.e. the transcript before this compaction."""
     try:
-        conn = _read_only(db_path)
-        try:
-            # sorted here: without ORDER BY, SQLite reads the (session_id, active) index alone
-            # (0.18.2+) instead of each row, whose ``active`` lies after its content
-            ids = sorted(int(r[0]) for r in conn.execute(
-                "SELECT id FROM messages WHERE session_id = ? AND active = 1", (sid,)).fetchall())
-        finally:
-            conn.close()
+        # sorted here: without ORDER BY, SQLite reads the (session_id, active) index alone
+        # (0.18.2+) instead of each row, whose ``active`` lies after its content
+        ids = sorted(int(r[0]) for r in _read_only(db_path).execute(
+            "SELECT id FROM messages WHERE session_id = ? AND active = 1", (sid,)))
     except sqlite3.Error as exc:
         log.debug("session guard: reading the live rows failed: %s", exc)
         return []
@@ -212,19 +189,16 @@ def live_rows_brief(db_path: Path, sid: str, leave_out: tuple[str, ...]) -> list
     columns (Hermes's loader is the way then)."""
     try:
         conn = _read_only(db_path)
-        try:
-            cols = conn.columns("messages")
-            if not {"role", "content", "tool_call_id"} <= cols:
-                return None
-            meta = "display_metadata" if "display_metadata" in cols else "NULL"
-            live = "AND active = 1" if "active" in cols else ""  # 0.13-0.17 keep no inactive rows
-            marks = ",".join("?" for _ in leave_out) or "''"
-            return sorted(conn.execute(  # by id: see live_row_ranges
-                f"SELECT id, role, CASE WHEN role IN ({marks}) THEN NULL ELSE content END, tool_call_id, "
-                f"CASE WHEN role IN ({marks}) THEN NULL ELSE {meta} END FROM messages WHERE session_id = ? {live}",
-                (*leave_out, *leave_out, sid)).fetchall())
-        finally:
-            conn.close()
+        cols = conn.columns("messages")
+        if not {"role", "content", "tool_call_id"} <= cols:
+            return None
+        meta = "display_metadata" if "display_metadata" in cols else "NULL"
+        live = "AND active = 1" if "active" in cols else ""  # 0.13-0.17 keep no inactive rows
+        marks = ",".join("?" for _ in leave_out) or "''"
+        return sorted(conn.execute(  # by id: see live_row_ranges
+            f"SELECT id, role, CASE WHEN role IN ({marks}) THEN NULL ELSE content END, tool_call_id, "
+            f"CASE WHEN role IN ({marks}) THEN NULL ELSE {meta} END FROM messages WHERE session_id = ? {live}",
+            (*leave_out, *leave_out, sid)))
     except sqlite3.Error as exc:
         log.debug("session guard: reading the live rows failed: %s", exc)
         return None
@@ -241,11 +215,7 @@ def referenced_messages(db_path: Path, sid: str, runs: list[tuple[int, int]]) ->
     Raises ``sqlite3.Error`` when state.db cannot be read."""
     if not runs:
         return []
-    conn = _read_only(db_path)
-    try:
-        return rows_by_runs(conn, sid, runs)
-    finally:
-        conn.close()
+    return rows_by_runs(_read_only(db_path), sid, runs)
 
 
 def rows_by_runs(conn: Any, sid: str, runs: list[tuple[int, int]]) -> list[dict[str, Any]]:

@@ -31,9 +31,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from .. import host
 from ..fail_open import failing_open
 from ..store.connection import connect
 from . import probe
@@ -48,14 +50,8 @@ _WORD = re.compile(r"\b(?:trigger-a|followup-a|[ab]-new(?:-answer)?|arriving-b)\
 
 # -- observing a home ---------------------------------------------------------------------
 def _rows(db_path: Path, sid: str) -> list[dict[str, Any]]:
-    import sqlite3
-
-    conn = connect(db_path, read_only=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (sid,))]
-    finally:
-        conn.close()
+    with closing(connect(db_path, read_only=True)) as conn:
+        return host.read_session_rows(conn, sid)
 
 
 def _texts_under(db_path: Path, sid: str, runtime: Any) -> list[str]:
@@ -80,7 +76,7 @@ def _summaries_visible(db_path: Path, sids: list[str], runtime: Any) -> int:
     for sid in sids:
         for row in _rows(db_path, sid):
             text = str(row.get("content") or "")
-            if row.get("active", 1) in (1, None) and is_summary_text(text) and text_hash(text) not in tagged:
+            if host.is_live_row(row) and is_summary_text(text) and text_hash(text) not in tagged:
                 count += 1
     return count
 
@@ -112,11 +108,8 @@ def _log_problems(lines: list[str]) -> list[str]:
 def _observe(db_path: Path, *, before: str, after: list[str], runtime: Any, seeds: list[str], new: list[str],
              lists: list[list[Any]], summary_calls: int, host_lines: list[str]) -> dict[str, Any]:
 
-    conn = connect(db_path, read_only=True)
-    try:
+    with closing(connect(db_path, read_only=True)) as conn:
         sessions = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY started_at, id")]
-    finally:
-        conn.close()
     forks = [s for s in sessions if s != before]
     kept = "\n".join(t for sid in dict.fromkeys(after) for t in _texts_under(db_path, sid, runtime))
     held = "\n".join(str(m.get("content") or "") for lst in lists for m in lst if isinstance(m, dict))

@@ -1,10 +1,9 @@
-"""Loopback fake LLM server speaking the OpenAI and Anthropic HTTP APIs.
+"""Loopback fake LLM server speaking the OpenAI HTTP API.
 
 The server binds ``127.0.0.1`` on an ephemeral port and answers:
 
 * ``GET /v1/models`` and ``GET /v1/models/<id>``
 * ``POST /v1/chat/completions`` (JSON and ``stream: true`` SSE)
-* ``POST /v1/messages`` (Anthropic Messages API, JSON and SSE)
 
 Anything else gets a 404 JSON error. Every request is recorded and classified
 as a context-compression ``"summary"`` call, an ordinary ``"chat"`` call, or
@@ -39,7 +38,6 @@ from urllib.parse import unquote, urlsplit
 from ..fail_open import failing_open
 
 __all__ = [
-    "ANTHROPIC_MESSAGE_KEYS",
     "DEFAULT_SUMMARY_TEXT",
     "OPENAI_MESSAGE_KEYS",
     "SUMMARY_MARKERS",
@@ -66,7 +64,6 @@ SUMMARY_MARKERS: tuple[str, ...] = (
 OPENAI_MESSAGE_KEYS: frozenset[str] = frozenset(
     {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
 )
-ANTHROPIC_MESSAGE_KEYS: frozenset[str] = frozenset({"role", "content"})
 
 DEFAULT_SUMMARY_TEXT = (
     "## Goal\n"
@@ -84,8 +81,6 @@ STREAM_CHUNK_CHARS = 8  # characters of reply text per streamed chunk (SSE delta
 
 RequestKind = Literal["summary", "chat", "other"]
 
-_CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
-_MESSAGES_PATHS = frozenset({"/v1/messages", "/messages"})
 _MODELS_PATHS = frozenset({"/v1/models", "/models"})
 _MODEL_PREFIXES = ("/v1/models/", "/models/")
 
@@ -95,15 +90,6 @@ _OPENAI_ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     429: "rate_limit_error",
-}
-_ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
 }
 
 @dataclass(frozen=True)
@@ -178,6 +164,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
     ``handler_class`` may override ``_reply_to`` and ``_send_reply``."""
 
     server: _HTTPServer
+    API_PATHS: ClassVar[dict[str, str]] = {"/v1/chat/completions": "openai", "/chat/completions": "openai"}
     protocol_version = "HTTP/1.0"
     server_version = "FakeLLM/1.0"
     sys_version = ""
@@ -231,13 +218,9 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         self._send_bytes(status, json.dumps(payload).encode("utf-8"))
 
     def _send_error(self, status: int, message: str, api: str, error_type: str | None = None) -> None:
-        if api == "anthropic":
-            etype = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
-            self._send_json(status, {"type": "error", "error": {"type": etype, "message": message}})
-        else:
-            default = "server_error" if status >= 500 else "invalid_request_error"
-            etype = error_type or _OPENAI_ERROR_TYPES.get(status, default)
-            self._send_json(status, {"error": {"message": message, "type": etype}})
+        default = "server_error" if status >= 500 else "invalid_request_error"
+        etype = error_type or _OPENAI_ERROR_TYPES.get(status, default)
+        self._send_json(status, {"error": {"message": message, "type": etype}})
 
     def _start_stream(self) -> None:
         self.close_connection = True
@@ -262,11 +245,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         raw = self._read_body() if method in ("POST", "PUT", "PATCH") else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
 
-        api: str | None = None
-        if method == "POST" and path in _CHAT_PATHS:
-            api = "openai"
-        elif method == "POST" and path in _MESSAGES_PATHS:
-            api = "anthropic"
+        api = self.API_PATHS.get(path) if method == "POST" else None
 
         body: dict[str, Any] = {}
         invalid_json = False
@@ -347,16 +326,11 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         render other replies (``raw`` is the request body as received, for the usage)."""
         text = str(reply)
         prompt_tokens, completion_tokens = self.server.fake._usage(raw, text)
-        if api == "openai":
-            if stream:
-                include_usage = (body.get("stream_options") or {}).get("include_usage")
-                self._openai_stream(model, text, prompt_tokens, completion_tokens, include_usage)
-            else:
-                self._openai_json(model, text, prompt_tokens, completion_tokens)
-        elif stream:
-            self._anthropic_stream(model, text, prompt_tokens, completion_tokens)
+        if stream:
+            include_usage = (body.get("stream_options") or {}).get("include_usage")
+            self._openai_stream(model, text, prompt_tokens, completion_tokens, include_usage)
         else:
-            self._anthropic_json(model, text, prompt_tokens, completion_tokens)
+            self._openai_json(model, text, prompt_tokens, completion_tokens)
 
     # -- OpenAI -----------------------------------------------------------
 
@@ -432,63 +406,6 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             self._write(b"data: " + json.dumps(final).encode("utf-8") + b"\n\n")
         self._write(b"data: [DONE]\n\n")
 
-    # -- Anthropic --------------------------------------------------------
-
-    def _anthropic_json(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        payload = {
-            "id": f"msg_{uuid.uuid4().hex[:24]}",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
-        }
-        self._send_json(200, payload)
-
-    def _anthropic_stream(self, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        def event(name: str, data: dict[str, Any]) -> bytes:
-            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-
-        self._start_stream()
-        message: dict[str, Any] = {
-            "id": f"msg_{uuid.uuid4().hex[:24]}",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
-        }
-        self._write(event("message_start", {"type": "message_start", "message": message}))
-        self._write(
-            event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            )
-        )
-        for piece in _chunk_text(text):
-            delta = {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": piece},
-            }
-            self._write(event("content_block_delta", delta))
-        self._write(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
-        self._write(
-            event(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
-                },
-            )
-        )
-        self._write(event("message_stop", {"type": "message_stop"}))
-
 
 class FakeLLMServer:
     """Loopback OpenAI/Anthropic-compatible fake LLM server.
@@ -499,6 +416,7 @@ class FakeLLMServer:
     """
 
     handler_class: ClassVar[type[FakeLLMHandler]] = FakeLLMHandler
+    MESSAGE_KEYS: ClassVar[dict[str, frozenset[str]]] = {"openai": OPENAI_MESSAGE_KEYS}  # strict mode's allowed keys
 
     def __init__(
         self,
@@ -594,10 +512,6 @@ class FakeLLMServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    @property
-    def anthropic_base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     # -- configuration ----------------------------------------------------
 
     def configure(self, **kwargs: Any) -> None:
@@ -691,7 +605,7 @@ class FakeLLMServer:
     def _check_strict(self, api: str, path: str, body: dict[str, Any]) -> tuple[int, str] | None:
         if not self.strict:
             return None
-        allowed = OPENAI_MESSAGE_KEYS if api == "openai" else ANTHROPIC_MESSAGE_KEYS
+        allowed = self.MESSAGE_KEYS[api]
         messages = body.get("messages")
         found: list[tuple[int, str]] = []
         if isinstance(messages, list):

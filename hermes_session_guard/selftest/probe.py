@@ -18,11 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import host
 from ..fail_open import failing_open
 from ..file_modes import make_private_dirs, write_private_text
 from ..store.connection import connect
@@ -186,24 +187,15 @@ def session_ids_in(lines: list[str]) -> list[str]:
 
 
 def sessions_table(db_path: Path) -> list[dict[str, Any]]:
-    conn = connect(db_path)
-    conn.row_factory = sqlite3.Row
-    try:
+    with closing(connect(db_path)) as conn:
+        conn.row_factory = sqlite3.Row
         return [dict(r) for r in conn.execute("SELECT * FROM sessions ORDER BY started_at")]
-    finally:
-        conn.close()
 
 
 def live_messages(db_path: Path, session_id: str) -> list[dict[str, Any]]:
     """Messages Hermes would load for ``session_id`` (active rows where the host has them)."""
-    conn = connect(db_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        cols = {r[1] for r in conn.execute("PRAGMA table_info(messages)")}
-        where = "session_id = ?" + (" AND active = 1" if "active" in cols else "")
-        return [dict(r) for r in conn.execute(f"SELECT * FROM messages WHERE {where} ORDER BY id", (session_id,))]
-    finally:
-        conn.close()
+    with closing(connect(db_path)) as conn:
+        return [r for r in host.read_session_rows(conn, session_id) if host.is_live_row(r)]
 
 
 @dataclass
@@ -217,10 +209,6 @@ class ProbeResult:
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append({"name": name, "ok": bool(ok), "state": "pass" if ok else "fail", "detail": detail})
         return bool(ok)
-
-    def skip(self, name: str, reason: str) -> None:
-        """A check that does not apply to this host (it neither passes nor fails)."""
-        self.checks.append({"name": name, "ok": True, "state": "skip", "detail": reason})
 
     @property
     def ok(self) -> bool:
@@ -239,23 +227,18 @@ def import_display_modules(runtime: Any) -> list[str]:
     code that needs a newer Python) is listed as ``module (error)``."""
     import importlib
 
-    from ..hostinfo import parse_version
     from ..seams.apply import apply_pending
-    from ..seams.table import select_row
 
-    version = parse_version(runtime.host_version) if runtime.host_version else None
     imported = []
     for status in list(runtime.seams):
-        if status.state != "pending":
+        module = _row_module(runtime, status.name) if status.state == "pending" else None
+        if module is None:
             continue
-        row = select_row(status.name, version)
-        if row is None:
-            continue
-        with failing_open(f"importing {row.module}", "reported through the row's status", level=None) as failed:
-            importlib.import_module(row.module)
-            imported.append(row.module)
+        with failing_open(f"importing {module}", "reported through the row's status", level=None) as failed:
+            importlib.import_module(module)
+            imported.append(module)
         if failed:
-            imported.append(f"{row.module} ({failed.reason})")
+            imported.append(f"{module} ({failed.reason})")
     # apply_pending never blocks (it runs inside imports): the seams' own watcher thread may
     # hold the lock for a moment, so ask until nothing imported is left waiting.
     for _ in range(200):
@@ -471,14 +454,14 @@ PROBE_CHECKS: list[ProbeCheck] = [
 ]
 
 
-def run_contract_probe(home: Path, checks: list[ProbeCheck] | None = None) -> ProbeResult:
+def run_contract_probe(home: Path) -> ProbeResult:
     """The live probe: enable the guard through config.yaml, let Hermes discover it,
     compress a 48-message session once and run the contract checks. ``HERMES_HOME``
     must already point at ``home``."""
     from ..runtime import current_runtime
     from .fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer
 
-    checks = PROBE_CHECKS if checks is None else checks
+    checks = PROBE_CHECKS
     result = ProbeResult()
     with FakeLLMServer() as llm:
         write_config(home, llm.base_url, in_place=False)

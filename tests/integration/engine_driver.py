@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seen["compressing_during"].append(runtime.compressing.op_for(SID) if runtime else None)
 
     type(engine).observer = observer
-    out["support"] = engine_support.assess(engine, runtime.host_version if runtime else None).as_dict()
+    out["support"] = engine_support.assess(engine).as_dict()
 
     compressed, _ = agent._compress_context(list(messages), SYSTEM, approx_tokens=150_000)
     out["session_id_after"] = agent.session_id

@@ -745,9 +745,9 @@ def test_selftest_check_for_buffered_delivery(guard: Any, llm: ScriptedLLMServer
 
 
 def test_gateway_names_the_guard_uses_exist_in_this_hermes(guard: Any, llm: ScriptedLLMServer, home: Path) -> None:
-    """Every gateway name listed in host.HOST_NAMES is present on a live runner,
+    """Every gateway name listed in host_names.HOST_NAMES is present on a live runner,
     its session store and its adapter (a new Hermes release that renames one fails here)."""
-    from hermes_session_guard.host import HOST_NAMES
+    from .host_names import HOST_NAMES
 
     async def scenario() -> GatewayHarness:
         gw = await start_gateway()

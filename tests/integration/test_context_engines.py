@@ -217,12 +217,12 @@ def test_an_engine_the_guard_cannot_wrap_is_left_alone_and_reported(guard: Any, 
 
 
 def test_the_engine_names_the_guard_uses_exist_in_this_hermes(guard: Any) -> None:
-    """The interface and selection names in host.HOST_NAMES resolve on this release."""
+    """The interface and selection names in host_names.HOST_NAMES resolve on this release."""
     import importlib
 
     from agent.context_engine import ContextEngine
 
-    from hermes_session_guard.host import HOST_NAMES
+    from .host_names import HOST_NAMES
 
     missing = [n for n in HOST_NAMES["ContextEngine interface"] if not hasattr(ContextEngine, n)]
     for dotted in HOST_NAMES["context engine selection (engine_support, selftest)"]:

@@ -74,7 +74,6 @@ def test_urls_and_stop_release_port() -> None:
     try:
         assert server.port > 0
         assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
-        assert server.anthropic_base_url == f"http://127.0.0.1:{server.port}"
         assert server.running
     finally:
         server.stop()
@@ -218,10 +217,10 @@ def test_chat_stream_include_usage_false_omits_usage(srv: FakeLLMServer) -> None
 # -- Anthropic messages ----------------------------------------------------------
 
 
-def test_anthropic_non_stream_sdk(srv: FakeLLMServer) -> None:
+def test_anthropic_non_stream_sdk(scripted: ScriptedLLMServer) -> None:
     anthropic = pytest.importorskip("anthropic")
-    srv.reply_text = "hello from fake"
-    client = anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="x", max_retries=0)
+    scripted.reply_text = "hello from fake"
+    client = anthropic.Anthropic(base_url=scripted.anthropic_base_url, api_key="x", max_retries=0)
     msg = client.messages.create(
         model="fake-model", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
     )
@@ -232,15 +231,15 @@ def test_anthropic_non_stream_sdk(srv: FakeLLMServer) -> None:
     assert msg.stop_reason == "end_turn"
     assert msg.usage.output_tokens == 10
     assert msg.usage.input_tokens > 0
-    [record] = srv.chat_requests()
+    [record] = scripted.chat_requests()
     assert record.path == "/v1/messages"
     assert "anthropic-version" in record.headers
 
 
-def test_anthropic_stream_sdk(srv: FakeLLMServer) -> None:
+def test_anthropic_stream_sdk(scripted: ScriptedLLMServer) -> None:
     anthropic = pytest.importorskip("anthropic")
-    srv.reply_text = "a streamed anthropic answer"
-    client = anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="x", max_retries=0)
+    scripted.reply_text = "a streamed anthropic answer"
+    client = anthropic.Anthropic(base_url=scripted.anthropic_base_url, api_key="x", max_retries=0)
     with client.messages.stream(
         model="fake-model", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
     ) as stream:
@@ -252,9 +251,9 @@ def test_anthropic_stream_sdk(srv: FakeLLMServer) -> None:
     assert final.usage.output_tokens == 10
 
 
-def test_anthropic_stream_raw_event_order(srv: FakeLLMServer) -> None:
+def test_anthropic_stream_raw_event_order(scripted: ScriptedLLMServer) -> None:
     body = {"model": "m", "max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "x"}]}
-    status, headers, raw = _request(f"{srv.anthropic_base_url}/v1/messages", body)
+    status, headers, raw = _request(f"{scripted.anthropic_base_url}/v1/messages", body)
     assert status == 200
     assert headers["Content-Type"] == "text/event-stream"
     events = []
@@ -327,16 +326,16 @@ def test_strict_openai_sdk_raises_bad_request(srv: FakeLLMServer) -> None:
     assert ok.choices[0].message.content == "OK."
 
 
-def test_strict_anthropic_messages(srv: FakeLLMServer) -> None:
-    srv.strict = True
-    url = f"{srv.anthropic_base_url}/v1/messages"
+def test_strict_anthropic_messages(scripted: ScriptedLLMServer) -> None:
+    scripted.strict = True
+    url = f"{scripted.anthropic_base_url}/v1/messages"
     bad = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x", "cache": 1}]}
     status, _, raw = _request(url, bad)
     assert status == 400
     payload = json.loads(raw)
     assert payload["type"] == "error"
     assert payload["error"]["message"] == "Extra inputs are not permitted: messages[0].cache"
-    assert srv.violations == [("/v1/messages", 0, "cache")]
+    assert scripted.violations == [("/v1/messages", 0, "cache")]
     good = {
         "model": "m",
         "max_tokens": 8,
@@ -365,10 +364,10 @@ def test_each_marker_classifies_as_summary(srv: FakeLLMServer, marker: str) -> N
     assert srv.summary_started.is_set()
 
 
-def test_summary_classification_content_parts_and_system(srv: FakeLLMServer) -> None:
-    srv.summary_text = "SUMMARY"
+def test_summary_classification_content_parts_and_system(scripted: ScriptedLLMServer) -> None:
+    scripted.summary_text = "SUMMARY"
     parts = [{"type": "text", "text": "intro"}, {"type": "text", "text": "TURNS TO SUMMARIZE:\n..."}]
-    r1 = json.loads(_request(f"{srv.base_url}/chat/completions", _chat_body(parts))[2])
+    r1 = json.loads(_request(f"{scripted.base_url}/chat/completions", _chat_body(parts))[2])
     assert r1["choices"][0]["message"]["content"] == "SUMMARY"
 
     anth = {
@@ -377,15 +376,15 @@ def test_summary_classification_content_parts_and_system(srv: FakeLLMServer) -> 
         "system": [{"type": "text", "text": "CONTEXT CHECKPOINT"}],
         "messages": [{"role": "user", "content": "go"}],
     }
-    r2 = json.loads(_request(f"{srv.anthropic_base_url}/v1/messages", anth)[2])
+    r2 = json.loads(_request(f"{scripted.anthropic_base_url}/v1/messages", anth)[2])
     assert r2["content"][0]["text"] == "SUMMARY"
 
-    r3 = json.loads(_request(f"{srv.base_url}/chat/completions", _chat_body("just chatting"))[2])
+    r3 = json.loads(_request(f"{scripted.base_url}/chat/completions", _chat_body("just chatting"))[2])
     assert r3["choices"][0]["message"]["content"] == "OK."
 
-    assert len(srv.summary_requests()) == 2
-    assert len(srv.chat_requests()) == 1
-    assert srv.summary_requests()[1].path == "/v1/messages"
+    assert len(scripted.summary_requests()) == 2
+    assert len(scripted.chat_requests()) == 1
+    assert scripted.summary_requests()[1].path == "/v1/messages"
 
 
 def test_custom_summary_predicate_and_summary_fn() -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 from hermes_session_guard.selftest.probe import PROBE_CHECKS, ProbeResult
 
 
-def test_skips_neither_pass_nor_fail() -> None:
+def test_one_failed_check_fails_the_probe() -> None:
     result = ProbeResult()
-    result.skip("lock", "no lock table on this host")
     assert not result.ok  # nothing passed
     result.check("id", True)
     assert result.ok
     result.check("other", False, "why")
     assert not result.ok
-    assert [c["state"] for c in result.as_dict()["checks"]] == ["skip", "pass", "fail"]
+    assert [c["state"] for c in result.as_dict()["checks"]] == ["pass", "fail"]
 
 
 def test_the_probe_checks_the_contract_in_order() -> None:

@@ -1,5 +1,5 @@
-"""The host surface: every Hermes name the :mod:`hermes_session_guard.host` package
-relies on, by area, so it can be diffed against a new release (``selftest`` checks it)."""
+"""The host surface: Hermes names the :mod:`hermes_session_guard.host` package relies on,
+by area; the gateway and engine tests check that they resolve on each release."""
 
 from __future__ import annotations
 
