@@ -21,9 +21,6 @@ _ = _Whitelist()
 # The standard library calls these by name.
 _.do_GET  # http.server: BaseHTTPRequestHandler dispatches each method to do_<METHOD> (selftest/fake_llm.py)
 _.do_POST
-_.do_PUT
-_.do_PATCH
-_.do_DELETE
 _.log_message  # http.server: overridden to keep the fake LLM quiet
 _.protocol_version  # http.server: class attributes the handler and server read
 _.server_version

@@ -5,7 +5,8 @@ The server binds ``127.0.0.1`` on an ephemeral port and answers:
 * ``GET /v1/models`` and ``GET /v1/models/<id>``
 * ``POST /v1/chat/completions`` (JSON and ``stream: true`` SSE)
 
-Anything else gets a 404 JSON error. Every request is recorded and classified
+Any other GET or POST path gets a 404 JSON error (other methods http.server's 501,
+unrecorded: no client of the server sends them). Every request is recorded and classified
 as a context-compression ``"summary"`` call, an ordinary ``"chat"`` call, or
 ``"other"`` (model listings, unknown paths, unparsable bodies).
 
@@ -178,15 +179,6 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._handle("POST")
 
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
     # -- plumbing ---------------------------------------------------------
 
     def _read_body(self) -> bytes:
@@ -242,7 +234,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if len(path) > 1:
             path = path.rstrip("/")
-        raw = self._read_body() if method in ("POST", "PUT", "PATCH") else b""
+        raw = self._read_body() if method == "POST" else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
 
         api = self.API_PATHS.get(path) if method == "POST" else None
