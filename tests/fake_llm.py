@@ -88,11 +88,11 @@ class _ScriptedHandler(FakeLLMHandler):
     API_PATHS = {**FakeLLMHandler.API_PATHS, "/v1/messages": "anthropic", "/messages": "anthropic"}
     _failure: FailureSpec | None = None
 
-    def _send_error(self, status: int, message: str, api: str, error_type: str | None = None) -> None:
+    def _send_error(self, status: int, message: str, api: str) -> None:
         if api != "anthropic":
-            super()._send_error(status, message, api, error_type)
+            super()._send_error(status, message, api)
             return
-        etype = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        etype = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         self._send_json(status, {"type": "error", "error": {"type": etype, "message": message}})
 
     def _handle_llm(self, api: str, path: str, body: dict[str, Any], raw: bytes, kind: RequestKind) -> None:
@@ -137,10 +137,10 @@ class _ScriptedHandler(FakeLLMHandler):
                 super()._send_reply(api, stream, model, reply, raw, body)
                 return
             text = str(reply)
-            prompt, completion = self.server.fake._usage(raw, text)
+            prompt, completion = self.server.fake._usage(raw)
             (self._anthropic_stream if stream else self._anthropic_json)(model, text, prompt, completion)
             return
-        prompt_tokens, completion_tokens = self.server.fake._usage(raw, reply.text)
+        prompt_tokens, completion_tokens = self.server.fake._usage(raw)
         if api == "openai":
             self._openai_tool_calls(stream, model, reply, prompt_tokens, completion_tokens, body)
         else:

@@ -79,6 +79,7 @@ DEFAULT_SUMMARY_TEXT = (
 
 GATE_TIMEOUT_SECONDS = 60.0
 STREAM_CHUNK_CHARS = 8  # characters of reply text per streamed chunk (SSE delta)
+COMPLETION_TOKENS = 10  # the usage every reply reports for its completion
 
 RequestKind = Literal["summary", "chat", "other"]
 
@@ -127,7 +128,7 @@ def iter_message_text(value: Any) -> Iterator[str]:
             yield from iter_message_text(value["content"])
 
 
-def contains_summary_marker(body: dict[str, Any], markers: tuple[str, ...] = SUMMARY_MARKERS) -> bool:
+def contains_summary_marker(body: dict[str, Any]) -> bool:
     """Return True if any message content (or the Anthropic ``system`` field) has a marker."""
     sources: list[Any] = []
     messages = body.get("messages")
@@ -137,7 +138,7 @@ def contains_summary_marker(body: dict[str, Any], markers: tuple[str, ...] = SUM
         sources.append(body["system"])
     for source in sources:
         for text in iter_message_text(source):
-            if any(marker in text for marker in markers):
+            if any(marker in text for marker in SUMMARY_MARKERS):
                 return True
     return False
 
@@ -209,10 +210,9 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: Any) -> None:
         self._send_bytes(status, json.dumps(payload).encode("utf-8"))
 
-    def _send_error(self, status: int, message: str, api: str, error_type: str | None = None) -> None:
+    def _send_error(self, status: int, message: str, api: str) -> None:
         default = "server_error" if status >= 500 else "invalid_request_error"
-        etype = error_type or _OPENAI_ERROR_TYPES.get(status, default)
-        self._send_json(status, {"error": {"message": message, "type": etype}})
+        self._send_json(status, {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, default)}})
 
     def _start_stream(self) -> None:
         self.close_connection = True
@@ -266,12 +266,12 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             model_id = unquote(path.split("/models/", 1)[1])
             obj = fake._model_object(model_id) if model_id in fake.models else None
             if obj is None:
-                self._send_error(404, f"The model '{model_id}' does not exist", "openai", "not_found_error")
+                self._send_error(404, f"The model '{model_id}' does not exist", "openai")
             else:
                 self._send_json(200, obj)
             return
         if api is None:
-            self._send_error(404, f"Unknown path: {method} {path}", "openai", "not_found_error")
+            self._send_error(404, f"Unknown path: {method} {path}", "openai")
             return
         if invalid_json:
             self._send_error(400, "Request body is not a JSON object", api)
@@ -286,9 +286,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         violation = fake._check_strict(api, path, body)
         if violation is not None:
             index, key = violation
-            self._send_error(
-                400, f"Extra inputs are not permitted: messages[{index}].{key}", api, "invalid_request_error"
-            )
+            self._send_error(400, f"Extra inputs are not permitted: messages[{index}].{key}", api)
             return
 
         if kind == "summary":
@@ -317,7 +315,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         """Send ``reply`` as the assistant's text in ``api``'s wire format; a subclass may
         render other replies (``raw`` is the request body as received, for the usage)."""
         text = str(reply)
-        prompt_tokens, completion_tokens = self.server.fake._usage(raw, text)
+        prompt_tokens, completion_tokens = self.server.fake._usage(raw)
         if stream:
             include_usage = (body.get("stream_options") or {}).get("include_usage")
             self._openai_stream(model, text, prompt_tokens, completion_tokens, include_usage)
@@ -423,7 +421,6 @@ class FakeLLMServer:
         summary_gate: threading.Event | None = None,
         gate_timeout: float = GATE_TIMEOUT_SECONDS,
         prompt_tokens: int | None = None,
-        completion_tokens: int | None = 10,
         strict: bool = False,
         context_length: int | None = None,
     ) -> None:
@@ -439,7 +436,6 @@ class FakeLLMServer:
         self.gate_timeout = gate_timeout
         self.summary_started = threading.Event()
         self.prompt_tokens = prompt_tokens
-        self.completion_tokens = completion_tokens
         self.strict = strict
         self.context_length = context_length
 
@@ -617,13 +613,9 @@ class FakeLLMServer:
             return self.summary_text if self.summary_fn is None else str(self.summary_fn(body))
         return self.reply_text if self.reply_fn is None else str(self.reply_fn(body))
 
-    def _usage(self, raw: bytes, text: str) -> tuple[int, int]:
+    def _usage(self, raw: bytes) -> tuple[int, int]:
         prompt = self.prompt_tokens if isinstance(self.prompt_tokens, int) else max(1, len(raw) // 4)
-        if isinstance(self.completion_tokens, int):
-            completion = self.completion_tokens
-        else:
-            completion = max(1, len(text) // 4)
-        return prompt, completion
+        return prompt, COMPLETION_TOKENS
 
     def _model_object(self, model_id: str) -> dict[str, Any]:
         created = int(time.time())
