@@ -4,6 +4,8 @@ and the settings below.
 
 ``ScriptedLLMServer`` adds, as constructor options and ``configure``/``reset`` settings:
 
+* ``models``: the model ids ``GET /v1/models`` lists (``["fake-model"]``);
+* ``context_length``: a window each listed model reports (``context_length``, ``max_model_len``);
 * ``summary_predicate(body) -> bool``: which LLM requests are summary calls (default:
   the package's summary markers);
 * ``fail_next_summary``: a list of failure specs, one popped per summary request;
@@ -245,8 +247,9 @@ class _ScriptedHandler(FakeLLMHandler):
 
 
 class ScriptedLLMServer(FakeLLMServer):
-    """``FakeLLMServer`` with the Anthropic API, ``summary_predicate``, ``fail_next_summary``,
-    ``fail_all_summaries`` and ``ToolCallReply`` replies (see the module docstring)."""
+    """``FakeLLMServer`` with the Anthropic API, ``models``, ``context_length``, ``summary_predicate``,
+    ``fail_next_summary``, ``fail_all_summaries``, ``ToolCallReply`` replies (see the module docstring)
+    and ``running``."""
 
     handler_class = _ScriptedHandler
     MESSAGE_KEYS = {**FakeLLMServer.MESSAGE_KEYS, "anthropic": frozenset({"role", "content"})}
@@ -255,17 +258,25 @@ class ScriptedLLMServer(FakeLLMServer):
     def anthropic_base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def running(self) -> bool:
+        return self._httpd is not None
+
     def __init__(
         self,
         *,
+        models: list[str] | None = None,
+        context_length: int | None = None,
         summary_predicate: Callable[[dict[str, Any]], bool] | None = None,
         fail_next_summary: list[Any] | None = None,
         fail_all_summaries: FailureSpec | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self._defaults.update(summary_predicate=summary_predicate, fail_next_summary=fail_next_summary,
-                              fail_all_summaries=fail_all_summaries)
+        self._defaults.update(models=models, context_length=context_length, summary_predicate=summary_predicate,
+                              fail_next_summary=fail_next_summary, fail_all_summaries=fail_all_summaries)
+        self.models = list(models) if models is not None else ["fake-model"]
+        self.context_length = context_length
         self.summary_predicate = summary_predicate
         self.fail_next_summary: list[Any] = list(fail_next_summary or [])
         self.fail_all_summaries = fail_all_summaries
@@ -275,12 +286,19 @@ class ScriptedLLMServer(FakeLLMServer):
             super().reset(behaviour=behaviour)
             if behaviour:
                 self.fail_next_summary = list(self._defaults["fail_next_summary"] or [])
+                self.models = list(self._defaults["models"] or ["fake-model"])
 
     def classify(self, body: dict[str, Any]) -> RequestKind:
         predicate = self.summary_predicate
         if predicate is None:
             return super().classify(body)
         return "summary" if predicate(body) else "chat"
+
+    def _model_object(self, model_id: str) -> dict[str, Any]:
+        obj = super()._model_object(model_id)
+        if self.context_length is not None:
+            obj["context_length"] = obj["max_model_len"] = self.context_length
+        return obj
 
     def _take_failure(self) -> FailureSpec | None:
         with self._lock:

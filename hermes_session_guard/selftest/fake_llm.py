@@ -411,7 +411,6 @@ class FakeLLMServer:
     def __init__(
         self,
         *,
-        models: list[str] | None = None,
         reply_text: str = "OK.",
         reply_fn: Callable[[dict[str, Any]], str] | None = None,
         summary_text: str = DEFAULT_SUMMARY_TEXT,
@@ -422,10 +421,9 @@ class FakeLLMServer:
         gate_timeout: float = GATE_TIMEOUT_SECONDS,
         prompt_tokens: int | None = None,
         strict: bool = False,
-        context_length: int | None = None,
     ) -> None:
         self._defaults = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self.models: list[str] = list(models) if models is not None else ["fake-model"]
+        self.models: list[str] = ["fake-model"]  # what GET /v1/models lists
         self.reply_text = reply_text
         self.reply_fn = reply_fn
         self.summary_text = summary_text
@@ -437,7 +435,6 @@ class FakeLLMServer:
         self.summary_started = threading.Event()
         self.prompt_tokens = prompt_tokens
         self.strict = strict
-        self.context_length = context_length
 
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -485,10 +482,6 @@ class FakeLLMServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    @property
-    def running(self) -> bool:
-        return self._httpd is not None
 
     @property
     def port(self) -> int:
@@ -555,8 +548,6 @@ class FakeLLMServer:
         with self._lock:
             if behaviour:
                 for name, value in self._defaults.items():
-                    if name == "models":
-                        value = list(value) if value is not None else ["fake-model"]
                     setattr(self, name, value)
             self._requests.clear()
             self._violations.clear()
@@ -619,7 +610,7 @@ class FakeLLMServer:
 
     def _model_object(self, model_id: str) -> dict[str, Any]:
         created = int(time.time())
-        obj: dict[str, Any] = {
+        return {
             "id": model_id,
             "object": "model",
             "created": created,
@@ -628,10 +619,6 @@ class FakeLLMServer:
             "display_name": model_id,
             "created_at": datetime.fromtimestamp(created, tz=UTC).isoformat().replace("+00:00", "Z"),
         }
-        if self.context_length is not None:
-            obj["context_length"] = self.context_length
-            obj["max_model_len"] = self.context_length
-        return obj
 
     def _models_payload(self) -> dict[str, Any]:
         ids = list(self.models)

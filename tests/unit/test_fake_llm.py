@@ -70,7 +70,7 @@ def _sse_data(raw: bytes) -> list[str]:
 
 
 def test_urls_and_stop_release_port() -> None:
-    server = FakeLLMServer().start()
+    server = ScriptedLLMServer().start()
     try:
         assert server.port > 0
         assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
@@ -103,7 +103,7 @@ def test_models_list_and_object(srv: FakeLLMServer) -> None:
 
 
 def test_models_configurable_with_context_length() -> None:
-    with FakeLLMServer(models=["a", "org/b"], context_length=4096) as server:
+    with ScriptedLLMServer(models=["a", "org/b"], context_length=4096) as server:
         payload = json.loads(_request(f"{server.base_url}/models")[2])
         assert [m["id"] for m in payload["data"]] == ["a", "org/b"]
         assert all(m["context_length"] == 4096 for m in payload["data"])
