@@ -7,7 +7,7 @@ and the settings below.
 * ``models``: the model ids ``GET /v1/models`` lists (``["fake-model"]``);
 * ``context_length``: a window each listed model reports (``context_length``, ``max_model_len``);
 * ``summary_predicate(body) -> bool``: which LLM requests are summary calls (default:
-  the package's summary markers);
+  the package's summary markers, in the messages or the Anthropic ``system`` field);
 * ``fail_next_summary``: a list of failure specs, one popped per summary request;
 * ``fail_all_summaries``: a failure spec for every summary request while the list is empty.
 
@@ -35,7 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from hermes_session_guard.selftest.fake_llm import STREAM_CHUNK_CHARS, FakeLLMHandler, FakeLLMServer, RequestKind
+from hermes_session_guard.selftest.fake_llm import (
+    STREAM_CHUNK_CHARS,
+    SUMMARY_MARKERS,
+    FakeLLMHandler,
+    FakeLLMServer,
+    RequestKind,
+    iter_message_text,
+)
 
 __all__ = ["FailureSpec", "ScriptedLLMServer", "ToolCallReply"]
 
@@ -291,7 +298,8 @@ class ScriptedLLMServer(FakeLLMServer):
     def classify(self, body: dict[str, Any]) -> RequestKind:
         predicate = self.summary_predicate
         if predicate is None:
-            return super().classify(body)
+            system = iter_message_text(body.get("system"))
+            return "summary" if any(m in text for text in system for m in SUMMARY_MARKERS) else super().classify(body)
         return "summary" if predicate(body) else "chat"
 
     def _model_object(self, model_id: str) -> dict[str, Any]:

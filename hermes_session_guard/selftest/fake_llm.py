@@ -129,18 +129,13 @@ def iter_message_text(value: Any) -> Iterator[str]:
 
 
 def contains_summary_marker(body: dict[str, Any]) -> bool:
-    """Return True if any message content (or the Anthropic ``system`` field) has a marker."""
-    sources: list[Any] = []
+    """Return True if any message content has a marker (the tests' Anthropic server also
+    looks at the ``system`` field)."""
     messages = body.get("messages")
-    if isinstance(messages, list):
-        sources.extend(m.get("content") for m in messages if isinstance(m, dict))
-    if "system" in body:
-        sources.append(body["system"])
-    for source in sources:
-        for text in iter_message_text(source):
-            if any(marker in text for marker in SUMMARY_MARKERS):
-                return True
-    return False
+    return isinstance(messages, list) and any(
+        marker in text for m in messages if isinstance(m, dict)
+        for text in iter_message_text(m.get("content")) for marker in SUMMARY_MARKERS
+    )
 
 
 def _chunk_text(text: str) -> list[str]:
@@ -398,7 +393,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
 
 
 class FakeLLMServer:
-    """Loopback OpenAI/Anthropic-compatible fake LLM server.
+    """Loopback OpenAI-compatible fake LLM server (the tests add the Anthropic API).
 
     Behaviour attributes may be reassigned at any time, including while the
     server runs; ``configure(**kwargs)`` does the same under the lock. What
