@@ -229,8 +229,7 @@ def refuse_shim(engine: Any, reason: str) -> None:
     )
 
 
-def assess(engine: Any, *, compression_patched: bool = True,
-           name: str | None = None, handoff: bool = False) -> EngineSupport:
+def assess(engine: Any, *, name: str | None = None, handoff: bool = False) -> EngineSupport:
     """The promises for ``engine`` (``None``: Hermes's built-in compressor). ``handoff``:
     the home enables ``session_guard.handoff`` (an explicit move to a new session id)."""
     if engine is None:
@@ -256,8 +255,6 @@ def assess(engine: Any, *, compression_patched: bool = True,
     if not support.wrappable:
         for key in ("summaries_tagged", "summary_failure", "recall_line"):
             states[key] = (NOT_HELD, f"compress not wrapped: {support.reason}")
-    if not compression_patched:
-        states = {k: (NOT_HELD, "the compression seam is not patched on this Hermes (see Seams)") for k in PROMISES}
     support.promises = [Promise(k, PROMISES[k], *states[k]) for k in PROMISES]
     return support
 

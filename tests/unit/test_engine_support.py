@@ -110,9 +110,14 @@ def test_assess_an_engine_that_cannot_be_wrapped() -> None:
     assert all(p.state == es.HOLDS for p in support.promises if p.key in ("id_stable", "snapshot", "recall"))
 
 
-def test_assess_the_builtin_and_an_unpatched_host() -> None:
+def test_assess_the_builtin_and_an_unpatched_host(monkeypatch: pytest.MonkeyPatch) -> None:
     assert es.assess(None).all_hold
-    assert all(p.state == es.NOT_HELD for p in es.assess(OwnEngine(), compression_patched=False).promises)
+    from hermes_session_guard.commands import selftest
+
+    own = {"configured": "own", "found": True, **es.assess(OwnEngine(), name="own").as_dict()}
+    monkeypatch.setattr(es, "report_for_home", lambda home, timeout: own)
+    report = selftest.context_engine_report(Path("."), {"seams": []}, 1.0)  # selftest: no compression seam patched
+    assert not report["all_hold"] and all(p["state"] == es.NOT_HELD for p in report["promises"])
 
 
 def test_the_shim_leaves_an_unwrappable_engine_alone_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
