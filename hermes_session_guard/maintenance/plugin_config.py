@@ -67,12 +67,10 @@ class Change:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PluginConfigError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-                                f"{exc.start}); nothing changed") from exc
+        data = path.read_bytes()
     except OSError as exc:
         raise PluginConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return _decode(data, path)
 
 
 def _safe_load(text: str, path: Path) -> Any:
