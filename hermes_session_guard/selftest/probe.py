@@ -38,7 +38,6 @@ def write_config(
     *,
     plugin_enabled: bool = True,
     in_place: bool | None = None,
-    session_guard: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """A config.yaml pointing Hermes at the fake LLM (and enabling the guard)."""
@@ -57,8 +56,6 @@ def write_config(
     }
     if in_place is not None:
         cfg["compression"] = {"in_place": in_place}
-    if session_guard is not None:
-        cfg["session_guard"] = session_guard
     if extra:
         cfg.update(extra)
     path = home / "config.yaml"

@@ -53,7 +53,7 @@ def seed_homes(plan: Plan, base_url: str, *, in_place: bool | None, plugin_enabl
     tags = seed_tags(plan)
     for home, sid in sorted({(h, s) for h, s, _ in plan}):
         probe.write_config(home, base_url, plugin_enabled=plugin_enabled, in_place=in_place,
-                           session_guard={"lock": {"wait_seconds": 60.0}})
+                           extra={"session_guard": {"lock": {"wait_seconds": 60.0}}})
         db = probe.open_db(home / "state.db")
         probe.seed_session(db, sid, probe.seed_messages(tag=tags[sid]))
         db.close()

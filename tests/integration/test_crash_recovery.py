@@ -193,7 +193,7 @@ def test_agent_killed_mid_compression_recovers_on_restart(
     llm: FakeLLMServer, home: Path, tmp_path: Path, mode: str, phase: str
 ) -> None:
     probe.write_config(home, llm.base_url, in_place=(mode == "in_place") if HOST_HAS_IN_PLACE else None,
-                       session_guard=LOCK)
+                       extra={"session_guard": LOCK})
     db = probe.open_db(home / "state.db")
     probe.seed_session(db, SID, probe.seed_messages(tag=TAG))
     db.close()
@@ -339,7 +339,7 @@ def test_gateway_killed_with_messages_buffered_replays_them_once_on_restart(
     message (``draining``: one dispatched, two still buffered). A new gateway runner on
     the same home delivers each message exactly once, in order."""
     probe.write_config(home, llm.base_url, in_place=(mode == "in_place") if HOST_HAS_IN_PLACE else None,
-                       session_guard=LOCK)
+                       extra={"session_guard": LOCK})
     saved = guard.config
     guard.config = replace(saved, lock=replace(saved.lock, lease_seconds=LEASE, wait_seconds=WAIT))
     tag = "gwcrash"

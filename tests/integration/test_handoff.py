@@ -225,7 +225,7 @@ def test_cli_keeps_the_default_artifact_dir_for_one_outside_hermes_home(
     from hermes_session_guard.commands.cli import main
 
     probe.seed_session(db, SID, probe.seed_messages(4))
-    probe.write_config(home, llm.base_url, session_guard={"handoff": {"artifact_dir": artifact_dir}})
+    probe.write_config(home, llm.base_url, extra={"session_guard": {"handoff": {"artifact_dir": artifact_dir}}})
     assert main(["handoff", SID]) == 0
     path = Path(capsys.readouterr().out.strip().splitlines()[-1])
     assert path.parent == (home / "handoffs").resolve() and _packets(home) == [path]

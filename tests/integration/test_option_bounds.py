@@ -71,7 +71,7 @@ _DISCOVER = (
 def test_absurd_numbers_in_config_yaml_fall_back_to_the_default_naming_key_and_value(
     home: Path, llm: FakeLLMServer, section: str, key: str, value: Any, problem: str, default: Any
 ) -> None:
-    probe.write_config(home, llm.base_url, session_guard={section: {key: value}})
+    probe.write_config(home, llm.base_url, extra={"session_guard": {section: {key: value}}})
     env = dict(os.environ, HERMES_HOME=str(home), PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
     done = subprocess.run([sys.executable, "-c", _DISCOVER, section, key], env=env, capture_output=True, text=True,
                           timeout=120)
@@ -100,7 +100,8 @@ def test_absurd_wait_in_config_yaml_two_processes_one_session_never_fork(
     plan = plan_for(tmp_path, 0, 2)
     seed_homes(plan, llm.base_url, in_place=in_place)
     home, sid = plan[0][0], plan[0][1]
-    probe.write_config(home, llm.base_url, in_place=in_place, session_guard={"lock": {"wait_seconds": value}})
+    probe.write_config(home, llm.base_url, in_place=in_place,
+                       extra={"session_guard": {"lock": {"wait_seconds": value}}})
     reports, procs, _ = run_fleet(tmp_path, plan, llm.base_url, in_place=in_place, timeout=100)
     assert all("error" not in r for r in reports), [r.get("traceback") for r in reports if "error" in r]
     assert all(p.returncode == 0 for p in procs)
@@ -147,7 +148,7 @@ def test_absurd_wait_under_contention_never_rotates(
 def test_selftest_says_which_default_an_invalid_option_runs_on(home: Path, llm: FakeLLMServer) -> None:
     from .test_home_check_commands import run_cli
 
-    probe.write_config(home, llm.base_url, session_guard={"lock": {"wait_seconds": math.inf}})
+    probe.write_config(home, llm.base_url, extra={"session_guard": {"lock": {"wait_seconds": math.inf}}})
     proc = run_cli(["selftest"], home, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     warned = [x for x in proc.stdout.splitlines() if "session_guard.lock.wait_seconds" in x]

@@ -62,7 +62,7 @@ def test_not_listed_in_plugins_enabled_means_not_loaded(home: Path, llm: FakeLLM
 
 
 def test_bad_option_keeps_its_default_and_the_guard_on_with_one_clear_line(home: Path, llm: FakeLLMServer) -> None:
-    probe.write_config(home, llm.base_url, session_guard={"lock": {"wait_seconds": "soon"}})
+    probe.write_config(home, llm.base_url, extra={"session_guard": {"lock": {"wait_seconds": "soon"}}})
     proc = _run([sys.executable, "-c", _discover_script()], home)
     assert proc.returncode == 0  # Hermes keeps running
     line = next(x for x in proc.stdout.splitlines() if x.startswith("SEAMS "))
@@ -74,7 +74,7 @@ def test_bad_option_keeps_its_default_and_the_guard_on_with_one_clear_line(home:
 
 
 def test_a_bad_enabled_value_disables_the_guard_with_one_clear_line(home: Path, llm: FakeLLMServer) -> None:
-    probe.write_config(home, llm.base_url, session_guard={"enabled": "maybe"})
+    probe.write_config(home, llm.base_url, extra={"session_guard": {"enabled": "maybe"}})
     proc = _run([sys.executable, "-c", _discover_script()], home)
     assert proc.returncode == 0  # Hermes keeps running
     assert "SEAMS null" in proc.stdout
