@@ -78,8 +78,7 @@ class GatewayHarness:
     def source(self, user_id: str = "u1", user_name: str = "alice", chat_id: str | None = None,
                chat_type: str = "dm", thread_id: str | None = None) -> Any:
         """A sender. Users in one ``dm`` chat, or in one ``thread_id`` of a group, share a session."""
-        *_, SessionSource, _ = _imports()
-        _, Platform, *_ = _imports()
+        _, Platform, *_, SessionSource, _ = _imports()
         return SessionSource(platform=Platform.TELEGRAM, chat_id=chat_id or self.chat_id, chat_type=chat_type,
                              user_id=user_id, user_name=user_name, thread_id=thread_id)
 
@@ -125,10 +124,6 @@ class GatewayHarness:
             await asyncio.wait(self._tasks(), timeout=max(0.1, deadline - loop.time()))
             await asyncio.sleep(0)
         await asyncio.sleep(0)
-
-    async def stop(self) -> None:
-        """Cancel what the adapter is processing (as a gateway shutdown does)."""
-        await self.adapter.cancel_background_tasks()
 
     def replies(self) -> list[str]:
         return [content for _, content in self.adapter.sent]

@@ -249,7 +249,7 @@ async def _buffer_then_stop(llm: ScriptedLLMServer, home: Path, n: int) -> tuple
     sent = [f"msg-{k}" for k in range(n)]
     for text in sent:
         await gw.send_text(text)
-    await gw.stop()
+    await gw.adapter.cancel_background_tasks()  # as a gateway shutdown does
     llm.configure(fail_all_summaries=("status", 500))
     gate.set()
     # The orphaned compression ends (failed) before another runner opens the session.

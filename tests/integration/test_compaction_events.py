@@ -319,7 +319,7 @@ def _chat_after_compaction(llm: ScriptedLLMServer, home: Path, trigger: str) -> 
             await gw.drain()
             return gw.replies(), sid
         finally:
-            await gw.stop()
+            await gw.adapter.cancel_background_tasks()  # as a gateway shutdown does
 
     return asyncio.run(scenario())
 
