@@ -203,11 +203,6 @@ def relative_path_problem(value: str) -> str | None:
     return None
 
 
-_CHECKS: dict[str, Any] = {
-    "handoff.artifact_dir": relative_path_problem,
-}
-
-
 def _coerce(key: str, expected: type, value: Any) -> Any:
     if expected is bool:
         if isinstance(value, bool):
@@ -227,20 +222,18 @@ def _coerce(key: str, expected: type, value: Any) -> Any:
             raise ConfigError(key, f"expected a string, got {value!r}")
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {value!r}")
-    if expected in (int, float):
-        problem = numeric_problem(key, value)
-        if problem:
-            raise ConfigError(key, f"{problem}; got {value!r}")
     if key in _TEMPLATES:
         try:
             value.format(**{name: 1 for name in _TEMPLATES[key]})
         except (KeyError, IndexError, ValueError) as exc:
             fields_ = ", ".join("{" + n + "}" for n in _TEMPLATES[key])
             raise ConfigError(key, f"may only use the placeholders {fields_} ({exc}); got {value!r}") from None
-    if key in _CHECKS:
-        problem = _CHECKS[key](value)
-        if problem:
-            raise ConfigError(key, f"{problem}; got {value!r}")
+    # the numbers' bounds, and the one path option (the keys of these checks and of the templates are apart)
+    problem = numeric_problem(key, value) if expected in (int, float) else None
+    if key == "handoff.artifact_dir":
+        problem = relative_path_problem(value)
+    if problem:
+        raise ConfigError(key, f"{problem}; got {value!r}")
     return value
 
 
