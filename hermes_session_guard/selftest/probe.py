@@ -15,7 +15,6 @@ import logging
 import os
 import sqlite3
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -125,16 +124,14 @@ def mark_flushed(agent: Any, messages: list[dict[str, Any]]) -> None:
 
 
 class _RecordCapture(logging.Handler):
-    """Keeps every record it is handed (thread-safe)."""
+    """Keeps every record it is handed (thread-safe: ``Handler.handle`` calls ``emit`` under the handler's lock)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
-        self._lock2 = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
-        with self._lock2:
-            self.records.append(record)
+        self.records.append(record)
 
 
 @contextmanager
@@ -521,8 +518,6 @@ def run_contract_probe(home: Path) -> ProbeResult:
 
 def main() -> int:
     """Entry for ``python -m hermes_session_guard.selftest.probe`` (run by ``selftest``)."""
-    import sys
-
     out = sys.stdout  # imported host modules may re-point sys.stdout (the TUI gateway sends it to stderr)
     home = Path(os.environ["HERMES_HOME"])
     with failing_open("the contract probe", "reported in its payload", level=None) as failed:
