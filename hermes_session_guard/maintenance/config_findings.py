@@ -118,7 +118,7 @@ def _int(value: Any) -> int | None:
     return number if number > 0 else None
 
 
-def _float(value: Any, default: float) -> float:
+def option_float(value: Any, default: float) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -252,7 +252,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
             "set compression.enabled: true (start a fresh session at project boundaries instead of disabling it)",
         ))
 
-    percent = _float(comp.get("threshold"), 0.5)
+    percent = option_float(comp.get("threshold"), 0.5)
     threshold_tokens = rules.threshold(main.context_length, percent) if main.context_length else None
     effective = rules.effective_percent(main.context_length or 0, percent) if main.context_length else percent
 
@@ -291,7 +291,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
                 "auxiliary.compression.context_length",
             ))
 
-    timeout = _float(aux.get("timeout"), 0.0)
+    timeout = option_float(aux.get("timeout"), 0.0)
     if enabled and timeout < RECOMMENDED_TIMEOUT:
         default = config_section(rules.defaults, "auxiliary", "compression").get("timeout")
         said = "Hermes's default " if config_section(raw, "auxiliary", "compression").get("timeout") is None else ""
@@ -345,7 +345,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
             "compression.hygiene_hard_message_limit)",
         ))
     elif enabled and threshold_tokens and main.context_length:
-        ratio = max(0.10, min(_float(comp.get("target_ratio"), 0.2), 0.80))  # clamped as ContextCompressor does
+        ratio = max(0.10, min(option_float(comp.get("target_ratio"), 0.2), 0.80))  # clamped as ContextCompressor does
         tail = int(threshold_tokens * ratio)
         summary = min(int(main.context_length * 0.05), rules.summary_ceiling)
         if tail + summary >= ROOM_FRACTION * threshold_tokens:

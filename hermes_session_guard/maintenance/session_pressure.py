@@ -27,7 +27,7 @@ from .. import audit, host
 from ..fail_open import failing_open
 from ..host import facts
 from ..host.rules import HostRules, load_host_rules
-from .config_findings import _float, config_section, main_model, merge_defaults, read_config
+from .config_findings import config_section, main_model, merge_defaults, option_float, read_config
 from .state_inspection import HomeState, readonly_connection
 
 OUTCOMES = ("done", "skipped", "failed")
@@ -65,7 +65,7 @@ def thresholds_for(home: Path, rules: HostRules | None = None) -> Thresholds:
                           advice=None, level=logging.DEBUG):
             providers = rules.custom_providers(cfg)
     main = main_model(cfg, rules, providers)
-    percent = _float(config_section(cfg, "compression").get("threshold"), 0.5)  # as check_config reads it
+    percent = option_float(config_section(cfg, "compression").get("threshold"), 0.5)  # as check_config reads it
     if not main.context_length:
         return Thresholds(main.model or None, None, main.source, percent, None, rules.hygiene_percent, None,
                           rules.version)
