@@ -42,7 +42,6 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from importlib import resources
 from typing import Any
 
@@ -181,16 +180,6 @@ class RuleSet:
     rules: tuple[Rule, ...]
     triggers: tuple[str, ...]  # every rule's required substrings
     stats: dict[str, int]
-
-    @cached_property
-    def upper_triggers(self) -> tuple[str, ...]:
-        """The required substrings matched as written (capitals)."""
-        return tuple(t for t in self.triggers if t.isupper())
-
-    @cached_property
-    def lower_triggers(self) -> tuple[str, ...]:
-        """The required substrings matched in any case."""
-        return tuple(t for t in self.triggers if not t.isupper())
 
 
 _state: dict[str, RuleSet | None] = {}
@@ -371,10 +360,7 @@ class Occurrences:
         (kept for :meth:`count`), so a rule none of whose substrings occur costs one set test."""
         hits = self._hits.get(id(rs))
         if hits is None:
-            text, low, counts = self.text, self.low, self._counts
-            counts.update({t: low.count(t) for t in rs.lower_triggers if t not in counts})
-            counts.update({t: text.count(t) for t in rs.upper_triggers if t not in counts})
-            hits = self._hits[id(rs)] = frozenset(t for t in rs.triggers if counts[t])
+            hits = self._hits[id(rs)] = frozenset(t for t in rs.triggers if self.count((t,)))
         return hits
 
     def count(self, triggers: tuple[str, ...]) -> int:
