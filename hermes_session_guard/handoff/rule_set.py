@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -418,14 +418,12 @@ def _regions(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
         return []
     if _covers(occurring, length, BEFORE, AFTER):
         return [(0, length)]
-    out: list[tuple[int, int]] = []
-    for p in found.sorted_of(rule.triggers):
-        s, e = max(0, p - BEFORE), min(length, p + AFTER)
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
+    return _around(found.sorted_of(rule.triggers), length, BEFORE, AFTER)
+
+
+def _around(starts: list[int], length: int, before: int, after: int) -> list[tuple[int, int]]:
+    """The regions from ``before`` characters before each of ``starts`` to ``after`` after it, merged."""
+    return _merge([(max(0, p - before), min(length, p + after)) for p in starts])
 
 
 def _left_boundary(text: str, i: int) -> bool:
@@ -521,16 +519,26 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def mask_spans(text: str, spans: list[tuple[int, int]], mask: str) -> str:
-    if not spans:
+    return _spliced(text, ((s, e, mask) for s, e in spans))
+
+
+def _spliced(text: str, pieces: Iterable[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(start, end, replacement)`` of ``pieces`` (in order, not
+    overlapping) put in place of ``text[start:end]``; ``text`` itself when there are none."""
+    out: list[str] = []
+    last = 0
+    for s, e, replacement in pieces:
+        out.append(text[last:s])
+        out.append(replacement)
+        last = e
+    if not out:
         return text
-    parts = []
-    pos = 0
-    for s, e in spans:
-        parts.append(text[pos:s])
-        parts.append(mask)
-        pos = e
-    parts.append(text[pos:])
-    return "".join(parts)
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _replacement(repl: str | Callable[[re.Match[str]], str], m: re.Match[str]) -> tuple[int, int, str]:
+    return m.start(), m.end(), repl(m) if callable(repl) else repl
 
 
 def redact_with_rules(text: str, mask: str, found: Occurrences | None = None) -> str:
@@ -567,24 +575,15 @@ def sub_near(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str
         return pattern.sub(repl, text)
     if not starts:
         return text
-    regions: list[tuple[int, int]] = []
-    for p in starts:
-        s, e = max(0, p - before), min(len(text), p + after)
-        if regions and s <= regions[-1][1]:
-            regions[-1] = (regions[-1][0], max(regions[-1][1], e))
-        else:
-            regions.append((s, e))
-    out: list[str] = []
-    last = 0
-    for s, e in regions:
-        for m in pattern.finditer(text, max(s, last), e):
-            out.append(text[last:m.start()])
-            out.append(repl(m) if callable(repl) else repl)
-            last = m.end()
-    if not out:
-        return text
-    out.append(text[last:])
-    return "".join(out)
+
+    def pieces() -> Iterator[tuple[int, int, str]]:
+        last = 0
+        for s, e in _around(starts, len(text), before, after):
+            for m in pattern.finditer(text, max(s, last), e):
+                yield _replacement(repl, m)
+                last = m.end()
+
+    return _spliced(text, pieces())
 
 
 def sub_at(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str,
@@ -596,22 +595,18 @@ def sub_at(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str],
         return text
     if found is None or found.text is not text:
         found = Occurrences(text)
-    out: list[str] = []
-    last = 0
-    match = pattern.match
-    for p in found.sorted_of(triggers):
-        if p < last:
-            continue
-        m = match(text, p)
-        if m is None:
-            continue
-        end = m.end()
-        if end == p:
-            continue
-        out.append(text[last:p])
-        out.append(repl(m) if callable(repl) else repl)
-        last = end
-    if not out:
-        return text
-    out.append(text[last:])
-    return "".join(out)
+    starts = found.sorted_of(triggers)
+
+    def pieces() -> Iterator[tuple[int, int, str]]:
+        last = 0
+        match = pattern.match
+        for p in starts:
+            if p < last:
+                continue
+            m = match(text, p)
+            if m is None or m.end() == p:
+                continue
+            yield _replacement(repl, m)
+            last = m.end()
+
+    return _spliced(text, pieces())
