@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..store import GuardStore, RecallDoc, message_text, text_hash
@@ -224,7 +223,6 @@ class Recall:
     session_id: str
     lineage: list[str]
     max_chars: int
-    db_path: Path | None = None
     stored_text: Callable[[int], str | None] | None = None
 
     def run(self, args: dict[str, Any]) -> str:

@@ -184,7 +184,7 @@ def recall(args: Any, session_id: str) -> str:
         refresh_archived(store, db_path, session_id, members)
     engine = Recall(
         store=store, session_id=session_id, lineage=members, max_chars=runtime.config.recall.max_chars,
-        db_path=db_path, stored_text=lambda row_id: host_port.bound().stored_message(db_path, row_id),
+        stored_text=lambda row_id: host_port.bound().stored_message(db_path, row_id),
     )
     if not isinstance(args, dict):
         try:
