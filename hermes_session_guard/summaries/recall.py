@@ -212,7 +212,6 @@ class Passage:
     role: str
     text: str
     score: float = 0.0
-    order: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -277,8 +276,7 @@ class Recall:
                         default=0.0)
             if not query.empty and score <= 0:
                 continue
-            out.append(Passage(f"snapshot {snapshot_id}", turn, str(message.get("role") or ""), text, score,
-                               (turn,)))
+            out.append(Passage(f"snapshot {snapshot_id}", turn, str(message.get("role") or ""), text, score))
         return out
 
     def _search(self, query: Query, snapshot_id: str | None) -> list[Passage]:
@@ -302,7 +300,7 @@ class Recall:
         keys = [_key(w) for w in words]
         compacted = self.store.compacted_ranges(self.lineage)
         out: list[Passage] = []
-        for rank, doc in enumerate(docs):
+        for doc in docs:
             text = self._doc_text(doc)
             if not text:
                 continue
@@ -311,8 +309,8 @@ class Recall:
             if doc.source == "archived" or (span and span[0] <= doc.position <= span[1]):
                 score += 0.5  # the model no longer has this turn in its context
             label = f"snapshot {doc.ref}" if doc.source == "snapshot" else f"archived, session {doc.ref}"
-            out.append(Passage(label, doc.position, doc.role or "", text, score, (-score, rank)))
-        out.sort(key=lambda p: p.order)
+            out.append(Passage(label, doc.position, doc.role or "", text, score))
+        out.sort(key=lambda p: -p.score)  # stable: equal scores keep the candidates' rank order
         return out
 
     def _candidates(self, words: list[str], counts: dict[str, int],
