@@ -160,7 +160,7 @@ def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> 
     if len(text) <= budget:
         return text, best
     if best <= 0:
-        return _window(text, 0, budget), 0.0
+        return text[:budget], 0.0
     chosen: list[int] = []
     used = 0
     for score, i in sorted(scored, key=lambda x: (-x[0], x[1])):
@@ -186,10 +186,6 @@ def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> 
             out.append("…")
         out.append(lines[j])
     return "\n".join(out)[:budget], best
-
-
-def _window(text: str, start: int, budget: int) -> str:
-    return text[start: start + budget]
 
 
 def _window_around(line: str, keys: list[str], phrases: list[str], budget: int) -> str:
