@@ -314,8 +314,7 @@ def _fork(
 
 # -- on request (slash command, CLI) -----------------------------------------------------
 def write_requested_packet(
-    runtime_or_none: Runtime | None, session_id: str, note: str | None, *, via: str,
-    home: Path | None = None, artifact_dir: str | None = None,
+    runtime_or_none: Runtime | None, session_id: str, note: str | None, *, via: str, home: Path | None = None,
 ) -> Path:
     """Write a packet for ``session_id`` from what state.db holds, without switching
     anything and without counting against ``max_auto_handoffs``. Raises
@@ -325,9 +324,7 @@ def write_requested_packet(
     from ..hostinfo import hermes_home, state_db_path
 
     home = home or (runtime_or_none.home if runtime_or_none is not None else hermes_home())
-    if artifact_dir is None:
-        cfg = runtime_or_none.config if runtime_or_none is not None else load_config(home)
-        artifact_dir = cfg.handoff.artifact_dir
+    cfg = runtime_or_none.config if runtime_or_none is not None else load_config(home)
     db_file = state_db_path(home)
     store = runtime_or_none.store_for(db_file) if runtime_or_none is not None else GuardStore(db_file)
     db = host.open_session_db(db_file)
@@ -337,7 +334,7 @@ def write_requested_packet(
         messages = host.session_messages(db, session_id)
         inputs = collect_inputs(store, db, session_id, messages, reason=f"requested via {via}", note=note)
         packet = render_packet(inputs, host.host_redactor())
-        path = write_packet(home, artifact_dir, session_id, packet, inputs.created_at)
+        path = write_packet(home, cfg.handoff.artifact_dir, session_id, packet, inputs.created_at)
         store.record_packet(handoff_id=uuid.uuid4().hex, session_id=session_id, mode=MANUAL,
                             packet_path=str(path))
     finally:
@@ -349,7 +346,7 @@ def write_requested_packet(
     if runtime_or_none is not None:
         audit = runtime_or_none.audit
     else:
-        audit_path = Path(load_config(home).audit.path)
+        audit_path = Path(cfg.audit.path)
         audit = AuditLog(audit_path if audit_path.is_absolute() else home / audit_path)
     audit.operation(session_id).info("handoff.packet_written", path=str(path), mode=MANUAL, via=via)
     return path
