@@ -376,11 +376,6 @@ def decorate_summaries(
     return fresh
 
 
-# 0.19's merge form keeps the tail message's own text BEFORE the summary, between these.
-MERGED_PRIOR_HEADER = "[PRIOR CONTEXT — for reference only; not a new message]"
-MERGED_SUMMARY_DELIMITER = "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]"
-
-
 def text_without_summary(text: str) -> str:
     """What a message says besides a compaction summary merged into it ("" for a
     standalone summary): the text after the end marker (0.14+) or the prior text
@@ -391,7 +386,9 @@ def text_without_summary(text: str) -> str:
         after = text.split(SUMMARY_END_MARKER, 1)[1]
         after = after.split("---", 1)[1] if "---" in after else ""
         return after.strip()
-    if MERGED_SUMMARY_DELIMITER in text:
-        before = text.split(MERGED_SUMMARY_DELIMITER, 1)[0]
-        return before.replace(MERGED_PRIOR_HEADER, "", 1).strip()
+    # 0.19's merge form keeps the tail message's own text BEFORE the summary, between these.
+    prior_header, delimiter = host_port.DEFAULT_MERGED_MARKERS
+    if delimiter in text:
+        before = text.split(delimiter, 1)[0]
+        return before.replace(prior_header, "", 1).strip()
     return ""
