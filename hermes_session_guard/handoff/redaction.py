@@ -115,15 +115,14 @@ _AWS_SECRET = re.compile(r"(?i)(aws[A-Za-z0-9_\-]{0,64}[ \t]{0,8}[:=]\s*[\"']?)[
 # A free-standing 40-character AWS-secret-shaped token (mixed case and a digit or a
 # slash/plus): a secret key pasted into prose. A 40-hex git hash is one case only.
 _AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
-_SMALL, _CAPITAL, _DIGIT_OR_SIGN = re.compile("[a-z]"), re.compile("[A-Z]"), re.compile("[0-9/+]")
+_SMALL, _CAPITAL, _DIGIT, _DIGIT_OR_SIGN = (re.compile("[a-z]"), re.compile("[A-Z]"), re.compile("[0-9]"),
+                                             re.compile("[0-9/+]"))
 
 
 def _mask_aws_shape(m: re.Match[str]) -> str:
     """The 40 characters when they mix small letters, capitals and a digit or sign."""
     run = m.group(0)
-    if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT_OR_SIGN.search(run):
-        return MASK
-    return run
+    return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT_OR_SIGN.search(run) else run
 # curl -u user:pass / --user user:pass / --user=user:pass
 _CURL_USER = re.compile(r"(?i)((?<=\s)(?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']{1,256}:)([^\s\"']+)")
 # mysql -pSECRET / --password=SECRET (a bare -p prompts: nothing to hide)
@@ -189,9 +188,7 @@ def _mask_blob(m: re.Match[str]) -> str:
     run = m.group(0)
     if run.count("/") * 16 > len(run):
         return run  # a path
-    if not (re.search("[a-z]", run) and re.search("[A-Z]", run) and re.search("[0-9]", run)):
-        return run
-    return MASK
+    return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT.search(run) else run
 
 
 def redact_block_scalars(text: str) -> str:
