@@ -137,9 +137,7 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             call = _bind(wrapped, args, kwargs)
             limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
             hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
-        if failed:
-            return wrapped(*args, **kwargs)
-        if not hits:
+        if failed or not hits:
             return wrapped(*args, **kwargs)
         host = wrapped(**{**call, "limit": limit + offset, "offset": 0})
         with failing_open(row, "snapshot hits follow Hermes's own", when="ranking Hermes's own hits",
