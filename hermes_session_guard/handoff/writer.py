@@ -70,11 +70,8 @@ SEED_ACK = (
 @dataclass
 class HandoffOutcome:
     status: str  # "not_due" | "bounded" | "prompted" | "forked" | "failed"
-    session_id: str
     child_session_id: str | None = None
     packet_path: Path | None = None
-    seq: int | None = None
-    reason: str = ""
 
 
 # -- collecting what goes into a packet -------------------------------------------------
@@ -201,7 +198,7 @@ def after_compression(
     runtime.audit.operation(session_id, op_id).warning(
         "handoff.failed", stage="decide", reason=failed.reason, fallback="compressed continuation",
     )
-    return HandoffOutcome("failed", session_id, reason=str(failed.exc))
+    return HandoffOutcome("failed")
 
 
 def _after_compression(
@@ -211,7 +208,7 @@ def _after_compression(
     store = runtime.store_for(host.db_path(agent))
     count = store.compression_count(sid, store.last_auto_handoff_at(sid))
     if count < cfg.after_compressions:
-        return HandoffOutcome("not_due", sid)
+        return HandoffOutcome("not_due")
     audit = runtime.audit.operation(sid, op_id)
     root = store.lineage_root(sid)
     handoff_id = uuid.uuid4().hex
@@ -223,7 +220,7 @@ def _after_compression(
     if seq is None:
         audit.info("handoff.bounded", compressions=count, lineage_root=root,
                    max_auto_handoffs=cfg.max_auto_handoffs, mode=cfg.mode)
-        return HandoffOutcome("bounded", sid)
+        return HandoffOutcome("bounded")
 
     def fail(stage: str, exc: BaseException) -> HandoffOutcome:
         with failing_open(f"releasing hand-off reservation {handoff_id}",
@@ -236,7 +233,7 @@ def _after_compression(
         )
         audit.warning("handoff.failed", stage=stage, reason=reason, mode=cfg.mode, handoff_seq=seq,
                       fallback="compressed continuation", count_consumed=False)
-        return HandoffOutcome("failed", sid, seq=seq, reason=reason)
+        return HandoffOutcome("failed")
 
     with failing_open(f"the hand-off packet of {sid}", "continuing compressed", level=None) as failed:
         inputs = collect_inputs(store, db, sid, compressed, agent=agent, compressions=count,
@@ -255,7 +252,7 @@ def _after_compression(
             return fail("record", failed.exc)
         _tell_user(runtime, agent, sid, prompt_text(path, count))
         audit.info("handoff.prompted", path=str(path), handoff_seq=seq)
-        return HandoffOutcome("prompted", sid, packet_path=path, seq=seq)
+        return HandoffOutcome("prompted", packet_path=path)
     return _fork(runtime, agent, store, db, sid, op_id, compressed, packet, path, handoff_id, seq, root, fail)
 
 
@@ -309,7 +306,7 @@ def _fork(
         max_auto_handoffs=runtime.config.handoff.max_auto_handoffs,
     )
     _tell_user(runtime, agent, child, fork_text(child, sid, path))
-    return HandoffOutcome("forked", sid, child_session_id=child, packet_path=path, seq=seq)
+    return HandoffOutcome("forked", child_session_id=child, packet_path=path)
 
 
 # -- on request (slash command, CLI) -----------------------------------------------------
