@@ -101,11 +101,10 @@ def outgoing_text(text: str, mode: str, summary_texts: Iterable[str] | None = No
     return kept.strip() or None
 
 
-def tag_rendered(entries: list[Any], history: list[Any] | None = None,
-                 known_hashes: Collection[str] = ()) -> list[Any]:
+def tag_rendered(entries: list[Any], history: list[Any] | None = None) -> list[Any]:
     """Mark rendered history entries (``{"role", "text"}``) rendered from a recorded
     summary of ``history``."""
-    texts = {(message_text(m) or "").strip() for m in history or [] if is_summary_message(m, known_hashes)}
+    texts = {(message_text(m) or "").strip() for m in history or [] if is_summary_message(m)}
     texts.discard("")
     if not texts:
         return entries
