@@ -148,19 +148,18 @@ def passage_score(text: str, keys: list[str], weights: dict[str, float], phrases
     return best + 0.25 * coverage + specific
 
 
-def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> tuple[str, float]:
+def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> str:
     """Verbatim lines of ``text`` that best match ``query`` (with a neighbour each
-    side), in document order, within ``budget`` characters; and their score."""
+    side), in document order, within ``budget`` characters."""
     if budget <= 0:
-        return "", 0.0
+        return ""
+    if len(text) <= budget:
+        return text
     keys = [_key(w) for w in query.words]
     lines = text.splitlines() or [text]
     scored = [(_line_score(line, keys, weights, query.phrases), i) for i, line in enumerate(lines)]
-    best = max((s for s, _ in scored), default=0.0)
-    if len(text) <= budget:
-        return text, best
-    if best <= 0:
-        return text[:budget], 0.0
+    if max((s for s, _ in scored), default=0.0) <= 0:
+        return text[:budget]
     chosen: list[int] = []
     used = 0
     for score, i in sorted(scored, key=lambda x: (-x[0], x[1])):
@@ -173,7 +172,7 @@ def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> 
                     continue
                 if j == i and used + cost > budget:
                     if not chosen:  # one very long line: a window around its best match
-                        return _window_around(lines[i], keys, query.phrases, budget), score
+                        return _window_around(lines[i], keys, query.phrases, budget)
                     continue
                 chosen.append(j)
                 used += cost
@@ -185,7 +184,7 @@ def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> 
         if n and j != chosen[n - 1] + 1:
             out.append("…")
         out.append(lines[j])
-    return "\n".join(out)[:budget], best
+    return "\n".join(out)[:budget]
 
 
 def _window_around(line: str, keys: list[str], phrases: list[str], budget: int) -> str:
@@ -390,7 +389,7 @@ class Recall:
             if body_budget < 80:
                 tail = "(output limit reached: narrow the query or the turn range for the rest)"
                 break
-            body, _ = excerpt(p.text, query, body_budget, weights)
+            body = excerpt(p.text, query, body_budget, weights)
             block = f"{label}\n{body}"
             lines.append(block)
             used += len(block) + 1
