@@ -374,12 +374,11 @@ class Occurrences:
         return total
 
     def of(self, trigger: str) -> list[int]:
+        """Where ``trigger`` occurs (asked by :meth:`sorted_of` only for a trigger that does)."""
         found = self._positions.get(trigger)
         if found is None:
             where = self._where(trigger)
-            if not self.count((trigger,)):
-                found = []
-            elif _overlaps_itself(trigger):
+            if _overlaps_itself(trigger):
                 found = []
                 i = where.find(trigger)
                 while i >= 0:
@@ -397,7 +396,7 @@ class Occurrences:
         """Every position of ``triggers``, sorted, each once."""
         self.count(triggers)
         counts = self._counts
-        lists = [found for found in (self.of(t) for t in triggers if counts[t]) if found]
+        lists = [self.of(t) for t in triggers if counts[t]]
         if len(lists) == 1:
             return lists[0]  # sorted, each once
         return sorted({p for found in lists for p in found})
@@ -413,10 +412,8 @@ def _regions(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
     length = len(found.text)
     if not rule.triggers:
         return [(0, length)]
-    occurring = found.count(rule.triggers)
-    if not occurring:
-        return []
-    if _covers(occurring, length, BEFORE, AFTER):
+    # find_spans asks only for a rule one of whose required substrings occurs
+    if _covers(found.count(rule.triggers), length, BEFORE, AFTER):
         return [(0, length)]
     return _around(found.sorted_of(rule.triggers), length, BEFORE, AFTER)
 
