@@ -250,15 +250,11 @@ def _structured_start(text: str, delimiter: str) -> tuple[int, int] | None:
     return None
 
 
-def _structured_block(text: str) -> bool:
-    """The message has a summary block where the host puts one (see :func:`_structured_start`)."""
-    return _structured_start(text, host_port.merged_summary_markers()[1]) is not None
-
-
 def has_summary_block(text: str | None) -> bool:
     """``text`` carries the prefix where the host puts a summary (its start, or right
     after the 0.19 merge delimiter), not only quoted somewhere inside."""
-    return bool(text) and is_summary_text(text) and _structured_block(text or "")
+    return (text is not None and is_summary_text(text)
+            and _structured_start(text, host_port.merged_summary_markers()[1]) is not None)
 
 
 def original_part(text: str | None) -> str:
@@ -269,7 +265,7 @@ def original_part(text: str | None) -> str:
     own words is their text and stays."""
     text = text or ""
     for n in range(8):  # a message never carries more than a couple of blocks
-        if n and not _structured_block(text):
+        if n and not has_summary_block(text):
             break
         before, block, after = split_summary(text)
         if not block:
