@@ -298,17 +298,9 @@ def artifact_dir(home: Path, configured: str) -> Path:
         raise PathEscapeError(f"handoff.artifact_dir {configured!r} {problem}")
     base = Path(home).resolve()
     target = (base / configured).resolve()
-    if not _inside(target, base):
+    if not target.is_relative_to(base):
         raise PathEscapeError(f"handoff.artifact_dir {configured!r} resolves to {target}, outside {base}")
     return target
-
-
-def _inside(path: Path, base: Path) -> bool:
-    try:
-        path.relative_to(base)
-    except ValueError:
-        return False
-    return True
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -349,7 +341,7 @@ def write_packet(home: Path, configured_dir: str, session_id: str, text: str, cr
     directory = artifact_dir(base, configured_dir)
     make_private_dirs(directory)
     directory = directory.resolve()
-    if not _inside(directory, base):
+    if not directory.is_relative_to(base):
         raise PathEscapeError(f"{directory} is outside {base}")
     final = _claim_name(directory, session_id, created_at)
     try:
