@@ -148,7 +148,7 @@ def passage_score(text: str, keys: list[str], weights: dict[str, float], phrases
     return best + 0.25 * coverage + specific
 
 
-def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> str:
+def excerpt(text: str, query: Query, budget: int) -> str:
     """Verbatim lines of ``text`` that best match ``query`` (with a neighbour each
     side), in document order, within ``budget`` characters."""
     if budget <= 0:
@@ -157,7 +157,7 @@ def excerpt(text: str, query: Query, budget: int, weights: dict[str, float]) -> 
         return text
     keys = [_key(w) for w in query.words]
     lines = text.splitlines() or [text]
-    scored = [(_line_score(line, keys, weights, query.phrases), i) for i, line in enumerate(lines)]
+    scored = [(_line_score(line, keys, {}, query.phrases), i) for i, line in enumerate(lines)]  # each word weighs 1
     if max((s for s, _ in scored), default=0.0) <= 0:
         return text[:budget]
     chosen: list[int] = []
@@ -380,7 +380,6 @@ class Recall:
         used = sum(len(x) + 1 for x in lines)
         tail = "(more passages exist: narrow the query or the turn range)" if len(unique) > len(shown) else ""
         reserve = len(tail) + 1 + 120
-        weights = {_key(w): 1.0 for w in query.words}
         for n, p in enumerate(shown):
             left = self.max_chars - used - reserve
             per = max(200, left // max(1, len(shown) - n))
@@ -389,7 +388,7 @@ class Recall:
             if body_budget < 80:
                 tail = "(output limit reached: narrow the query or the turn range for the rest)"
                 break
-            body = excerpt(p.text, query, body_budget, weights)
+            body = excerpt(p.text, query, body_budget)
             block = f"{label}\n{body}"
             lines.append(block)
             used += len(block) + 1
