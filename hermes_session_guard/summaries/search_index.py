@@ -347,16 +347,15 @@ class _Vocabulary:
     store: GuardStore
     mark: tuple[int, int]  # state.db's write mark when last looked at
     indexed: tuple[int, int]  # (count, last rowid) of the indexed snapshots
-    terms: frozenset[str] | None  # None: too many terms to hold
-    ordered: list[str]
+    terms: list[str] | None  # sorted; None: too many terms to hold
 
 
 _vocabularies: dict[int, _Vocabulary] = {}
 
 
-def _load_vocabulary(conn: sqlite3.Connection) -> frozenset[str] | None:
+def _load_vocabulary(conn: sqlite3.Connection) -> list[str] | None:
     rows = conn.execute(f"SELECT term FROM {TEXT_VOCAB} LIMIT ?", (_VOCABULARY_CAP + 1,)).fetchall()
-    return None if len(rows) > _VOCABULARY_CAP else frozenset(r[0] for r in rows)
+    return None if len(rows) > _VOCABULARY_CAP else sorted({r[0] for r in rows})
 
 
 def _vocabulary(store: GuardStore) -> _Vocabulary:
@@ -376,12 +375,11 @@ def _vocabulary(store: GuardStore) -> _Vocabulary:
             "SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM session_guard_text_indexed").fetchone()
         indexed = (int(count), int(last))
         if cached is not None and cached.store is store and cached.indexed == indexed:
-            terms, ordered = cached.terms, cached.ordered
+            terms = cached.terms
         else:
             terms = _load_vocabulary(conn)
-            ordered = sorted(terms) if terms is not None else []
         mark = (version, conn.total_changes)
-    found = _vocabularies[id(store)] = _Vocabulary(store, mark, indexed, terms, ordered)
+    found = _vocabularies[id(store)] = _Vocabulary(store, mark, indexed, terms)
     return found
 
 
@@ -390,16 +388,12 @@ def cannot_match(store: GuardStore, terms: Sequence[tuple[str, bool]]) -> bool:
     of them is in no indexed snapshot. False whenever that is not certain."""
     if not terms:
         return False
-    vocabulary = _vocabulary(store)
-    known, ordered = vocabulary.terms, vocabulary.ordered
-    if known is None:
+    ordered = _vocabulary(store).terms
+    if ordered is None:
         return False
     for term, prefix in terms:
-        if not prefix:
-            if term not in known:
-                return True
-            continue
+        # the first indexed term not before this one: the term itself, or one it begins
         at = bisect.bisect_left(ordered, term)
-        if at == len(ordered) or not ordered[at].startswith(term):
+        if at == len(ordered) or not (ordered[at].startswith(term) if prefix else ordered[at] == term):
             return True
     return False
