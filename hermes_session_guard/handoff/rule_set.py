@@ -515,10 +515,6 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def mask_spans(text: str, spans: list[tuple[int, int]], mask: str) -> str:
-    return _spliced(text, ((s, e, mask) for s, e in spans))
-
-
 def _spliced(text: str, pieces: Iterable[tuple[int, int, str]]) -> str:
     """``text`` with each ``(start, end, replacement)`` of ``pieces`` (in order, not
     overlapping) put in place of ``text[start:end]``; ``text`` itself when there are none."""
@@ -544,7 +540,7 @@ def redact_with_rules(text: str, mask: str, found: Occurrences | None = None) ->
     rs = rule_set()
     if rs is None or not text:
         return text
-    return mask_spans(text, find_spans(text, rs, found), mask)
+    return _spliced(text, ((s, e, mask) for s, e in find_spans(text, rs, found)))
 
 
 def sub_near(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str,
