@@ -251,9 +251,12 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             if not isinstance(data, list):
                 return response
             mode = runtime.config.summaries.visible
-            payload["data"] = display_messages(data, mode, _stored_summary_hashes(runtime, instance, args, data))
+            # the rows come straight from state.db, untagged: the guard's hashes for the session say which are summaries
+            sid, path = _requested_session(instance, args)
+            payload["data"] = display_messages(data, mode, _recorded_hashes(runtime, path, sid, data)
+                                               if sid and path else set())
             if mode != HIDDEN:
-                _tag_rows_the_host_hid(runtime, instance, args, payload["data"])
+                _tag_rows_the_host_hid(runtime, sid, path, payload["data"])
             return host.json_response_like(response, payload)
         return response
 
@@ -267,13 +270,12 @@ def _requested_session(adapter: Any, args: tuple[Any, ...]) -> tuple[str | None,
     return (str(sid) if sid else None), getattr(getattr(adapter, "_session_db", None), "db_path", None)
 
 
-def _tag_rows_the_host_hid(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> None:
+def _tag_rows_the_host_hid(runtime: Runtime, sid: str | None, path: Any, rows: list[Any]) -> None:
     """0.21+ blanks a summary row itself on this endpoint (``content`` empty, ``display_kind``
     ``hidden``, its row id kept). With ``visible: tagged`` such a row says what it is when
     state.db holds a summary the guard recorded for the session under that id."""
     hidden = [m for m in rows if isinstance(m, dict) and m.get("display_kind") == "hidden"
               and not m.get("content") and isinstance(m.get("id"), int)]
-    sid, path = _requested_session(adapter, args)
     if not hidden or not sid or not path:
         return
     recorded, _ = runtime.store_for(path).summary_marks([sid])
@@ -282,13 +284,6 @@ def _tag_rows_the_host_hid(runtime: Runtime, adapter: Any, args: tuple[Any, ...]
         text = stored.get(m["id"])
         if text is not None and text_hash(text) in recorded:
             m["is_compressed_summary"] = True
-
-
-def _stored_summary_hashes(runtime: Runtime, adapter: Any, args: tuple[Any, ...], rows: list[Any]) -> set[str]:
-    """The guard's summary hashes (:func:`_recorded_hashes`) for the session a
-    ``/api/sessions/{id}/messages`` request names (rows come straight from state.db, untagged)."""
-    sid, path = _requested_session(adapter, args)
-    return _recorded_hashes(runtime, path, sid, rows) if sid and path else set()
 
 
 def _recorded_hashes(runtime: Runtime, path: Any, sid: str, rows: list[Any]) -> set[str]:
