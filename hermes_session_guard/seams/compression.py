@@ -152,12 +152,9 @@ class LockPolicy:
 
 @dataclass
 class CompressionOutcome:
-    session_id: str
     session_id_after: str
-    op_id: str
     status: str  # "done" | "adopted" | "skipped" | "failed"
     snapshot_id: str | None
-    messages_before: int
     messages_after: int
     reason: str = ""
     summary_chars: int | None = None  # total length of the summaries in the compacted list (done)
@@ -445,7 +442,7 @@ class _Operation:
         getattr(self.audit, level)(
             f"compression.{outcome.status}",
             session_id_after=outcome.session_id_after,
-            messages_before=outcome.messages_before,
+            messages_before=len(self.before),
             messages_after=outcome.messages_after,
             snapshot_id=outcome.snapshot_id,
             summary_chars=outcome.summary_chars,
@@ -498,9 +495,8 @@ class _Operation:
 
     def outcome(self, status: str, reason: str = "", *, after: int | None = None,
                 snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:
-        n = len(self.before)
-        return CompressionOutcome(self.sid, host.session_id(self.agent), self.op_id, status, snapshot_id, n,
-                                  n if after is None else after, reason, summary_chars)
+        return CompressionOutcome(host.session_id(self.agent), status, snapshot_id,
+                                  len(self.before) if after is None else after, reason, summary_chars)
 
     def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
                         system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
