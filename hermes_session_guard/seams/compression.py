@@ -601,16 +601,15 @@ class _Operation:
                 holder=taken.holder, lock=taken.scope, waited_ms=round(taken.waited * 1000, 2),
             )
         self.grant = taken
-        if taken is not None:  # written with the summary's start, moments later (one write)
-            self.lock_acquired_at = time.time()
-        self.lock_fields = (
-            {"lock": taken.scope, "lock_holder": taken.holder, "waited_ms": round(taken.waited * 1000, 2),
-             "waited_for": taken.waited_for}
-            if taken is not None else {"lock": "none"}
-        )
-        if taken is not None and taken.took_over:
-            self.lock_fields["took_over_from"] = taken.took_over
-            self.audit.warning("lock.taken_over", dead_holder=taken.took_over, lock=taken.scope)
+        if taken is None:
+            self.lock_fields = {"lock": "none"}
+        else:
+            self.lock_acquired_at = time.time()  # written with the summary's start, moments later (one write)
+            self.lock_fields = {"lock": taken.scope, "lock_holder": taken.holder,
+                                "waited_ms": round(taken.waited * 1000, 2), "waited_for": taken.waited_for}
+            if taken.took_over:
+                self.lock_fields["took_over_from"] = taken.took_over
+                self.audit.warning("lock.taken_over", dead_holder=taken.took_over, lock=taken.scope)
         try:
             with _host_may_reenter(taken):
                 return self.compress_locked()
