@@ -638,7 +638,8 @@ class _Operation:
         def decorate(engine_input: list[Any], engine_output: list[Any], found: list[int] | None) -> None:
             if self.engine_returned_at is None:
                 self.engine_returned_at = time.time()
-            if strategy == Strategy.HOST_NATIVE and engine_output and engine_output != engine_input:
+            compacted = bool(engine_output) and engine_output != engine_input
+            if strategy == Strategy.HOST_NATIVE and compacted:
                 # Hermes took its lease and watermark before calling the engine: the rows live
                 # now are the transcript its commit replaces (the snapshot references them).
                 runs = self.referenced = host.live_row_ranges(self.db_path, sid)
@@ -662,8 +663,7 @@ class _Operation:
                             self.written_ahead = snapshot_id
                     if failed:
                         self.audit.info("snapshot.deferred", reason=failed.reason)
-            live_now: list[tuple[int, int]] = []
-            if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input:
+            if strategy == Strategy.HOST_IN_PLACE and compacted:
                 # Hermes archives every live row of the session right after its engine
                 # returns, including what other writers stored during the summary call:
                 # those are carried over after the compacted block like the ones found before.
@@ -672,20 +672,20 @@ class _Operation:
                 live_now = host.live_row_ranges(self.db_path, sid) if host.session_db(agent) is not None else []
                 if not live_now or live_now != self.live_ids:
                     arrived[0] = self.arrived_meanwhile(arrived[0])
-            if strategy == Strategy.HOST_IN_PLACE and engine_output and engine_output != engine_input \
-                    and self.written_ahead is None:
-                # Write-ahead: the host archives the old rows and writes the compacted ones
-                # right after its engine returns, so the snapshot goes first. A process
-                # killed between the two writes then leaves the history in the snapshot and
-                # still live, never only in Hermes's archived rows.
-                # On failure, retried once the host returned. Not a problem yet: if the retry fails
-                # (snapshot.failed) or Hermes's own write fails too (compression.failed,
-                # usually the same state.db fault), that event is the one loud line.
-                with failing_open("the snapshot written ahead", "retried after Hermes's commit", level=None) as failed:
-                    self.write_snapshot_ahead(snapshot_id, created_at, live_now)
-                    self.written_ahead = snapshot_id
-                if failed:
-                    self.audit.info("snapshot.deferred", reason=failed.reason)
+                if self.written_ahead is None:
+                    # Write-ahead: the host archives the old rows and writes the compacted ones
+                    # right after its engine returns, so the snapshot goes first. A process
+                    # killed between the two writes then leaves the history in the snapshot and
+                    # still live, never only in Hermes's archived rows.
+                    # On failure, retried once the host returned. Not a problem yet: if the retry fails
+                    # (snapshot.failed) or Hermes's own write fails too (compression.failed,
+                    # usually the same state.db fault), that event is the one loud line.
+                    with failing_open("the snapshot written ahead", "retried after Hermes's commit",
+                                      level=None) as failed:
+                        self.write_snapshot_ahead(snapshot_id, created_at, live_now)
+                        self.written_ahead = snapshot_id
+                    if failed:
+                        self.audit.info("snapshot.deferred", reason=failed.reason)
             span[0] = compacted_range(engine_input, engine_output)
             # An engine of its own (not Hermes's compressor family) writes summaries in its
             # own format: the guard knows them by position, as what the engine produced.
