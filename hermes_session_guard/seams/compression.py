@@ -722,17 +722,13 @@ class _Operation:
                     with host.forced_in_place(agent):
                         compressed, system_prompt = self.call_host()
         except BaseException as exc:
-            self.row_aboard()
-            self.reference_aboard(snapshot_id)
-            self.summary_finished()
+            self.host_returned(snapshot_id)
             self.error_type = type(exc).__name__
             reason = f"{type(exc).__name__}: {exc}"
             self.finish(self.outcome("failed", reason), "warning")
             self.pm.hook.session_guard_compression_failed(session_id=sid, op_id=self.op_id, reason=reason)
             raise
-        self.row_aboard()
-        self.reference_aboard(snapshot_id)
-        self.summary_finished()
+        self.host_returned(snapshot_id)
 
         if verdict.found_stale:
             # Native mode: the generation check above ran before Hermes took its lease; another
@@ -746,9 +742,13 @@ class _Operation:
         assert failed.exc is not None
         return self.guard_failed_after_host(failed.exc, compressed, system_prompt)
 
-    def summary_finished(self) -> None:
-        """When the summary call ended: its context engine returned (seen by the shim), else
-        Hermes's compression call returned. Written with the outcome (``run_locked``)."""
+    def host_returned(self, snapshot_id: str) -> None:
+        """Hermes's compression call returned or raised: what rode its commits is settled
+        (row_aboard, reference_aboard), and the summary call's end is noted. When the summary
+        call ended: its context engine returned (seen by the shim), else Hermes's compression
+        call returned. Written with the outcome (``run_locked``)."""
+        self.row_aboard()
+        self.reference_aboard(snapshot_id)
         self.summary_ended_at = time.time()
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, planned_id: str,
