@@ -176,6 +176,10 @@ def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
 _EVENT_OF = {"done": COMPACTION_COMPLETED, "adopted": COMPACTION_SKIPPED, "skipped": COMPACTION_SKIPPED,
              "failed": COMPACTION_FAILED}
 
+# Hermes's own write of the compacted transcript failed (its commit, or its archive_and_compact)
+_NOT_WRITTEN = ("Hermes could not write the compacted transcript to state.db (see its warning); "
+                "the conversation continues uncompressed")
+
 _active = threading.local()
 
 
@@ -783,10 +787,7 @@ class _Operation:
             if strategy == Strategy.HOST_NATIVE and host.commit_failed_since(agent, self.cooldown_before):
                 # 0.21+: Hermes's commit failed (state.db locked, read-only or full) and it handed
                 # the list back unchanged, arming its split-failure cooldown. A problem, said once.
-                return self.leave_unchanged(
-                    "failed", "Hermes could not write the compacted transcript to state.db (see its warning); "
-                    "the conversation continues uncompressed", "warning", system_prompt=system_prompt,
-                )
+                return self.leave_unchanged("failed", _NOT_WRITTEN, "warning", system_prompt=system_prompt)
             cooling = host.failure_cooldown_class(agent) if self.cooldown_before > time.monotonic() else None
             if cooling:  # already said when the failure that armed it happened
                 return self.leave_unchanged("skipped", f"Hermes's compression-failure cooldown is running "
@@ -800,10 +801,7 @@ class _Operation:
             # returns the compacted list; continuing with it would append the summary and tail after
             # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
             # A snapshot written ahead stays (the outcome names it): a verbatim copy of what is live.
-            return self.leave_unchanged(
-                "failed", "Hermes could not write the compacted transcript to state.db (see its warning); "
-                "the conversation continues uncompressed", "warning", system_prompt=system_prompt,
-            )
+            return self.leave_unchanged("failed", _NOT_WRITTEN, "warning", system_prompt=system_prompt)
         if strategy in IN_PLACE_STRATEGIES:
             self.persisted = compressed
 
