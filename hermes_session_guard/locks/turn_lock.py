@@ -32,7 +32,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +89,6 @@ class TurnTicket:
         return self.grant is not None and not self.done
 
 
-@dataclass
-class _Session:
-    queue: deque[TurnTicket] = field(default_factory=deque)
-
-
 class TurnLocks:
     """The turn queues of one state.db in this process."""
 
@@ -101,32 +96,32 @@ class TurnLocks:
         self._leases = leases
         self._monotonic = monotonic
         self._cond = threading.Condition(threading.Lock())
-        self._sessions: dict[str, _Session] = {}
+        self._queues: dict[str, deque[TurnTicket]] = {}  # session id -> its tickets, in arrival order
         self._locks = SessionLocks()
 
     # -- queueing --------------------------------------------------------------------
     def enqueue(self, session_id: str) -> TurnTicket:
         with self._cond:
-            s = self._sessions.setdefault(session_id, _Session())
-            ticket = TurnTicket(session_id, self._monotonic(), queued_behind=len(s.queue))
-            s.queue.append(ticket)
+            queue = self._queues.setdefault(session_id, deque())
+            ticket = TurnTicket(session_id, self._monotonic(), queued_behind=len(queue))
+            queue.append(ticket)
             return ticket
 
     def held_by_thread(self, session_id: str) -> TurnTicket | None:
         """The ticket this thread already holds on ``session_id`` (a nested turn)."""
         me = threading.get_ident()
         with self._cond:
-            s = self._sessions.get(session_id)
-            if s and s.queue and s.queue[0].held and s.queue[0].owner_thread == me:
-                return s.queue[0]
+            queue = self._queues.get(session_id)
+            if queue and queue[0].held and queue[0].owner_thread == me:
+                return queue[0]
         return None
 
     def claim_delegated(self, session_id: str) -> TurnTicket | None:
         """The held, not yet claimed reservation of an HTTP handler on ``session_id``."""
         with self._cond:
-            s = self._sessions.get(session_id)
-            if s and s.queue:
-                head = s.queue[0]
+            queue = self._queues.get(session_id)
+            if queue:
+                head = queue[0]
                 if head.held and head.delegated and not head.claimed:
                     head.claimed = True
                     head.refs += 1
@@ -135,22 +130,22 @@ class TurnLocks:
         return None
 
     def _at_head(self, ticket: TurnTicket) -> bool:
-        s = self._sessions.get(ticket.session_id)
-        return bool(s and s.queue and s.queue[0] is ticket)
+        queue = self._queues.get(ticket.session_id)
+        return bool(queue and queue[0] is ticket)
 
     def _leave(self, ticket: TurnTicket) -> None:
         with self._cond:
             ticket.done = True
-            s = self._sessions.get(ticket.session_id)
-            if s is not None:
+            queue = self._queues.get(ticket.session_id)
+            if queue is not None:
                 try:
-                    s.queue.remove(ticket)
+                    queue.remove(ticket)
                 except ValueError:
                     pass
-                if not s.queue:
-                    del self._sessions[ticket.session_id]
-                elif s.queue[0].wake is not None:
-                    s.queue[0].wake()
+                if not queue:
+                    del self._queues[ticket.session_id]
+                elif queue[0].wake is not None:
+                    queue[0].wake()
             self._cond.notify_all()
 
     def _lease(self, ticket: TurnTicket, remaining: float, lease_seconds: float, retry: int) -> None:

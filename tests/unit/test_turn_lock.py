@@ -18,8 +18,7 @@ from hermes_session_guard.store import GuardStore
 def queued(locks: TurnLocks, session_id: str) -> int:
     """How many tickets (granted or waiting) the session's queue holds."""
     with locks._cond:
-        s = locks._sessions.get(session_id)
-        return len(s.queue) if s else 0
+        return len(locks._queues.get(session_id) or ())
 
 
 @pytest.fixture
