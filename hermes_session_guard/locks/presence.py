@@ -35,7 +35,7 @@ REMOTE_FRESH_SECONDS = 3600.0
 
 _BUSY_SECONDS = 0.5
 _RETRY_SECONDS = 60.0
-_announced: dict[tuple[str, str], Path] = {}  # (db path, kind) -> db path
+_announced: set[tuple[str, str]] = set()  # (db path, kind)
 _retry_at: dict[tuple[str, str], float] = {}
 _lock = threading.Lock()
 _atexit_registered = False
@@ -88,7 +88,7 @@ def announce(db_path: Path | str, kind: str = "agent") -> None:
     finally:
         conn.close()
     with _lock:
-        _announced[(str(path), kind)] = path
+        _announced.add((str(path), kind))
         if not _atexit_registered:
             atexit.register(withdraw_all)
             _atexit_registered = True
@@ -123,7 +123,7 @@ def withdraw(db_path: Path | str) -> None:
 
 def withdraw_all() -> None:
     with _lock:
-        paths = sorted({str(p) for p in _announced.values()})
+        paths = sorted({path for path, _kind in _announced})
         _announced.clear()
     for path in paths:
         with failing_open(f"withdrawing this process from {TABLE}", "its row stays until a reader finds it dead",
@@ -131,7 +131,7 @@ def withdraw_all() -> None:
             withdraw(path)
 
 
-def running(conn: sqlite3.Connection, *, now: float | None = None, include_self: bool = False) -> list[Presence]:
+def running(conn: sqlite3.Connection, *, now: float | None = None) -> list[Presence]:
     """Guard-running processes of this state.db that are alive or of unknown liveness
     (another machine, heartbeat recent); dead ones and this process are left out."""
     now = time.time() if now is None else now
@@ -144,7 +144,7 @@ def running(conn: sqlite3.Connection, *, now: float | None = None, include_self:
     me = own_identity()
     out: list[Presence] = []
     for identity, pid, kind, started, beat in rows:
-        if identity == me and not include_self:
+        if identity == me:
             continue
         state = liveness.holder_liveness(identity)
         if state == liveness.DEAD:
