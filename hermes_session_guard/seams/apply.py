@@ -58,7 +58,6 @@ log = logging.getLogger("hermes_session_guard")
 
 @dataclass
 class _Applied:
-    row: SeamRow
     parent: Any
     name: str
     original: Any  # the host's own attribute, before any seam wrapped it
@@ -172,13 +171,13 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
         # The host already does what this seam would add; the row's note says how.
         return SeamStatus(row.seam, row.target, SeamState.NOT_NEEDED, reason, "", row.range_text)
     parent, name, current = _resolve(row.module, row.attribute)
-    taken = next((a.row.seam for a in _applied.values() if a.parent is parent and a.name == name), None)
+    taken = next((seam for seam, a in _applied.items() if a.parent is parent and a.name == name), None)
     if taken is not None:  # one wrapper per Hermes target (the table's invariant): never a second layer
         return SeamStatus(row.seam, row.target, SeamState.FAILED, f"{row.target} is already wrapped by seam {taken}",
                           row.failure_policy, row.range_text)
     original, own = _original_of(parent, name, current)
     wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
-    _applied[row.seam] = _Applied(row, parent, name, original, own)
+    _applied[row.seam] = _Applied(parent, name, original, own)
     return SeamStatus(row.seam, row.target, SeamState.PATCHED, reason, row.failure_policy, row.range_text)
 
 
