@@ -342,18 +342,14 @@ def _event_for(runtime: Runtime, inbox: Inbox, entry: InboxEntry) -> Any | None:
     return None
 
 
-def _settled(runtime: Runtime, entries: list[InboxEntry]) -> None:
-    for entry in entries:
-        _entry_audit(runtime, entry).info("message.delivered", seq=entry.seq, position=entry.position,
-                                          session_key=entry.session_key)
-
-
-def _next_event(runtime: Runtime, inbox: Inbox, session_key: str, owner: str, keep: set[int],
+def _next_event(runtime: Runtime, inbox: Inbox, session_key: str, state: _RunnerState,
                 dispatch: bool, via: str) -> Any | None:
     """Settle what this runner finished, then dispatch the oldest buffered message."""
     while True:
-        settled, nxt = inbox.settle_and_dispatch(session_key, owner, keep=keep, dispatch=dispatch)
-        _settled(runtime, settled)
+        settled, nxt = inbox.settle_and_dispatch(session_key, state.owner, keep=state.handed, dispatch=dispatch)
+        for entry in settled:
+            _entry_audit(runtime, entry).info("message.delivered", seq=entry.seq, position=entry.position,
+                                              session_key=entry.session_key)
         if nxt is None:
             return None
         event = _event_for(runtime, inbox, nxt)
@@ -372,9 +368,7 @@ def on_drain(runtime: Runtime, runner: Any, session_key: str | None, pending_eve
     inbox = inbox_for(runtime, runner)
     if not inbox.has_undelivered(session_key):
         return pending_event
-    state = runner_state(runner)
-    event = _next_event(runtime, inbox, session_key, state.owner, state.handed,
-                        dispatch=pending_event is None, via="drain")
+    event = _next_event(runtime, inbox, session_key, runner_state(runner), dispatch=pending_event is None, via="drain")
     return event if event is not None else pending_event
 
 
@@ -398,7 +392,7 @@ def on_handler_done(runtime: Runtime, runner: Any, event: Any) -> None:
     if adapter is None or host.adapter_has_pending(adapter, session_key):
         return
     state = runner_state(runner)
-    nxt = _next_event(runtime, inbox, session_key, state.owner, state.handed, dispatch=True, via="handoff")
+    nxt = _next_event(runtime, inbox, session_key, state, dispatch=True, via="handoff")
     if nxt is not None:
         state.handed.add(host.event_inbox_seq(nxt) or 0)
         host.stage_pending(adapter, session_key, nxt)
@@ -434,7 +428,7 @@ def replay(runtime: Runtime, runner: Any, platform: Any = None) -> int:
             continue
         if host.adapter_busy(adapter, session_key) or host.session_running(runner, session_key):
             continue  # the running turn's drain takes them in order
-        event = _next_event(runtime, inbox, session_key, state.owner, state.handed, dispatch=True, via="replay")
+        event = _next_event(runtime, inbox, session_key, state, dispatch=True, via="replay")
         if event is None:
             continue
         state.handed.add(host.event_inbox_seq(event) or 0)
