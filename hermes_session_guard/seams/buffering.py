@@ -84,14 +84,6 @@ def inbox_for(runtime: Runtime, runner: Any) -> Inbox:
     return state.inbox
 
 
-def compressing_op(runtime: Runtime, runner: Any, session_key: str) -> str | None:
-    """The op id of a compression running on the session behind ``session_key``."""
-    ids = [i for i in (host.gateway_session_id(runner, session_key),
-                       host.running_agent_session_id(runner, session_key)) if i]
-    return compression_op_for(runtime, inbox_for(runtime, runner).store, ids,
-                              lambda sid: host.runner_lock_holder(runner, sid))
-
-
 def compression_op_for(runtime: Runtime, store: GuardStore, ids: list[str],
                        native_holder: Callable[[str], str | None]) -> str | None:
     """The op id of a compression running on any of the session ids ``ids``: this
@@ -279,13 +271,17 @@ async def on_busy_message(
     ):
         return await call_host()
     inbox = inbox_for(runtime, runner)
-    op_id = compressing_op(runtime, runner, session_key)
+    # the session behind ``session_key`` (the gateway's routing, else its running agent's) and
+    # the op id of a compression running on either
+    ids = [i for i in (host.gateway_session_id(runner, session_key),
+                       host.running_agent_session_id(runner, session_key)) if i]
+    op_id = compression_op_for(runtime, inbox.store, ids, lambda sid: host.runner_lock_holder(runner, sid))
     compressing = op_id is not None
     if not compressing:
         if host.approval_pending(session_key) or not inbox.has_undelivered(session_key):
             return await call_host()
         op_id = inbox.latest_op(session_key)
-    sid = host.gateway_session_id(runner, session_key) or host.running_agent_session_id(runner, session_key)
+    sid = ids[0] if ids else None
     adapter = host.adapter_for(runner, event.source)
     audit = runtime.audit.operation(sid or session_key, op_id)
     try:
