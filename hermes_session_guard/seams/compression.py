@@ -261,7 +261,7 @@ class _Operation:
     # with slots 0.25 ms (Python 3.11, docs/performance.md).
     __slots__ = (
         "runtime", "strategy", "agent", "sid", "messages", "call_host", "system_message",
-        "native_summary_key", "flush_cursor", "transcript_order", "snapshot_storage", "op_id", "audit", "pm",
+        "native_summary_key", "behaviour", "op_id", "audit", "pm",
         "before", "started", "cooldown_before", "db_path", "store", "grant", "lock_fields", "done",
         "persisted", "written_ahead", "phase_error", "phase_warned", "last", "produced", "referenced",
         "engine_returned_at", "lock_acquired_at", "summary_started_at", "summary_ended_at", "error_type",
@@ -284,9 +284,7 @@ class _Operation:
         self.runtime, self.strategy, self.agent, self.sid = runtime, strategy, agent, sid
         self.messages, self.call_host, self.system_message = messages, call_host, system_message
         self.native_summary_key = native_summary_key
-        self.flush_cursor = behaviour.flush_cursor
-        self.transcript_order = behaviour.transcript_order
-        self.snapshot_storage = behaviour.snapshot
+        self.behaviour = behaviour  # the row's flush_cursor, transcript_order and snapshot storage
         self.op_id = new_op_id()
         self.audit = runtime.audit.operation(sid, self.op_id)
         self.pm = get_plugin_manager()
@@ -836,8 +834,8 @@ class _Operation:
             if strategy == Strategy.DETACH_DB:
                 final = compressed + foreign
                 host.commit_memory(agent, before)
-                host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.flush_cursor,
-                                      transcript_order=self.transcript_order)
+                host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.behaviour.flush_cursor,
+                                      transcript_order=self.behaviour.transcript_order)
                 self.persisted = final
         if failed:
             reason = f"guard persistence failed: {failed.reason}"
@@ -859,12 +857,12 @@ class _Operation:
             kept, foreign = self.kept_and_lost(compressed, foreign)
             if kept:
                 compressed.extend(kept)
-                host.rebase_flush(agent, sid, compressed, self.flush_cursor)
+                host.rebase_flush(agent, sid, compressed, self.behaviour.flush_cursor)
         if strategy in IN_PLACE_STRATEGIES and foreign:
             with failing_open("carrying over", "the messages stay where they were", level=None) as failed:
                 host.append_messages(agent, sid, foreign)
                 compressed.extend(foreign)
-                host.rebase_flush(agent, sid, compressed, self.flush_cursor)
+                host.rebase_flush(agent, sid, compressed, self.behaviour.flush_cursor)
             if failed:
                 self.audit.warning("carry_over.failed", reason=failed.reason, messages=len(foreign))
         # Turns that other agents of the session persisted meanwhile stay after the
@@ -876,7 +874,7 @@ class _Operation:
             # another turn's prompt still waiting for its answer is not put next to this one
             final = own_turn_apart(final, keys_of(final), keys_of(block[-ongoing:]), has_summary_block,
                                    start=len(block) - ongoing)
-            host.rebase_flush(agent, sid, final, self.flush_cursor)
+            host.rebase_flush(agent, sid, final, self.behaviour.flush_cursor)
             block = block[:-ongoing]  # the generation's block: what both lists start with
         if strategy == Strategy.DETACH_DB:
             host.notify_boundary(agent, sid)
@@ -982,7 +980,7 @@ class _Operation:
         content Hermes stores differently from the agent's list, and always on a release whose
         own flows delete archived rows right after an in-place compaction (0.18: ``snapshot:
         copy``). ``runs``: the live row ids read when the engine returned."""
-        if self.snapshot_storage == SnapshotStorage.REFERENCE and host.session_db(self.agent) is not None:
+        if self.behaviour.snapshot == SnapshotStorage.REFERENCE and host.session_db(self.agent) is not None:
             exact = self.live_is_before and runs == self.live_ids  # compared already: no digest of the list
             if runs and self.store_reference(snapshot_id, created_at, runs,
                                              matching=None if exact else self.before) is not None:
@@ -1089,7 +1087,7 @@ class _Operation:
         ``ids``: every live row's id, as runs (in place only)."""
         if brief is None or len(brief) > len(mine.keys) or keys_of(brief) != mine.keys[:len(brief)]:
             return False
-        if ids and self.snapshot_storage == SnapshotStorage.REFERENCE \
+        if ids and self.behaviour.snapshot == SnapshotStorage.REFERENCE \
                 and host.runs_of([m["_row_id"] for m in brief]) == ids:
             # the brief read is every row ``ids`` names: their digest, for the reference this
             # compaction writes to them, and whether they hold exactly the list being replaced
@@ -1154,7 +1152,7 @@ class _Operation:
         if failed:
             return self.leave_unchanged("failed", f"adopting the live transcript failed: {failed.reason}",
                                         "warning", generation=standing.generation)
-        host.rebase_flush(self.agent, sid, adopted, self.flush_cursor)
+        host.rebase_flush(self.agent, sid, adopted, self.behaviour.flush_cursor)
         host.await_real_usage(self.agent)
         if self.strategy in IN_PLACE_STRATEGIES:
             host.mark_compacted_in_place(self.agent)
