@@ -17,17 +17,15 @@ delete a WAL this one still uses).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 import uuid
 from contextlib import closing
 from pathlib import Path
 
 from ..store.connection import connect
-from ..store.schema import REPAIR_LOCK_DDL, REPAIR_LOCK_TABLE
+from ..store.schema import REPAIR_LOCK_DDL
 from . import liveness
 
-TABLE, DDL = REPAIR_LOCK_TABLE, REPAIR_LOCK_DDL
 STALE_SECONDS = 3600.0
 
 
@@ -36,16 +34,12 @@ def new_holder(op_id: str) -> str:
     return f"pid={ident.pid}:repair-op={op_id}:nonce={uuid.uuid4().hex[:6]}:{ident.fields()}"
 
 
-def _connect(db_path: Path | str) -> sqlite3.Connection:
-    return connect(db_path, autocommit=True)
-
-
 def acquire(db_path: Path | str, holder: str) -> tuple[bool, str | None, float | None]:
     """Take the repair slot for ``holder``. Returns (taken, the other holder, since when)."""
     now = time.time()
-    with closing(_connect(db_path)) as conn:
+    with closing(connect(db_path, autocommit=True)) as conn:
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(DDL)
+        conn.execute(REPAIR_LOCK_DDL)
         row = conn.execute("SELECT holder, acquired_at FROM session_guard_repair_lock WHERE slot = 1").fetchone()
         if row is not None:
             other, since = str(row[0]), float(row[1])
@@ -60,6 +54,6 @@ def acquire(db_path: Path | str, holder: str) -> tuple[bool, str | None, float |
 
 
 def release(db_path: Path | str, holder: str) -> None:
-    with closing(_connect(db_path)) as conn:
-        conn.execute(DDL)
+    with closing(connect(db_path, autocommit=True)) as conn:
+        conn.execute(REPAIR_LOCK_DDL)
         conn.execute("DELETE FROM session_guard_repair_lock WHERE slot = 1 AND holder = ?", (holder,))

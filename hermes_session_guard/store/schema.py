@@ -221,7 +221,6 @@ PROCESSES_DDL = (
 )
 
 # The one ``repair --apply`` slot of a state.db (locks.repair_lock).
-REPAIR_LOCK_TABLE = "session_guard_repair_lock"
 REPAIR_LOCK_DDL = (
     "CREATE TABLE IF NOT EXISTS session_guard_repair_lock (slot INTEGER PRIMARY KEY CHECK (slot = 1),"
     " holder TEXT NOT NULL, acquired_at REAL NOT NULL)"
