@@ -189,7 +189,6 @@ class LockGrant:
 class LockBusy:
     """Another operation held the lock for the whole wait."""
 
-    session_id: str
     holder: str | None
     waited: float
     scope: str  # "process" or the lease table's name
@@ -257,7 +256,7 @@ class SessionLocks:
                 waited_for = self._held[session_id].holder
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
-                    return LockBusy(session_id, waited_for, self._monotonic() - started, "process")
+                    return LockBusy(waited_for, self._monotonic() - started, "process")
                 self._cond.wait(remaining)
             entry = self._held[session_id] = _InProcess(holder)
         try:
@@ -278,7 +277,7 @@ class SessionLocks:
                     remaining = deadline - self._monotonic()
                     if remaining <= 0:
                         self._drop(session_id, entry)
-                        return LockBusy(session_id, waited_for, self._monotonic() - started, lease.name)
+                        return LockBusy(waited_for, self._monotonic() - started, lease.name)
                     self._sleep(min(delay, remaining))
                     delay = min(delay * 2, _POLL_MAX)
         except Exception as exc:
