@@ -278,9 +278,7 @@ def own_turn_apart(messages: Sequence[Any], keys: Sequence[Key], own: Sequence[K
     (the compacted block)."""
     mine = Counter(own)
     out: list[Any] = list(messages[:start])
-    for i, (m, key) in enumerate(zip(messages, keys, strict=True)):
-        if i < start:
-            continue
+    for i, (m, key) in enumerate(zip(messages[start:], keys[start:], strict=True), start):
         if mine[key] > 0:
             mine[key] -= 1
             out.append(m)
