@@ -181,11 +181,6 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
     return SeamStatus(row.seam, row.target, SeamState.PATCHED, reason, row.failure_policy, row.range_text)
 
 
-def _signature_reason(runtime: Runtime, row: SeamRow) -> str:
-    return (f"Hermes {runtime.host_version} is not in the seam table; target verified by signature, "
-            f"using the row for {row.range_text}")
-
-
 def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
     """Apply the row for a seam: the single row of a tested release, or the newest
     candidate that verifies (skipping lazy rows whose module Hermes has not imported)."""
@@ -199,7 +194,8 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
             continue
         problem = verify_row(row)
         if problem is None:
-            return _apply(row, runtime, _signature_reason(runtime, row))
+            return _apply(row, runtime, f"Hermes {runtime.host_version} is not in the seam table; target verified "
+                                        f"by signature, using the row for {row.range_text}")
         tried.append(f"row {row.range_text}: {problem}")
     seam = candidates.first.seam
     return SeamStatus(seam, "-", SeamState.SKIPPED,
@@ -285,10 +281,6 @@ def _watch(generation: int) -> None:
         apply_pending()
 
 
-def _start_watcher() -> None:
-    threading.Thread(target=_watch, args=(_generation,), name="session-guard-seams", daemon=True).start()
-
-
 def _add_finder() -> None:
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)  # first, or the path finder answers before it is asked
@@ -343,7 +335,7 @@ def _schedule(candidates: _Candidates | SeamRow, runtime: Runtime) -> SeamStatus
         _pending[seam] = candidates
         _add_finder()
         if first:
-            _start_watcher()
+            threading.Thread(target=_watch, args=(_generation,), name="session-guard-seams", daemon=True).start()
         return _pending_status(row, f"patched once {' or '.join(candidates.modules)} finishes importing")
     return _apply_logged(candidates, runtime)
 
