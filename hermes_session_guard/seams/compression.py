@@ -82,7 +82,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import host
@@ -464,29 +464,27 @@ class _Operation:
         # a subscriber's failure never reaches the compaction
         with failing_open("a compaction event subscriber", "the compaction goes on", level=logging.DEBUG,
                           advice=None):
-            name = COMPACTION_STARTED if outcome is None else _EVENT_OF.get(outcome.status, COMPACTION_FAILED)
-            summary_ms = None
-            if self.summary_started_at is not None and outcome is not None:
-                ended = self.engine_returned_at or self.summary_ended_at or time.time()
-                summary_ms = round((ended - self.summary_started_at) * 1000, 2)
-            reason = outcome.reason if outcome is not None else ""
-            if self.error_type and f"{self.error_type}:" in reason:
-                # an exception's message may quote anything: the event names its type only
-                reason = reason.split(f"{self.error_type}:", 1)[0] + self.error_type
-            waited = self.lock_fields.get("waited_ms")
-            event = CompactionEvent(
-                name=name, session_id=self.sid, op_id=self.op_id, strategy=self.strategy,
-                release=self.runtime.host_version, messages_before=len(self.before),
-                messages_after=outcome.messages_after if outcome is not None else None,
-                summary_chars=outcome.summary_chars if outcome is not None else None,
-                snapshot_id=outcome.snapshot_id if outcome is not None else None,
-                outcome=outcome.status if outcome is not None else None,
-                reason=redact_guard_patterns(reason)[:300] if reason else None,
-                error_type=self.error_type if outcome is not None else None,
-                duration_ms=round((time.perf_counter() - self.started) * 1000, 2) if outcome is not None else None,
-                summary_ms=summary_ms, lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
-                messages_buffered=self.buffered_meanwhile() if outcome is not None else None,
-            )
+            event = CompactionEvent(name=COMPACTION_STARTED, session_id=self.sid, op_id=self.op_id,
+                                    strategy=self.strategy, release=self.runtime.host_version,
+                                    messages_before=len(self.before))
+            if outcome is not None:
+                summary_ms = None
+                if self.summary_started_at is not None:
+                    ended = self.engine_returned_at or self.summary_ended_at or time.time()
+                    summary_ms = round((ended - self.summary_started_at) * 1000, 2)
+                reason = outcome.reason
+                if self.error_type and f"{self.error_type}:" in reason:
+                    # an exception's message may quote anything: the event names its type only
+                    reason = reason.split(f"{self.error_type}:", 1)[0] + self.error_type
+                waited = self.lock_fields.get("waited_ms")
+                event = replace(
+                    event, name=_EVENT_OF.get(outcome.status, COMPACTION_FAILED), messages_after=outcome.messages_after,
+                    summary_chars=outcome.summary_chars, snapshot_id=outcome.snapshot_id, outcome=outcome.status,
+                    reason=redact_guard_patterns(reason)[:300] if reason else None, error_type=self.error_type,
+                    duration_ms=round((time.perf_counter() - self.started) * 1000, 2), summary_ms=summary_ms,
+                    lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
+                    messages_buffered=self.buffered_meanwhile(),
+                )
             self.pm.hook.session_guard_compaction_event(event=event, agent=self.agent)
 
     def buffered_meanwhile(self) -> int | None:
