@@ -104,18 +104,12 @@ def stepped_aside(runtime: Runtime, row: SeamRow, agent: Any, args: tuple[Any, .
     the cause. On a rotating host the ADR 0019 rule stands instead (:func:`skipped_before_host`)."""
     _said_before_host(runtime, row, agent, exc, "stepping aside: Hermes compacts {sid} in place on its own "
                       "this time", stepped_aside=True)
-    scope: Any = host.forced_in_place(agent)
-    # an agent that refuses the attribute: Hermes's own setting decides
-    with failing_open(row, "Hermes's own setting decides whether it compacts in place",
-                      when="forcing in-place compaction", level=logging.DEBUG, advice=None) as failed:
-        scope.__enter__()
-    if failed:
-        scope = None
-    try:
+    with ExitStack() as forced:
+        # an agent that refuses the attribute: Hermes's own setting decides
+        with failing_open(row, "Hermes's own setting decides whether it compacts in place",
+                          when="forcing in-place compaction", level=logging.DEBUG, advice=None):
+            forced.enter_context(host.forced_in_place(agent))
         return wrapped(*args, **kwargs)
-    finally:
-        if scope is not None:
-            scope.__exit__(None, None, None)
 
 
 def host_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
