@@ -1035,14 +1035,14 @@ class _Operation:
                 if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
                     persisted = compressed
         # the audit itself is what failed: still say so once
-        with failing_open(f"auditing a {reason}", "the caller continues with what state.db holds") as failed:
+        with failing_open(f"auditing a {reason}", "the caller continues with what state.db holds"):
             if persisted is None:
                 return self.leave_unchanged("failed", reason, "error", system_prompt=system_prompt, hint=hint)
             self.finish(self.outcome("done", reason + "; the compaction stands", after=len(persisted)), "error",
                         hint=hint)
-        if failed and persisted is None:
+        if persisted is None:  # leave_unchanged failed
             return _unchanged(self.messages, self.before), system_prompt
-        return persisted if persisted is not None else self.messages, system_prompt
+        return persisted, system_prompt
 
     def check_generation(self) -> tuple[list[Any], tuple[list[Any], str] | None]:
         """Where this list stands against the live transcript: the turns other agents
