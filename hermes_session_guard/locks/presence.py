@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,7 @@ def announce(db_path: Path | str, kind: str = "agent") -> None:
     global _atexit_registered
     path = Path(db_path)
     ident = liveness.this_process()
-    conn = _connect(path)
-    try:
+    with closing(_connect(path)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(DDL)
         conn.execute(
@@ -85,8 +85,6 @@ def announce(db_path: Path | str, kind: str = "agent") -> None:
             (ident.fields(), ident.pid, kind, ident.start, time.time()),
         )
         conn.execute("COMMIT")
-    finally:
-        conn.close()
     with _lock:
         _announced.add((str(path), kind))
         if not _atexit_registered:
@@ -113,12 +111,9 @@ def announce_quietly(db_path: Path | str, kind: str = "agent") -> None:
 
 
 def withdraw(db_path: Path | str) -> None:
-    conn = _connect(Path(db_path))
-    try:
+    with closing(_connect(Path(db_path))) as conn:
         conn.execute(DDL)
         conn.execute("DELETE FROM session_guard_processes WHERE identity = ?", (own_identity(),))
-    finally:
-        conn.close()
 
 
 def withdraw_all() -> None:
