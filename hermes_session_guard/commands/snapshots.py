@@ -10,14 +10,17 @@ from typing import Any
 
 from .. import host
 from ..maintenance.state_inspection import HomeError, check, readonly_connection
-from ..store import SnapshotGone, SnapshotInfo, _row_message, read_snapshot_references, reference_problem
+from ..store import (
+    SnapshotGone,
+    SnapshotInfo,
+    _row_message,
+    read_snapshot_infos,
+    read_snapshot_references,
+    reference_problem,
+)
 from .output import fail
 
 HELP = "List a session's snapshots, or show one snapshot's messages (read-only)"
-
-_SNAPSHOT_COLUMNS = ("snapshot_id, session_id, op_id, created_at, message_count, first_turn, last_turn, reason,"
-                     " host_version, host_mode")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("session_id")
@@ -32,19 +35,6 @@ def iso_utc(ts: float) -> str:
 
 def snapshot_dict(info: SnapshotInfo) -> dict[str, Any]:
     return {**info.as_dict(), "created_at_iso": iso_utc(info.created_at)}
-
-
-def _has_snapshot_tables(conn: Any) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='session_guard_snapshots'").fetchone()
-    return row is not None
-
-
-def read_snapshots(conn: Any, session_id: str) -> list[SnapshotInfo]:
-    if not _has_snapshot_tables(conn):
-        return []
-    rows = conn.execute(f"SELECT {_SNAPSHOT_COLUMNS} FROM session_guard_snapshots WHERE session_id = ?"
-                        " ORDER BY created_at, snapshot_id", (session_id,)).fetchall()
-    return [SnapshotInfo(*row) for row in rows]
 
 
 def read_snapshot_messages(conn: Any, session_id: str, snapshot_id: str) -> list[dict[str, Any]]:
@@ -74,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         msgs: list[dict[str, Any]] = []
         if checked.has_db:
             with readonly_connection(checked.db_path, snapshot=True) as conn:
-                snaps = read_snapshots(conn, args.session_id)
+                snaps = read_snapshot_infos(conn, args.session_id)
                 if args.show and args.show in {s.snapshot_id for s in snaps}:
                     msgs = read_snapshot_messages(conn, args.session_id, args.show)
     except HomeError as exc:

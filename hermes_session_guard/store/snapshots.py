@@ -56,6 +56,16 @@ def read_snapshot_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return {str(sid): int(n) for sid, n in rows}
 
 
+def read_snapshot_infos(conn: sqlite3.Connection, session_id: str) -> list[SnapshotInfo]:
+    """The snapshots of ``session_id``, oldest first, through any (read-only) connection;
+    empty when the guard never wrote to this database."""
+    if not _has_table(conn, "session_guard_snapshots"):
+        return []
+    rows = conn.execute(f"SELECT {_INFO_COLUMNS} FROM session_guard_snapshots WHERE session_id = ?"
+                        " ORDER BY created_at, snapshot_id", (session_id,)).fetchall()
+    return [SnapshotInfo(*row) for row in rows]
+
+
 def read_snapshot_references(conn: sqlite3.Connection) -> list[tuple[str, str, list[tuple[int, int]], int, str]]:
     """``(snapshot_id, session_id, row runs, row count, digest)`` of every snapshot by
     reference, through any (read-only) connection; empty when there are none."""
@@ -75,8 +85,7 @@ def snapshots_recorded(db_path: Path, session_id: str) -> bool:
     except sqlite3.Error:
         return False
     try:
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_guard_snapshots'"
-                        ).fetchone() is None:
+        if not _has_table(conn, "session_guard_snapshots"):
             return False
         return conn.execute("SELECT 1 FROM session_guard_snapshots WHERE session_id = ? LIMIT 1",
                             (session_id,)).fetchone() is not None
@@ -315,9 +324,8 @@ class SnapshotRepository(TextIndexRepository):
                              (session_id,)) is not None
 
     def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
-        return [SnapshotInfo(*row) for row in self.read_all(
-            f"SELECT {_INFO_COLUMNS} FROM session_guard_snapshots WHERE session_id = ?"
-            " ORDER BY created_at, snapshot_id", (session_id,))]
+        with self.reading() as conn:
+            return read_snapshot_infos(conn, session_id)
 
     def snapshot_messages(self, snapshot_id: str, session_id: str | None = None) -> list[dict[str, Any]]:
         """The messages of one snapshot, in order. With ``session_id`` the snapshot
