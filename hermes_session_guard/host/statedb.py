@@ -42,7 +42,7 @@ def table_columns(conn: Any, table: str) -> set[str]:
 def read_sessions(conn: Any) -> list[dict[str, Any]]:
     cols = table_columns(conn, "sessions")
     wanted = [c for c in ("id", "source", "parent_session_id", "started_at", "ended_at", "end_reason",
-                          "model_config", "title", "message_count") if c in cols]
+                          "model_config") if c in cols]
     rows = conn.execute(f"SELECT {', '.join(wanted)} FROM sessions ORDER BY started_at, id").fetchall()
     return [dict(zip(wanted, r, strict=True)) for r in rows]
 
@@ -53,14 +53,13 @@ def _live_clause(conn: Any) -> str:
 
 def read_message_stats(conn: Any) -> dict[str, dict[str, Any]]:
     """Per session id (including ids with no session row): row count, live row count,
-    first/last row id and the last timestamp."""
+    first row id and the last timestamp."""
     live = "SUM(active)" if "active" in table_columns(conn, "messages") else "COUNT(*)"
     out: dict[str, dict[str, Any]] = {}
-    for sid, count, live_count, first_id, last_id, last_ts in conn.execute(
-        f"SELECT session_id, COUNT(*), {live}, MIN(id), MAX(id), MAX(timestamp) FROM messages GROUP BY session_id"
+    for sid, count, live_count, first_id, last_ts in conn.execute(
+        f"SELECT session_id, COUNT(*), {live}, MIN(id), MAX(timestamp) FROM messages GROUP BY session_id"
     ):
-        out[str(sid)] = {"count": int(count), "live": int(live_count or 0), "first_id": first_id,
-                         "last_id": last_id, "last_ts": last_ts}
+        out[str(sid)] = {"count": int(count), "live": int(live_count or 0), "first_id": first_id, "last_ts": last_ts}
     return out
 
 
