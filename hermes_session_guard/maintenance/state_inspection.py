@@ -327,7 +327,9 @@ def busy_problem(db_path: Path) -> str | None:
         busy = database_busy(db_path, BUSY_TIMEOUT_SECONDS)
     except sqlite3.Error as exc:
         return f"cannot open {db_path} for writing ({exc})"
-    return busy and f"{db_path} is locked by another process that is writing to it ({busy}); retry when Hermes is idle"
+    if busy is None:
+        return None
+    return f"{db_path} is locked by another process that is writing to it ({busy}); retry when Hermes is idle"
 
 
 def check(home: Path | None = None, *, writes: bool = False, empty_ok: bool = False) -> CheckedHome:

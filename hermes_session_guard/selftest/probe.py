@@ -455,7 +455,6 @@ def run_contract_probe(home: Path) -> ProbeResult:
     from ..runtime import current_runtime
     from .fake_llm import DEFAULT_SUMMARY_TEXT, FakeLLMServer
 
-    checks = PROBE_CHECKS
     result = ProbeResult()
     with FakeLLMServer() as llm:
         write_config(home, llm.base_url, in_place=False)
@@ -497,7 +496,7 @@ def run_contract_probe(home: Path) -> ProbeResult:
         ctx.env_before = os.environ.get("HERMES_SESSION_ID")
 
         def summary(_body: dict[str, Any]) -> str:
-            for check in checks:
+            for check in PROBE_CHECKS:
                 if check.during_summary is not None:
                     check.during_summary(ctx)
             return DEFAULT_SUMMARY_TEXT
@@ -507,7 +506,7 @@ def run_contract_probe(home: Path) -> ProbeResult:
             ctx.compressed, _ = ctx.agent._compress_context(ctx.messages, "You are a test agent.",
                                                             approx_tokens=150_000)
         ctx.host_lines = lines
-        for check in checks:
+        for check in PROBE_CHECKS:
             # one broken check must not hide the others
             with failing_open(f"check {check.name!r}", "reported as failed", level=None) as failed:
                 check.verify(ctx, result)

@@ -180,6 +180,7 @@ CREATE INDEX IF NOT EXISTS idx_session_guard_inbox_pending
 # ``scope`` holds one token of the conversation for a document recall may return (its
 # first occurrence in that conversation), so a recall query can only ever match documents
 # of the sessions it names; Hermes's search seam matches ``content`` alone.
+TEXT_DOCS = "session_guard_text_docs"
 TEXT_FTS = "session_guard_text_fts"
 TEXT_VOCAB = "session_guard_text_vocab"
 _FTS_SCHEMA = f"""

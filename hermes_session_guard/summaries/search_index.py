@@ -44,12 +44,12 @@ from typing import Any
 
 from ..safe_text import searchable
 from ..store import GuardStore, SnapshotGone, _row_message, index_body
-from ..store.schema import TEXT_FTS, TEXT_VOCAB
+from ..store.schema import TEXT_DOCS, TEXT_FTS, TEXT_VOCAB
 from .recall import recall_text
 
 log = logging.getLogger("hermes_session_guard")
 
-DOCS, FTS = "session_guard_text_docs", TEXT_FTS
+DOCS, FTS = TEXT_DOCS, TEXT_FTS
 
 
 class SearchIndexUnavailable(RuntimeError):
