@@ -264,14 +264,19 @@ def otel() -> Any:
     telemetry.reset()
 
 
-def _points(reader: Any) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
+def _metrics(reader: Any) -> dict[str, tuple[Any, Any]]:
+    """Metric name -> (metric, its instrumentation scope), from the in-memory reader."""
+    out: dict[str, tuple[Any, Any]] = {}
     data = reader.get_metrics_data()
     for rm in data.resource_metrics if data else []:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
-                out.setdefault(metric.name, []).extend(metric.data.data_points)
+                out[metric.name] = (metric, sm.scope)
     return out
+
+
+def _points(reader: Any) -> dict[str, list[Any]]:
+    return {name: list(metric.data.data_points) for name, (metric, _) in _metrics(reader).items()}
 
 
 def test_one_span_per_compaction_nested_under_the_current_one(otel: Any, runtime: Runtime, db: Any) -> None:
@@ -294,18 +299,57 @@ def test_one_span_per_compaction_nested_under_the_current_one(otel: Any, runtime
     assert compaction.parent is not None and compaction.parent.span_id == turn.get_span_context().span_id
     assert spans["summary call"].parent.span_id == compaction.context.span_id
     attrs = dict(compaction.attributes)
-    assert attrs["session_guard.session_id"] == "S1" and attrs["session_guard.outcome"] == "done"
+    assert attrs["session.id"] == "S1" and attrs["session_guard.outcome"] == "done"
     assert (attrs["session_guard.messages_in"], attrs["session_guard.messages_out"]) == (10, 3)
-    assert attrs["hermes.release"] == "0.19.0" and attrs["session_guard.strategy"] == Strategy.DETACH_DB
-    assert attrs["session_guard.summary_duration_ms"] >= 0 and "error.type" not in attrs
+    assert attrs["session_guard.hermes_release"] == "0.19.0" and attrs["session_guard.strategy"] == Strategy.DETACH_DB
+    assert 0 <= attrs["session_guard.summary.duration"] < 60 and "error.type" not in attrs  # seconds
     _no_text(attrs)
+
+
+def test_names_units_attributes_and_scope_follow_the_semantic_conventions(otel: Any, runtime: Runtime,
+                                                                          db: Any) -> None:
+    """Durations in seconds (unit ``s``, no ``*_ms``), the conventions' ``session.id``, every
+    other attribute under ``session_guard.`` on span and metrics alike, and a scope with the
+    guard's name and version."""
+    from hermes_session_guard import __version__
+
+    exporter, reader, _ = otel
+    exporter.clear()
+    _compact(runtime, db)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == telemetry.SPAN_NAME]
+    assert (span.instrumentation_scope.name, span.instrumentation_scope.version) == (
+        "hermes_session_guard", __version__)
+    keys = set(span.attributes)
+    assert "session.id" in keys and "session_guard.session_id" not in keys
+    assert {k for k in keys if k not in ("session.id", "error.type")} <= {
+        k for k in keys if k.startswith("session_guard.")}
+    assert not any(k.endswith("_ms") for k in keys), keys
+    assert {"session_guard.summary.duration", "session_guard.lock_wait.duration"} <= keys
+    metrics = _metrics(reader)
+    units = {name: metric.unit for name, (metric, _) in metrics.items() if name.startswith("session_guard.")}
+    expected = {"session_guard.compactions": "{compaction}", "session_guard.compaction.duration": "s",
+                "session_guard.compaction.lock_wait.duration": "s",
+                "session_guard.compaction.messages_buffered": "{message}"}  # a counter appears once it counts
+    assert units.items() <= expected.items() and set(expected) - set(units) <= {
+        "session_guard.compaction.messages_buffered"}, units
+    for name, (_, scope) in metrics.items():
+        if name.startswith("session_guard."):
+            assert (scope.name, scope.version) == ("hermes_session_guard", __version__), name
+    for name in ("session_guard.compactions", "session_guard.compaction.duration"):
+        for point in metrics[name][0].data.data_points:
+            assert set(point.attributes) == {"session_guard.outcome"}, (name, point.attributes)
+    (duration,) = [p for p in metrics["session_guard.compaction.duration"][0].data.data_points
+                   if p.attributes["session_guard.outcome"] == "done"]
+    assert 0 < duration.sum / duration.count < 60  # seconds, not milliseconds
+    _no_text([dict(span.attributes)])
 
 
 def test_a_failed_compaction_span_has_error_status_and_the_metrics_count_it(otel: Any, runtime: Runtime,
                                                                             db: Any) -> None:
     exporter, reader, trace = otel
     exporter.clear()
-    before = {p.attributes.get("outcome"): p.value for p in _points(reader).get("session_guard.compactions", [])}
+    before = {p.attributes.get("session_guard.outcome"): p.value
+              for p in _points(reader).get("session_guard.compactions", [])}
     agent = Agent(db, Engine())
 
     def boom() -> Any:
@@ -320,11 +364,12 @@ def test_a_failed_compaction_span_has_error_status_and_the_metrics_count_it(otel
     assert done.status.status_code != trace.StatusCode.ERROR
     _no_text([dict(s.attributes) for s in spans])
     points = _points(reader)
-    counts = {p.attributes.get("outcome"): p.value for p in points["session_guard.compactions"]}
+    counts = {p.attributes.get("session_guard.outcome"): p.value for p in points["session_guard.compactions"]}
     assert counts.get("failed", 0) - before.get("failed", 0) == 1
     assert counts.get("done", 0) - before.get("done", 0) == 1
-    assert {p.attributes.get("outcome") for p in points["session_guard.compaction.duration"]} >= {"done", "failed"}
-    assert sum(p.count for p in points["session_guard.compaction.lock_wait"]) >= 2
+    assert {p.attributes.get("session_guard.outcome")
+            for p in points["session_guard.compaction.duration"]} >= {"done", "failed"}
+    assert sum(p.count for p in points["session_guard.compaction.lock_wait.duration"]) >= 2
 
 
 def test_an_error_before_any_outcome_still_ends_the_event(runtime: Runtime, db: Any, recorded: list,
