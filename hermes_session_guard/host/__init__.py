@@ -18,6 +18,7 @@ imports are the list: ruff's unused-import rule is off for this file only).
 - :mod:`.routing`: the gateway's chat-to-session routing
 - :mod:`.events`: gateway MessageEvents and their payloads
 - :mod:`.gateway`: the runner and adapters for the buffering seams
+- :mod:`.api_server`: which state.db an API server request reads
 - :mod:`.engines`: which promises hold for the active context engine
 - :mod:`.facts`: small facts off the installed release for the operator commands
 - :mod:`.rules`: the release's compression rules (defaults, thresholds) for doctor and status
@@ -49,6 +50,7 @@ from .agent import (
     tool_names,
     tools_hidden,
 )
+from .api_server import request_db_path
 from .dashboard import dashboard_app, shim_dashboard, unshim_dashboards
 from .delivery import (
     json_response_like,

@@ -252,7 +252,7 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 return response
             mode = runtime.config.summaries.visible
             # the rows come straight from state.db, untagged: the guard's hashes for the session say which are summaries
-            sid, path = _requested_session(instance, args)
+            sid, path = _requested_session(instance, args, payload)
             payload["data"] = display_messages(data, mode, _recorded_hashes(runtime, path, sid, data)
                                                if sid and path else set())
             if mode != HIDDEN:
@@ -263,11 +263,14 @@ def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
-def _requested_session(adapter: Any, args: tuple[Any, ...]) -> tuple[str | None, Any]:
-    """The session id a ``/api/sessions/{id}/messages`` request names, and the adapter's state.db path."""
+def _requested_session(adapter: Any, args: tuple[Any, ...], payload: dict[str, Any]) -> tuple[str | None, Any]:
+    """The session a ``/api/sessions/{id}/messages`` answer holds (0.20+ name the id they resolved
+    the requested one to; else the request's), and the state.db the adapter read it from (found
+    as that release finds it: ``host.request_db_path``)."""
     request = args[0] if args else None
-    sid = getattr(request, "match_info", {}).get("session_id") if request is not None else None
-    return (str(sid) if sid else None), getattr(getattr(adapter, "_session_db", None), "db_path", None)
+    sid = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
+    sid = sid or (getattr(request, "match_info", {}).get("session_id") if request is not None else None)
+    return (str(sid) if sid else None), host.request_db_path(adapter)
 
 
 def _tag_rows_the_host_hid(runtime: Runtime, sid: str | None, path: Any, rows: list[Any]) -> None:

@@ -251,3 +251,48 @@ def test_gateway_delivers_the_summary_without_the_guard(no_guard: None, db: Any,
                                                         state_db: Path) -> None:
     delivered, _ = asyncio.run(_gateway_turn_after_compaction(db, llm))
     assert "CONTEXT COMPACTION" in "\n".join(delivered)
+
+
+# -- the real API server: the database it reads, found the way the release finds it ------------
+
+def _served_messages(srv: Any, sid: str) -> list[dict]:
+    import urllib.request
+
+    from .api_turns import API_KEY
+
+    req = urllib.request.Request(f"{srv.base}/api/sessions/{sid}/messages",
+                                 headers={"Authorization": f"Bearer {API_KEY}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+        return list(json.loads(resp.read())["data"])
+
+
+@pytest.mark.skipif(not HAS_SESSION_MESSAGES_ENDPOINT, reason="the session messages endpoint exists from 0.15")
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "unguarded"])
+def test_the_running_api_server_hides_the_summary_wherever_it_keeps_its_database(
+        request: pytest.FixtureRequest, db: Any, llm: FakeLLMServer, home: Path, guarded: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``APIServerAdapter.connect()`` on 127.0.0.1, as the gateway runs it: 0.15-0.17 keep the
+    SessionDB they open as ``_session_db``, 0.19+ in the per-profile ``_session_dbs`` cache
+    (``_session_db`` stays None). Guarded, no summary text in the answer on either; unguarded,
+    Hermes answers it (0.21+ blank the row themselves). The compaction ran in another process
+    (a CLI turn, or before the gateway restarted): the server knows it only from the guard's store."""
+    from collections import OrderedDict
+
+    from hermes_session_guard.summaries import tags
+
+    from .api_turns import running_api_server
+
+    request.getfixturevalue("guard" if guarded else "no_guard")
+    _compacted(db, llm)
+    monkeypatch.setattr(tags, "_recorded", OrderedDict())  # this process's memory of the summary it wrote
+    with running_api_server(home) as srv:
+        data = _served_messages(srv, SID)
+        adapter = srv.adapter
+        kept = "_session_db" if adapter._session_db is not None else "_session_dbs"
+    assert any(LAST_QUESTION in str(m.get("content")) for m in data)
+    shown = [m for m in data if "CONTEXT COMPACTION" in str(m.get("content"))]
+    if guarded or HOST_BLANKS_SUMMARY_ROWS:
+        assert shown == [], (kept, shown[0]["content"][:80])
+    else:
+        assert len(shown) == 1, kept
