@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import demo, disable, doctor, enable, export, handoff, repair, selftest, snapshots, status
+from . import compactions, demo, disable, doctor, enable, export, handoff, repair, selftest, snapshots, status
 
 COMMANDS: dict[str, Any] = {
     "selftest": selftest,
@@ -64,9 +64,12 @@ def register_cli(ctx: Any) -> None:
 
 
 def register_slash_commands(ctx: Any) -> None:
-    """``/handoff-packet [note]`` in the CLI and gateway chats, through Hermes's plugin command registration."""
+    """``/handoff-packet [note]`` and ``/compactions [session id]`` in the CLI, the TUI and gateway
+    chats, through Hermes's plugin command registration."""
     ctx.register_command(handoff.SLASH_NAME, handoff.slash_command, description=handoff.SLASH_HELP,
                          args_hint="[note]")
+    ctx.register_command(compactions.SLASH_NAME, compactions.slash_command, description=compactions.SLASH_HELP,
+                         args_hint="[session id]")
 
 
 if __name__ == "__main__":

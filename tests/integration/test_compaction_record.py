@@ -131,3 +131,27 @@ def test_a_compaction_killed_midway_is_listed_interrupted_after_the_restart(
     for key in ("started_at", "summary_started_at", "summary_finished_at", "finished_at"):
         assert record[key] is not None, (key, record)
     assert 0 <= record["summary_ms"] <= record["duration_ms"]
+
+
+def test_the_compactions_slash_command_lists_the_session_s_compactions(
+        guard: Any, db: Any, llm: FakeLLMServer, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/compactions``, registered through Hermes's own plugin command registration (no clash
+    with a built-in), answers in the CLI's session (``HERMES_SESSION_ID``) and for a named one:
+    each compaction's op id, outcome, counts and snapshot, never a turn's text."""
+    from hermes_cli import plugins
+
+    handler = plugins.get_plugin_command_handler("compactions")
+    assert handler is not None, sorted(plugins.get_plugin_commands())
+    messages = probe.seed_messages(tag=TAG)
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, "in_place")
+    probe.mark_flushed(agent, messages)
+    agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    (row,) = guard.store_for(home / "state.db").compressions(SID)
+    monkeypatch.setenv("HERMES_SESSION_ID", SID)
+    shown = handler("")
+    assert shown.startswith(f"Compactions of session {SID}: 1"), shown
+    assert f"op {row['op_id']}  DONE" in shown and f"messages {len(messages)} -> " in shown
+    assert f"snapshot {row['snapshot_id']}" in shown and f"{TAG}-" not in shown
+    assert handler(SID) == shown
+    assert handler("20260101_000000_000000").startswith("No compaction recorded for session")
