@@ -234,6 +234,11 @@ def _router() -> Any:
         """The recorded compactions, newest first: of ``session``, or the latest of any."""
         return compactions_of(session, limit)
 
+    @router.get("/compaction")
+    def compaction(session: str, op: str) -> dict[str, Any]:
+        """One compaction opened: its record and the original turns it replaced, masked."""
+        return originals_of(session, op)
+
     return router
 
 
@@ -256,6 +261,41 @@ def compactions_of(session: str | None, limit: int) -> dict[str, Any]:
     now, lease = time.time(), runtime.config.lock.lease_seconds
     return {"guard": "on",
             "compactions": [{"session_id": r.get("session_id"), **record_of(r, now, lease)} for r in rows]}
+
+
+def originals_of(session: str, op: str) -> dict[str, Any]:
+    """One recorded compaction of ``session`` and the original turns it replaced, read from
+    its snapshot through the guard's store: the turns its summary stands for (the range
+    recorded with the summary; the whole snapshot when none was recorded), each text masked
+    as in hand-off packets (``handoff.redaction.redact`` with Hermes's own pass). Nothing of
+    it is logged; the dashboard's auth guards the route like every plugin route."""
+    from . import host
+    from .handoff.redaction import redact
+    from .hostinfo import hermes_home
+    from .maintenance.compaction_records import record_of
+    from .runtime import current_runtime
+    from .store import message_text
+
+    runtime = current_runtime()
+    if runtime is None:
+        return {"guard": "off", "compaction": None, "turns": []}
+    db = hermes_home() / "state.db"
+    row = next((r for r in runtime.store_for(db).compressions(session) if r.get("op_id") == op),
+               None) if db.is_file() else None
+    if row is None:
+        return {"guard": "on", "compaction": None, "turns": []}
+    store = runtime.store_for(db)
+    record = {"session_id": session, **record_of(row, time.time(), runtime.config.lock.lease_seconds)}
+    snapshot_id = row.get("snapshot_id")
+    info = store.snapshot_info(snapshot_id) if snapshot_id else None
+    if info is None or info.session_id != session:
+        return {"guard": "on", "compaction": record, "turns": [], "first_turn": None, "last_turn": None}
+    first, last = store.compacted_ranges([session]).get(
+        info.snapshot_id, (info.first_turn or 1, info.last_turn or (info.first_turn or 1) + info.message_count - 1))
+    masker = host.host_redactor()
+    turns = [{"turn": n, "role": str(m.get("role") or ""), "content": redact(message_text(m) or "", masker)}
+             for n, m in store.snapshot_turns(info.snapshot_id, first, last)]
+    return {"guard": "on", "compaction": record, "first_turn": first, "last_turn": last, "turns": turns}
 
 
 def activate() -> Any:

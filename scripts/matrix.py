@@ -124,11 +124,13 @@ RELEASE_HOST_TESTS_FULL: dict[str, list[str]] = {
 
 
 # Files that drive the guard's operator commands on a home (config.yaml edits beside Hermes's
-# own writers, read-only homes, file modes, hand-off packets) rather than a seam. CI's default
-# set runs them on the releases bracketing the legacy rows (0.14.0, 0.19.0), not again on the
-# two between; the full matrix and a named release run them everywhere.
+# own writers, read-only homes, file modes, hand-off packets, the dashboard's Compactions tab
+# rendered by headless Chromium) rather than a seam. CI's default set runs them on the releases
+# bracketing the legacy rows (0.14.0, 0.19.0), not again on the two between; the full matrix and
+# a named release run them everywhere. (The browser test is in no native list: 0.20.1 and 0.22.2
+# ship no built dashboard frontend to render the tab in.)
 OPERATOR_FILES = ["test_enable_with_hermes_writers.py", "test_home_check_commands.py", "test_private_files.py",
-                  "test_secret_corpus_packets.py"]
+                  "test_secret_corpus_packets.py", "test_dashboard_page_browser.py"]
 OPERATOR_FILES_SKIPPED_BY_DEFAULT = {"0.15.2", "0.17.0"}
 
 

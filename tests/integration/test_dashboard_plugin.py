@@ -33,6 +33,7 @@ from .test_home_check_commands import run_cli
 ROOT = Path(__file__).resolve().parents[2]
 SID = "20260603_090000_da5b0a"
 TOKEN = "zephyrdashboard4412"
+KEY = "sk-proj-Zq8vT3kLmN4pR7sX2wY9bC1dF6gH0jK5"
 
 
 
@@ -54,6 +55,10 @@ status = client.get("/api/plugins/session-guard/status", headers=auth)
 shown = client.get(f"/api/sessions/{sys.argv[2]}/messages", headers=auth)
 records = client.get("/api/plugins/session-guard/compactions", headers=auth)
 one = client.get("/api/plugins/session-guard/compactions", params={"session": sys.argv[2]}, headers=auth)
+listed = records.json().get("compactions") if "json" in records.headers.get("content-type", "") else None
+op = {"session": sys.argv[2], "op": listed[0]["op_id"] if listed else "none"}
+opened = client.get("/api/plugins/session-guard/compaction", params=op, headers=auth)
+opened_without_token = client.get("/api/plugins/session-guard/compaction", params=op)
 plugins = client.get("/api/dashboard/plugins", headers=auth)
 page = client.get("/dashboard-plugins/session-guard/dist/index.js")
 print(json.dumps({
@@ -68,6 +73,8 @@ print(json.dumps({
                 if "json" in shown.headers.get("content-type", "") else None,
     "compactions": records.json() if "json" in records.headers.get("content-type", "") else None,
     "session_compactions": one.json() if "json" in one.headers.get("content-type", "") else None,
+    "opened": opened.json() if "json" in opened.headers.get("content-type", "") else None,
+    "opened_without_token": opened_without_token.status_code,
     "tabs": [p for p in plugins.json() if p.get("name") == "session-guard"] if plugins.status_code == 200 else None,
     "page": page.text if page.status_code == 200 else None,
 }))
@@ -86,7 +93,7 @@ def _dashboard(home: Path, query: str) -> dict[str, Any]:
 def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out(
         guard: Any, db: Any, llm: FakeLLMServer, home: Path) -> None:
     messages = probe.seed_messages()
-    messages[9]["content"] = f"Deploy failed on node-7 with {TOKEN}. " + messages[9]["content"]
+    messages[9]["content"] = f"Deploy failed on node-7 with {TOKEN}, OPENAI_API_KEY={KEY}. " + messages[9]["content"]
     probe.seed_session(db, SID, messages)
     agent = new_agent(db, llm, SID, "in_place")
     probe.mark_flushed(agent, messages)
@@ -117,6 +124,14 @@ def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out
     (record,) = on["compactions"]["compactions"]
     assert record["messages_after"] < record["messages_before"] and record["snapshot_id"].startswith(SID)
     assert TOKEN not in json.dumps(on["compactions"])
+    # a compaction opened: the original turns it replaced, from its snapshot, the key masked; the
+    # dashboard's session token guards the route as every plugin route
+    opened = on["opened"]
+    assert opened["compaction"]["op_id"] == op and on["opened_without_token"] == 401
+    turns = {t["turn"]: t["content"] for t in opened["turns"]}
+    assert opened["first_turn"] <= 10 <= opened["last_turn"] == max(turns) and TOKEN in turns[10], turns.get(10)
+    assert "OPENAI_API_KEY=***" in turns[10] and KEY not in json.dumps(opened)
+    assert not any("turn-46:" in text for text in turns.values())  # kept by the compaction, not replaced
     (tab,) = on["tabs"]
     assert tab["label"] == "Compactions" and not tab["tab"].get("hidden"), tab
     assert on["page"] == dashboard_plugin.SCRIPT_SOURCE and 'register("session-guard"' in on["page"]

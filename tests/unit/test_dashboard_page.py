@@ -24,7 +24,9 @@ HARNESS = r"""
 const fs = require("fs");
 // node -e: argv[1] is the first argument (no script path)
 const source = fs.readFileSync(process.argv[1], "utf8");
-const [answer, typed] = [JSON.parse(process.argv[2]), process.argv[3]];
+const [answers, typed, click] = [JSON.parse(process.argv[2]), process.argv[3], process.argv[4]];
+// one answer for every path, or {"__routes__": {path: answer}} by path without its query
+const answerFor = (path) => answers && answers.__routes__ ? answers.__routes__[path.split("?")[0]] : answers;
 const fetched = [], state = [];
 let slot = 0, effect = null, registered = null;
 const SDK = {
@@ -40,6 +42,7 @@ const SDK = {
   components: {},
   fetchJSON: (path) => {
     fetched.push(path);
+    const answer = answerFor(path);
     return typeof answer === "string" ? Promise.reject(new Error(answer)) : Promise.resolve(answer);
   },
 };
@@ -49,18 +52,24 @@ eval(source);
 const render = () => { slot = 0; return registered[1](); };
 const text = (n) => n === null || n === undefined ? ""
   : typeof n !== "object" ? String(n) : (n.children || []).map(text).join("|");
+const find = (n, cls) => n === null || typeof n !== "object" ? null
+  : (n.props && n.props.className === cls) ? n : (n.children || []).map((c) => find(c, cls)).find((c) => c) || null;
 (async () => {
   let tree = render();
   if (typed) { tree.children[1].children[0].props.onChange({target: {value: typed}}); render(); }
   effect();
   await new Promise((resolve) => setTimeout(resolve, 0));
+  if (click) {
+    find(render(), "session-guard-open").props.onClick();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+  }
   console.log(JSON.stringify({name: registered[0], fetched, text: text(render())}));
 })();
 """
 
 
-def _show(answer: Any, typed: str = "") -> dict[str, Any]:
-    done = subprocess.run([str(NODE), "-e", HARNESS, str(PAGE), json.dumps(answer), typed],
+def _show(answer: Any, typed: str = "", click: bool = False) -> dict[str, Any]:
+    done = subprocess.run([str(NODE), "-e", HARNESS, str(PAGE), json.dumps(answer), typed, "1" if click else ""],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -100,3 +109,22 @@ def test_the_filter_asks_for_one_session() -> None:
 ])
 def test_an_empty_list_a_guard_that_is_off_and_an_error_each_say_so(answer: Any, expected: str) -> None:
     assert expected in _show(answer)["text"]
+
+
+def test_open_shows_the_original_turns_the_route_answers() -> None:
+    opened = {"guard": "on", "compaction": RECORDS[0], "first_turn": 4, "last_turn": 5,
+              "turns": [{"turn": 4, "role": "assistant", "content": "turn-3: OPENAI_API_KEY=*** on node-7"},
+                        {"turn": 5, "role": "user", "content": "turn-4: and then?"}]}
+    shown = _show({"__routes__": {"/api/plugins/session-guard/compactions": {"guard": "on", "compactions": RECORDS},
+                                  "/api/plugins/session-guard/compaction": opened}}, click=True)
+    assert shown["fetched"] == ["/api/plugins/session-guard/compactions",
+                                "/api/plugins/session-guard/compaction?session=S2&op=7a10afe29bd4"]
+    text = shown["text"]
+    for expected in ("Compaction 7a10afe29bd4: the original turns it replaced", "Turns 4-5 of snapshot",
+                     "Turn 4 · assistant", "turn-3: OPENAI_API_KEY=*** on node-7", "Turn 5 · user"):
+        assert expected in text, (expected, text)
+
+
+def test_a_compaction_without_a_snapshot_has_nothing_to_open() -> None:
+    shown = _show({"guard": "on", "compactions": RECORDS[1:]})
+    assert "Open" not in shown["text"].split("|")
