@@ -12,10 +12,12 @@ The dashboard does load *dashboard* plugins: a directory
 ``enable`` writes such a directory (:data:`DIR_NAME`); its ``api.py`` calls
 :func:`activate`, which switches the guard on in the dashboard's process when,
 and only when, the home's config.yaml enables the guard (the same rule Hermes
-applies to the agent plugin), and serves ``GET /api/plugins/session-guard/status`` and
+applies to the agent plugin), and serves ``GET /api/plugins/session-guard/status``,
 ``/compactions`` (the records ``status --session`` prints, for the "Compactions" tab,
-whose page is ``dashboard_page/index.js``; Hermes 0.19+ mounts it when ``session-guard``
-is in ``plugins.enabled``, as ``enable`` leaves it).
+whose page is ``dashboard_page/index.js``) and ``/compaction?session=&op=`` (one compaction
+opened: the original turns it replaced, from its snapshot, masked by the hand-off redaction).
+Hermes's dashboard puts its own auth in front of every plugin route; 0.19+ mounts them when
+``session-guard`` is in ``plugins.enabled``, as ``enable`` leaves it.
 ``disable`` removes the directory. The directory holds no ``plugin.yaml``, so
 Hermes's agent-plugin discovery passes over it.
 

@@ -36,7 +36,7 @@
   function cell(record, key, open) {
     if (key === "open") {
       return record.snapshot_id ? h("button", { type: "button", className: "session-guard-open",
-        "data-op": record.op_id, style: { textDecoration: "underline", cursor: "pointer" },
+        "data-op": record.op_id, style: { textDecoration: "underline", cursor: "pointer", whiteSpace: "nowrap" },
         onClick: function () { open(record); } }, "Open") : "";
     }
     if (key === "messages") {

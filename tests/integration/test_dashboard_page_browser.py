@@ -4,16 +4,17 @@ A conversation is compacted under the guard (one of the turns it replaces carrie
 key), ``enable`` writes the dashboard plugin, and Hermes's dashboard is started on
 127.0.0.1 the way ``hermes dashboard`` starts it (``web_server.start_server``, a process of
 its own, the built frontend the release ships). Headless Debian Chromium then loads the tab
-with the compaction opened (``?session=<id>&op=<op id>``, the address the tab's "Open"
-button stands for) and the test reads the rendered DOM: the tab lists the compaction, and
-the opened compaction shows the original turns it replaced, the key masked. The guard's
-route answers only with the dashboard's session token (401 without it), and nothing of
-those turns reaches the guard's audit log. A screenshot of the page is left under the
-test's temporary directory (``tab.png``).
+and opens the compaction: driven through chromedriver (Debian's ``chromium-driver``, the W3C
+WebDriver protocol over the stdlib) it clicks the compaction's "Open"; without chromedriver it
+loads the address "Open" stands for (``?session=<id>&op=<op id>``). The test reads the
+rendered DOM: the tab lists the compaction, and the opened compaction shows the original
+turns it replaced, the key masked. The guard's route answers only with the dashboard's
+session token (401 without it), and nothing of those turns reaches the guard's logs. A
+screenshot of the page is left under the test's temporary directory (``tab.png``).
 
 Releases whose wheel ships no built dashboard frontend (0.20.1, 0.22.2) or whose
 dashboard does not import (0.15.2) skip; without Chromium the test skips and says so
-(``.ci/run`` installs Debian's ``chromium``).
+(``.ci/run`` installs Debian's ``chromium`` and ``chromium-driver``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ SID = "20260604_100000_b0a5e1"
 KEY = "sk-proj-Zq8vT3kLmN4pR7sX2wY9bC1dF6gH0jK5"
 REPLACED_TURN = 9  # 1-based turn 10 of probe.seed_messages(): inside the span a compaction replaces
 CHROMIUM = shutil.which("chromium") or next((p for p in ("/usr/bin/chromium",) if os.path.exists(p)), None)
+CHROMEDRIVER = shutil.which("chromedriver")  # Debian's chromium-driver: clicks "Open" (else the address opens it)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars"]
@@ -109,6 +111,81 @@ def _chromium(url: str, profile: Path, *extra: str) -> str:
     return done.stdout
 
 
+class _WebDriver:
+    """The W3C WebDriver protocol over the stdlib: chromedriver on 127.0.0.1 driving Chromium."""
+
+    def __init__(self, profile: Path) -> None:
+        port = _free_port()
+        self.proc = subprocess.Popen([str(CHROMEDRIVER), f"--port={port}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._call("GET", "/status")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        options = {"binary": str(CHROMIUM), "args": [*CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                                     "--window-size=1400,1800"]}
+        created = self._call("POST", "/session", {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome", "goog:chromeOptions": options}}})
+        self.session = f"/session/{created['sessionId']}"
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read())["value"]
+
+    def go(self, url: str) -> None:
+        self._call("POST", f"{self.session}/url", {"url": url})
+
+    def wait_for(self, css: str, seconds: float = 60) -> str:
+        """The first element matching ``css`` (its WebDriver id) once the page has rendered it."""
+        deadline = time.monotonic() + seconds
+        while True:
+            found = self._call("POST", f"{self.session}/elements", {"using": "css selector", "value": css})
+            if found:
+                return str(next(iter(found[0].values())))
+            assert time.monotonic() < deadline, f"no {css} on the page after {seconds:.0f} s"
+            time.sleep(0.3)
+
+    def click(self, element: str) -> None:
+        self._call("POST", f"{self.session}/element/{element}/click", {})
+
+    def dom(self) -> str:
+        return str(self._call("GET", f"{self.session}/source"))
+
+    def screenshot(self, path: Path) -> None:
+        import base64
+
+        path.write_bytes(base64.b64decode(self._call("GET", f"{self.session}/screenshot")))
+
+    def close(self) -> None:
+        try:
+            self._call("DELETE", self.session)
+        finally:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def _clicked_open(base: str, op: str, profile: Path, shot: Path) -> str:
+    """The tab loaded, its compaction's "Open" clicked, the opened turns rendered: the DOM."""
+    driver = _WebDriver(profile)
+    try:
+        driver.go(f"{base}/session-guard")
+        driver.click(driver.wait_for(f'button.session-guard-open[data-op="{op}"]'))
+        driver.wait_for("section.session-guard-originals li[data-turn]")
+        driver.screenshot(shot)
+        return driver.dom()
+    finally:
+        driver.close()
+
+
 def _text(dom: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", dom))
 
@@ -133,10 +210,13 @@ def test_the_tab_opens_a_compaction_to_its_original_turns_with_secrets_masked(
         route = f"{base}/api/plugins/session-guard/compaction?session={SID}&op={op}"
         assert _get(route)[0] == 401  # the dashboard's own auth guards the guard's route
         page = tmp_path / "chromium"
-        url = f"{base}/session-guard?session={SID}&op={op}"
-        dom = _chromium(url, page, "--dump-dom")
         shot = tmp_path / "tab.png"
-        _chromium(url, page, f"--screenshot={shot}")
+        if CHROMEDRIVER:  # the person's way: the tab, then "Open" on the compaction
+            dom = _clicked_open(base, op, page, shot)
+        else:  # the address "Open" stands for
+            url = f"{base}/session-guard?session={SID}&op={op}"
+            dom = _chromium(url, page, "--dump-dom")
+            _chromium(url, page, f"--screenshot={shot}")
     finally:
         proc.kill()
         proc.wait(30)
@@ -154,4 +234,5 @@ def test_the_tab_opens_a_compaction_to_its_original_turns_with_secrets_masked(
     audit = "".join(p.read_text(errors="replace") for p in home.rglob("*.log")) + \
         "".join(p.read_text(errors="replace") for p in home.rglob("*.jsonl") if "audit" in p.name)
     assert KEY not in audit and "turn-9:" not in audit
-    print(json.dumps({"screenshot": str(shot), "turns": [turns[0], turns[-1]], "op": op}))
+    print(json.dumps({"screenshot": str(shot), "turns": [turns[0], turns[-1]], "op": op,
+                      "opened_by": "click" if CHROMEDRIVER else "address"}))

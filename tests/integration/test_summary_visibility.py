@@ -28,6 +28,7 @@ _API_ROW = select_row("api_session_messages", HOST)
 HAS_SESSION_MESSAGES_ENDPOINT = _API_ROW is not None and _API_ROW.wrapper is not None
 # 0.21+ projects a summary row on that endpoint as an empty row with display_kind "hidden"
 HOST_BLANKS_SUMMARY_ROWS = HOST >= (0, 21, 0)
+HOST_ROTATES = HOST < (0, 18, 0)  # unguarded, Hermes continues a compacted conversation under a new id
 
 SID = "20260601_100000_cccccc"
 SYSTEM = "You are a test agent."
@@ -284,10 +285,17 @@ def test_the_running_api_server_hides_the_summary_wherever_it_keeps_its_database
     from .api_turns import running_api_server
 
     request.getfixturevalue("guard" if guarded else "no_guard")
-    _compacted(db, llm)
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages)
+    agent = new_agent(db, llm, SID, "in_place")
+    probe.mark_flushed(agent, messages)
+    compressed, _ = agent._compress_context(messages, SYSTEM, approx_tokens=150_000)
+    if agent.session_id != SID:  # unguarded on a rotating host (0.15-0.17): its end-of-turn flush fills the child
+        agent._flush_messages_to_session_db(compressed)
+    assert guarded == (agent.session_id == SID) or not HOST_ROTATES
     monkeypatch.setattr(tags, "_recorded", OrderedDict())  # this process's memory of the summary it wrote
     with running_api_server(home) as srv:
-        data = _served_messages(srv, SID)
+        data = _served_messages(srv, agent.session_id)
         adapter = srv.adapter
         kept = "_session_db" if adapter._session_db is not None else "_session_dbs"
     assert any(LAST_QUESTION in str(m.get("content")) for m in data)
