@@ -219,7 +219,7 @@ def test_the_tab_opens_a_compaction_to_its_original_turns_with_secrets_masked(
             _chromium(url, page, f"--screenshot={shot}")
     finally:
         proc.kill()
-        proc.wait(30)
+        served_log = proc.communicate(timeout=30)[0] or ""  # the dashboard process's own output
     text = _text(dom)
     assert "session-guard-compactions" in dom and op in text, text[-3000:]  # the tab lists the compaction
     opened = dom[dom.index("session-guard-originals"):]
@@ -231,8 +231,11 @@ def test_the_tab_opens_a_compaction_to_its_original_turns_with_secrets_masked(
     assert KEY not in dom  # masked as in hand-off packets
     assert "turn-46:" not in shown  # a kept turn is not among those the compaction replaced
     assert shot.is_file() and shot.stat().st_size > 10_000
-    audit = "".join(p.read_text(errors="replace") for p in home.rglob("*.log")) + \
-        "".join(p.read_text(errors="replace") for p in home.rglob("*.jsonl") if "audit" in p.name)
-    assert KEY not in audit and "turn-9:" not in audit
+    # nothing of the opened turns in a log: the guard's audit log (which names the compaction),
+    # Hermes's logs under the home, the dashboard process's output
+    audit = (home / "logs" / "session_guard.jsonl").read_text(errors="replace")
+    assert op in audit
+    logs = "".join(p.read_text(errors="replace") for p in (home / "logs").iterdir() if p.is_file()) + served_log
+    assert KEY not in logs and "turn-9:" not in logs and "deployment plan" not in logs
     print(json.dumps({"screenshot": str(shot), "turns": [turns[0], turns[-1]], "op": op,
                       "opened_by": "click" if CHROMEDRIVER else "address"}))
