@@ -62,6 +62,9 @@ _TOKEN_PATTERNS = [
     r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+",  # Slack webhook
     r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]+",  # Discord webhook
+    r"ntn_[A-Za-z0-9]{40,}",  # Notion integration token
+    r"secret_[A-Za-z0-9]{40,}",  # Notion internal integration secret (the older form)
+    r"access_token\$(?:production|sandbox|development|qa)\$[a-z0-9]{16}\$[a-f0-9]{32}",  # Braintree
 ]
 
 _PRIVATE_KEY = re.compile(
@@ -73,15 +76,23 @@ _TOKENS = re.compile("|".join(f"(?:{p})" for p in _TOKEN_PATTERNS))
 _TOKEN_TRIGGERS = ("sk-", "sk_", "rk_", "pk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
                    "xapp-", "aiza", "ya29.", "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa", "abia",
                    "acca", "hf_", "npm_", "pypi-", "gsk", "xai", "tvly", "pplx", "fw_", "fw-", "sg.", "eyj",
-                   "https://")
+                   "https://", "ntn_", "secret_", "access_token$")
 _TELEGRAM = re.compile(r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b")  # Telegram bot token
 _TELEGRAM_SECRET = re.compile(r":[A-Za-z0-9_\-]{35}")  # its secret half, found from the literal ":"
 _TWILIO_SID = re.compile(r"\b(?:SK|AC)[0-9a-fA-F]{32}\b")  # Twilio API key / account SIDs
+# The auth token passed right after the SID: Client('AC...', '<token>')
+_TWILIO_PAIR = re.compile(r"(\b(?:SK|AC)[0-9a-fA-F]{32}[\"'`]?[ \t]{0,8},[ \t]{0,8}[\"'`]?)[0-9a-fA-F]{32}\b")
 # Authorization headers and bare bearer credentials.
-_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)(?:(bearer|basic|token|digest)\s+)?[^\s,;]+")
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization[ \t]*[:=][ \t]*)"
+                          r"(?:([A-Za-z][A-Za-z0-9_\-]{1,20})[ \t]+(?=[^\s,;]))?[^\s,;]+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{8,}")
 # X-Api-Key: ..., X-Auth-Token: ...
 _KEY_HEADER = re.compile(r"(?im)^([ \t]{0,16}x-[a-z\-]{0,64}?(?:key|token|secret|auth)[a-z\-]{0,64}[ \t]*:[ \t]*)\S+")
+# What a key or header name ends with when its value names or points to a secret instead of
+# being one (SharedAccessKeyName, token_uri, secretName, X-Auth-Email, PASSWORD_FILE)
+_NOT_SECRET_SUFFIX = re.compile(r"(?i)(?:name|id|ids|type|uri|url|endpoint|path|file|dir|email|user|username|length"
+                                r"|size|count|expiry|expires|expires_in|ttl|version|header|prefix|format|policy"
+                                r"|method|scheme|label|hint|reset)[\"']?[ \t]*[=:\uff1a\uff1d]?[ \t]*\Z")
 # scheme://user:password@host  and  scheme://token@host  and  scheme://:password@host
 _URL_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]{0,31}://)[^/\s@:]{0,256}(?::[^/\s@]{0,256})?@")
 # ?access_token=...&sig=...
@@ -90,7 +101,7 @@ _URL_SECRET_PARAM = re.compile(
     r"|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|auth|code)=)[^&#\s;]+"
 )
 # Azure connection strings: AccountKey=...; SharedAccessKey=...; SharedAccessSignature=...
-_AZURE = re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*)[^;\s\"']+")
+_AZURE = re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)[ \t]*=[ \t]*)[^;\s\"']+")
 _SECRET_KEYWORD = (
     r"(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
     r"|private[_\-]?key|client[_\-]?secret|credential|auth[_\-]?key|app[_\-]?key|session[_\-]?key|sessionid"
@@ -105,6 +116,9 @@ _ASSIGNMENT = re.compile(
     r"(?i)(?P<key>" + _SECRET_KEYWORD + r"[A-Za-z0-9_.\-]{0,64}[\"']?[ \t]{0,16}[=:\uff1a\uff1d][ \t]{0,16})"
     r"(?:(?P<q>[\"'])(?P<quoted>[^\"'\n]{1,256})(?P=q)|(?P<value>[^\s\"',;}{\]]{3,}))"
 )
+# XML/.config: <add key="DbPassword" value="..."/>, <property name="db.password" value="..."/>
+_XML_KEYED_VALUE = re.compile(r"(?i)(\b(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n<>]{0,64}?" + _SECRET_KEYWORD
+                              + r"[^\"'\n<>]{0,64}?[\"'][ \t]+value[ \t]*=[ \t]*([\"']))([^\"'\n]{1,256})(?=\2)")
 # "my password is hunter2", "the password for the vpn is X"
 _PROSE_PASSWORD = re.compile(
     r"(?i)\b((?:password|passphrase|passwd|pin|secret(?: key)?|api key|token)\b[^.\n:=]{0,40}?\s(?:is|was|=)\s+)"
@@ -180,14 +194,22 @@ _BLOB = re.compile(r"(?<![A-Za-z0-9+/=_\-])[A-Za-z0-9+/]{60,}={0,2}(?![A-Za-z0-9
 _BLOCK_SCALAR_KEY = re.compile(r"(?i)^([ \t]*)[\"']?" + _SECRET_WORD
                                + r"[\"']?[ \t]*[:\uff1a][ \t]*[>|][+\-0-9]{0,2}[ \t]*$")
 # A token-only line right after a line that ends in a mask: the rest of a value split over two lines
-_CONTINUATION = re.compile(r"(?m)((?:\[REDACTED\]|\*\*\*)[\"']?[ \t]*\n[ \t]*)([A-Za-z0-9_+/=.\-]{8,512})"
+# (a "\\" may end the masked line; the rest has a digit and no "=" but base64 padding, so the
+# next config line, PORT=8080, is never taken for it)
+_CONTINUATION = re.compile(r"(?m)((?:\[REDACTED\]|\*\*\*)[\"']?[ \t]*\\?\n[ \t]*)"
+                           r"((?=[A-Za-z_+/.\-]{0,511}[0-9])[A-Za-z0-9_+/.\-]{8,512}={0,2})"
                            r"(?=[\"'?.,;:!)]{0,3}[ \t]*$)")
+
+
+_DATA_URI = re.compile(r"(?i)data:[a-z]{1,16}/[a-z0-9.+\-]{1,64}(?:;[a-z\-]{1,32}=[^;,\s]{1,64}){0,4};base64,\Z")
 
 
 def _mask_blob(m: re.Match[str]) -> str:
     run = m.group(0)
     if run.count("/") * 16 > len(run):
         return run  # a path
+    if _DATA_URI.search(m.string, max(0, m.start() - 160), m.start()):
+        return run  # the content of a data: URI (an image, a font), not a key
     return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT.search(run) else run
 
 
@@ -227,6 +249,13 @@ _BLOCK_SCALAR_HINT = re.compile(r"[:\uff1a][ \t]*[>|][+\-0-9]{0,2}[ \t]*$", re.M
 _MASK_REMAINDER = re.compile(r"(?:\*{3}|\[REDACTED\])(?=[A-Za-z0-9_/+=\-]*\d)[A-Za-z0-9_/+=\-]{8,}")
 
 _COUNT = re.compile(r"[~\d.,_kKmM]+")
+# A value that is code, not a credential: a call, an index or the end of a signature
+# (``get_token(session_id)``, ``reverse(``, ``str)``, ``environ[``), or a type name.
+_CODE_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,128}[(\[)]")
+_TYPE_NAMES = frozenset({"str", "bytes", "int", "bool", "none", "null", "nil", "undefined", "true", "false",
+                         "string", "secretstr", "optional", "any", "object"})
+# A plain word: what follows "the secret to X is" in prose is a word, not a password
+_PLAIN_WORD = re.compile(r"[a-z]{1,15}[.,;:!?)]{0,3}")
 
 
 def _redact_assignment(m: re.Match[str]) -> str:
@@ -234,14 +263,30 @@ def _redact_assignment(m: re.Match[str]) -> str:
     value = m.group("quoted") if quote else m.group("value")
     if value.startswith("[REDACTED") or value == "***":
         return m.group(0)
-    if "tokens" in m.group("key").lower() and _COUNT.fullmatch(value):
+    key = m.group("key")
+    if "tokens" in key.lower() and _COUNT.fullmatch(value):
         return m.group(0)  # a token count ("prompt_tokens=41,442"), not a credential
-    return f"{m.group('key')}{quote}{MASK}{quote}"
+    if _NOT_SECRET_SUFFIX.search(key) or rule_set.is_placeholder(value):
+        return m.group(0)  # a name, address or path of a secret (token_uri, secretName), or a placeholder
+    if not quote and (_CODE_VALUE.match(value) or value.lower() in _TYPE_NAMES):
+        return m.group(0)  # code: token = get_token(session_id), password: str) -> Session
+    return f"{key}{quote}{MASK}{quote}"
+
+
+# A cookie's name that says its value is a credential
+_SECRET_COOKIE_NAME = re.compile(r"(?i)sess|sid|token|auth|key|secret|jwt|csrf|xsrf|login|remember|pass")
+# A cookie value that is a setting, not a credential: a short word (theme=dark, lang=en)
+_COOKIE_SETTING = re.compile(r"[A-Za-z_\-]{1,12}")
 
 
 def _redact_cookie(m: re.Match[str]) -> str:
     def pair(p: re.Match[str]) -> str:
-        return p.group(0) if p.group(1).lower() in _COOKIE_ATTRS else f"{p.group(1)}{MASK}"
+        name = p.group(1)
+        if name.lower() in _COOKIE_ATTRS:
+            return p.group(0)
+        if _COOKIE_SETTING.fullmatch(p.group(2)) and not _SECRET_COOKIE_NAME.search(name):
+            return p.group(0)
+        return f"{name}{MASK}"
 
     return m.group(1) + _COOKIE_PAIR.sub(pair, m.group(2))
 
@@ -251,11 +296,25 @@ def _keep_head(m: re.Match[str]) -> str:
 
 
 def _redact_prose_password(m: re.Match[str]) -> str:
-    return m.group(1) + (m.group(2) if m.group(2).startswith("[REDACTED") else MASK)
+    value = m.group(2)
+    if (value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value) or _CODE_VALUE.match(value)
+            or rule_set.is_placeholder(value.rstrip(".,;:!?"))):
+        return m.group(0)  # "the secret to good BPE is merges", "the token is invalid"
+    return m.group(1) + MASK
 
 
 def _redact_userinfo(m: re.Match[str]) -> str:
+    userinfo = m.group(0)[len(m.group(1)):-1]
+    password = userinfo.partition(":")[2]
+    if password and rule_set.is_placeholder(password):
+        return m.group(0)  # postgresql://user:password@localhost: the documentation's placeholder
     return f"{m.group(1)}{MASK}@"
+
+
+def _redact_key_header(m: re.Match[str]) -> str:
+    if _NOT_SECRET_SUFFIX.search(m.group(1)):
+        return m.group(0)  # X-Auth-Email, X-Api-Key-Id: names the credential's owner, not the credential
+    return f"{m.group(1)}{MASK}"
 
 
 def _redact_auth_header(m: re.Match[str]) -> str:
@@ -281,7 +340,7 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_AZURE, _keep_head, ("accountkey", "sharedaccess")),
     (_AUTH_HEADER, _redact_auth_header, ("authorization",)),
     (_BEARER, _keep_head, ("bearer",)),
-    (_KEY_HEADER, _keep_head, ("x-",)),
+    (_KEY_HEADER, _redact_key_header, ("x-",)),
     (_COOKIE, _redact_cookie, ("cookie",)),
     (_CURL_USER, _after_command(_CURL_COMMAND), ("curl",)),
     (_MYSQL_P, _after_command(_MYSQL_COMMAND), ("mysql", "mariadb")),
@@ -297,6 +356,7 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_WEBHOOK_URL, _keep_head, ("hook",)),
     (_PUTTY_PRIVATE, _keep_head, ("private-",)),
     (_BLOB, _mask_blob, ()),
+    (_XML_KEYED_VALUE, _keep_head, ("value",)),
     (_ASSIGNMENT, _redact_assignment, _SECRET_WORD_TRIGGERS),
     (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "pin", "secret", "api key",
                                                "token")),
@@ -315,6 +375,10 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
     text = _PRIVATE_KEY.sub(MASK, text)
     # where the literals occur, found once and kept while no rule changes the text
     found = rule_set.Occurrences(text)
+    # before the rule sets mask the SID that tells the token beside it
+    text = rule_set.sub_near(_TWILIO_PAIR, _keep_head, text, ("SK", "AC"), found=found)
+    if found.text is not text:
+        found = rule_set.Occurrences(text)
     if with_rule_sets:
         with failing_open("the provider rule pass", "the guard's own rules still apply", advice=None,
                           level=logging.WARNING):
