@@ -398,20 +398,92 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
     return redact_continuations(text)
 
 
-def redact(text: str, host_redactor: Callable[[str], str] | None = None) -> str:
-    """All passes: normalise, the provider rule sets and the guard's rules, then the
-    host's function (``None``: skipped). A failing pass never undoes the ones before it."""
+def redact(text: str, host_redactor: Callable[[str], str] | None = None,
+           known: frozenset[str] = frozenset()) -> str:
+    """All passes: normalise, the provider rule sets and the guard's rules, the values
+    in ``known`` (:func:`mask_known`), then the host's function (``None``: skipped) under
+    :func:`host_pass`'s bounds. A failing pass never undoes the ones before it."""
     if not text:
         return text
-    return host_pass(redact_guard_patterns(text), host_redactor)
+    return host_pass(mask_known(redact_guard_patterns(text), known), host_redactor)
+
+
+# Hermes's redactor takes time quadratic in a long run of letters and digits (18 s for a
+# 120 KB token on 0.19): it sees at most HOST_PASS_MAX_CHARS characters of a text (a
+# hand-off packet, whose fields are clipped before, is far shorter), in pieces of at most
+# HOST_PASS_MAX_LINE characters.
+HOST_PASS_MAX_CHARS = 65_536
+HOST_PASS_MAX_LINE = 2_048
 
 
 def host_pass(text: str, host_redactor: Callable[[str], str] | None) -> str:
-    """Hermes's own ``redact_sensitive_text`` last, when there is one. Fails open: the
-    guard's passes already ran, so a failing host pass is logged and the text kept."""
-    if host_redactor is None:
+    """Hermes's own ``redact_sensitive_text`` last, when there is one, line by line (a
+    rule of it that runs over a line end, like its connection-string rule, can never
+    delete a line, so never a section of a packet), on at most
+    :data:`HOST_PASS_MAX_CHARS` characters in pieces of at most
+    :data:`HOST_PASS_MAX_LINE`. Fails open: the guard's passes already ran, so a failing
+    host pass is logged and the text kept."""
+    if host_redactor is None or not text:
         return text
     with failing_open("Hermes's redaction pass", "the guard's own passes still applied", advice=None,
                       level=logging.WARNING):
-        return host_redactor(text)
+        return _by_line(text, host_redactor)
     return text
+
+
+def _by_line(text: str, host_redactor: Callable[[str], str]) -> str:
+    bounded, rest = text[:HOST_PASS_MAX_CHARS], text[HOST_PASS_MAX_CHARS:]
+    out = []
+    for line in bounded.split("\n"):
+        if not line.strip():
+            out.append(line)
+        elif len(line) <= HOST_PASS_MAX_LINE:
+            out.append(host_redactor(line))
+        else:
+            out.append("".join(host_redactor(line[i:i + HOST_PASS_MAX_LINE])
+                               for i in range(0, len(line), HOST_PASS_MAX_LINE)))
+    return "\n".join(out) + rest
+
+
+# -- values seen with their context, masked wherever they are echoed -------------------
+MIN_KNOWN_CHARS = 6
+MAX_KNOWN_VALUES = 2_000
+_PLAIN_LOWER = re.compile(r"[a-z]{1,9}")
+
+
+def masked_values(text: str) -> frozenset[str]:
+    """The values the guard's pass masks in ``text`` (what each ``[REDACTED]`` stands for),
+    so that the bare value can be masked where it is echoed without its context. Values
+    shorter than :data:`MIN_KNOWN_CHARS`, short plain words, placeholders and values over
+    a line are left out."""
+    if not text:
+        return frozenset()
+    text = normalise(text)
+    pieces = redact_guard_patterns(text).split(MASK)
+    if len(pieces) == 1 or not text.startswith(pieces[0]):
+        return frozenset()
+    values: set[str] = set()
+    pos = len(pieces[0])
+    for i, piece in enumerate(pieces[1:], 1):
+        if i == len(pieces) - 1:
+            end = len(text) - len(piece)
+        else:
+            end = text.find(piece[:64], pos) if piece else pos
+        if end < pos:
+            break  # out of step (a rule rewrote more than the value): what was found so far stands
+        value = text[pos:end].strip().strip("\"'`")
+        if (len(value) >= MIN_KNOWN_CHARS and "\n" not in value and MASK not in value
+                and not _PLAIN_LOWER.fullmatch(value) and not rule_set.is_placeholder(value)):
+            values.add(value)
+        pos = end + len(piece)
+    return frozenset(values)
+
+
+def mask_known(text: str, known: frozenset[str]) -> str:
+    """``text`` with every occurrence of a value in ``known`` masked (the longest first)."""
+    if not known or not text:
+        return text
+    present = sorted((v for v in known if v in text), key=len, reverse=True)[:MAX_KNOWN_VALUES]
+    if not present:
+        return text
+    return re.sub("|".join(map(re.escape, present)), MASK, text)
