@@ -374,17 +374,9 @@ def decorate_summaries(
 
 def text_without_summary(text: str) -> str:
     """What a message says besides a compaction summary merged into it ("" for a
-    standalone summary): the text after the end marker (0.14+) or the prior text
-    wrapped before the summary (0.19)."""
+    standalone summary): the text after the end marker's line (0.14+) or the prior text
+    wrapped before the summary (0.19, whose summary itself ends with the end marker).
+    The same cut as :func:`original_part`."""
     if not is_summary_text(text):
         return text
-    if SUMMARY_END_MARKER in text:
-        after = text.split(SUMMARY_END_MARKER, 1)[1]
-        after = after.split("---", 1)[1] if "---" in after else ""
-        return after.strip()
-    # 0.19's merge form keeps the tail message's own text BEFORE the summary, between these.
-    prior_header, delimiter = host_port.DEFAULT_MERGED_MARKERS
-    if delimiter in text:
-        before = text.split(delimiter, 1)[0]
-        return before.replace(prior_header, "", 1).strip()
-    return ""
+    return original_part(text)
