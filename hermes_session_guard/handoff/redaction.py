@@ -119,6 +119,20 @@ _ASSIGNMENT = re.compile(
 # XML/.config: <add key="DbPassword" value="..."/>, <property name="db.password" value="..."/>
 _XML_KEYED_VALUE = re.compile(r"(?i)(\b(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n<>]{0,64}?" + _SECRET_KEYWORD
                               + r"[^\"'\n<>]{0,64}?[\"'][ \t]+value[ \t]*=[ \t]*([\"']))([^\"'\n]{1,256})(?=\2)")
+# <password>...</password>, <entry key="apiSecret">...</entry>
+_XML_ELEMENT = re.compile(r"(?i)(<(?:[A-Za-z0-9_.:\-]{0,64}?" + _SECRET_KEYWORD + r"[A-Za-z0-9_.:\-]{0,64}"
+                          r"|[A-Za-z0-9_.:\-]{1,64}[ \t]+(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n<>]{0,64}?"
+                          + _SECRET_KEYWORD + r"[^\"'\n<>]{0,64}[\"'])[ \t]*>)([^<\n]{1,256})(?=</)")
+# | API key | value | (a Markdown table row)
+_TABLE_ROW = re.compile(r"(?im)^([ \t]{0,16}\|[ \t]*[^|\n]{0,64}?(?:(?:api|access|secret) key|" + _SECRET_KEYWORD
+                        + r")[^|\n]{0,64}\|[ \t]*)"
+                        r"([^|\s][^|\n]{0,255}?)(?=[ \t]*\|)")
+# "the password HAC66klP.uvBt5wOaS": a password word, then a value with letters and digits
+_PASSWORD_VALUE = re.compile(r"(?i)(\b(?:password|passwd|passphrase|pw)[ \t]+)"
+                             r"((?=[^\s,;]{0,255}[0-9])(?=[^\s,;]{0,255}[A-Za-z])[^\s,;]{8,256})")
+# An upper-case environment name ending in _KEY (ALGOLIA_ADMIN_KEY=...): a value with letters and digits
+_ENV_KEY = re.compile(r"(\b[A-Z][A-Z0-9_]{0,64}_KEY[ \t]*=[ \t]*[\"']?)"
+                      r"((?=[A-Za-z0-9_+/=.\-]{0,255}[0-9])(?=[A-Za-z0-9_+/=.\-]{0,255}[A-Za-z])[A-Za-z0-9_+/=.\-]{8,256})")
 # "my password is hunter2", "the password for the vpn is X"
 _PROSE_PASSWORD = re.compile(
     r"(?i)\b((?:password|passphrase|passwd|pin|secret(?: key)?|api key|token)\b[^.\n:=]{0,40}?\s(?:is|was|=)\s+)"
@@ -198,7 +212,7 @@ _BLOCK_SCALAR_KEY = re.compile(r"(?i)^([ \t]*)[\"']?" + _SECRET_WORD
 # next config line, PORT=8080, is never taken for it)
 _CONTINUATION = re.compile(r"(?m)((?:\[REDACTED\]|\*\*\*)[\"']?[ \t]*\\?\n[ \t]*)"
                            r"((?=[A-Za-z_+/.\-]{0,511}[0-9])[A-Za-z0-9_+/.\-]{8,512}={0,2})"
-                           r"(?=[\"'?.,;:!)]{0,3}[ \t]*$)")
+                           r"(?=[\"'?.,;:!)]{0,3}[ \t]*$|[\"'])")
 
 
 _DATA_URI = re.compile(r"(?i)data:[a-z]{1,16}/[a-z0-9.+\-]{1,64}(?:;[a-z\-]{1,32}=[^;,\s]{1,64}){0,4};base64,\Z")
@@ -311,6 +325,15 @@ def _redact_userinfo(m: re.Match[str]) -> str:
     return f"{m.group(1)}{MASK}@"
 
 
+def _redact_secretish(m: re.Match[str]) -> str:
+    """The value of group 2 masked unless it is a plain word, a type name, code or a placeholder."""
+    value = m.group(2).strip()
+    if (value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value) or value.lower() in _TYPE_NAMES
+            or _CODE_VALUE.match(value) or rule_set.is_placeholder(value)):
+        return m.group(0)
+    return m.group(1) + m.group(2).replace(value, MASK, 1)
+
+
 def _redact_key_header(m: re.Match[str]) -> str:
     if _NOT_SECRET_SUFFIX.search(m.group(1)):
         return m.group(0)  # X-Auth-Email, X-Api-Key-Id: names the credential's owner, not the credential
@@ -349,7 +372,7 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_TWILIO, _keep_head, ("twilio",)),
     (_AWS_SECRET, _keep_head, ("aws",)),
     (_AWS_SECRET_SHAPE, _mask_aws_shape, ()),
-    (_NETRC, _keep_head, ("machine", "default", "login", "account")),
+    (_NETRC, _redact_secretish, ("machine", "default", "login", "account")),
     (_NETRC_LINE, _keep_head, ("password",)),
     (_QUOTED_AUTH, _keep_head, ("auth",)),
     (_BARE_SIG, _keep_head, ("sig",)),
@@ -357,9 +380,13 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_PUTTY_PRIVATE, _keep_head, ("private-",)),
     (_BLOB, _mask_blob, ()),
     (_XML_KEYED_VALUE, _keep_head, ("value",)),
+    (_XML_ELEMENT, _redact_secretish, ("</",)),
+    (_TABLE_ROW, _redact_secretish, ("|",)),
+    (_ENV_KEY, _keep_head, ("_KEY",)),
     (_ASSIGNMENT, _redact_assignment, _SECRET_WORD_TRIGGERS),
     (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "pin", "secret", "api key",
                                                "token")),
+    (_PASSWORD_VALUE, _redact_secretish, ("password", "passwd", "passphrase", "pw")),
 ]
 
 _ANCHORED_RULES = {_TOKENS, _NETRC, _ASSIGNMENT, _PROSE_PASSWORD}
