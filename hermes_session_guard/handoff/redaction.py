@@ -106,7 +106,7 @@ _SECRET_KEYWORD = (
     r"(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
     r"|private[_\-]?key|client[_\-]?secret|credential|auth[_\-]?key|app[_\-]?key|session[_\-]?key|sessionid"
     r"|session_id|key[_\-]?data|密码|密碼|口令|令牌|密钥|密鑰|秘钥|秘鑰|暗号|パスワード|비밀번호|비번|토큰|пароль|токен"
-    r"|(?<![A-Za-z])(?:pass|pw|pword)(?![A-Za-z]))"
+    r"|(?<![A-Za-z])(?:pass|pw|pword|psk)(?![A-Za-z]))"
 )
 _SECRET_WORD = r"[A-Za-z0-9_.\-]{0,64}?" + _SECRET_KEYWORD + r"[A-Za-z0-9_.\-]{0,64}"
 # KEY=value, key: value, "key": "value" (a quoted value may hold spaces; a bare one
@@ -133,9 +133,27 @@ _PASSWORD_VALUE = re.compile(r"(?i)(\b(?:password|passwd|passphrase|pw)[ \t]+)"
 # An upper-case environment name ending in _KEY (ALGOLIA_ADMIN_KEY=...): a value with letters and digits
 _ENV_KEY = re.compile(r"(\b[A-Z][A-Z0-9_]{0,64}_KEY[ \t]*=[ \t]*[\"']?)"
                       r"((?=[A-Za-z0-9_+/=.\-]{0,255}[0-9])(?=[A-Za-z0-9_+/=.\-]{0,255}[A-Za-z])[A-Za-z0-9_+/=.\-]{8,256})")
+# Command-line password options no ordinary command shares: keytool's store and key passwords
+_KEYTOOL_PASS = re.compile(r"(?i)((?<=\s)-(?:src|dest)?(?:store|key)pass(?:[ \t]+|=))"
+                           r"([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
+# ldapsearch/ldapmodify/... -w PASSWORD (after an ldap command on its line)
+_LDAP_W = re.compile(r"((?<=\s)-w[ \t]+)([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
+_LDAP_COMMAND = re.compile(r"(?i)\bldap(?:search|modify|add|delete|passwd|whoami|compare|modrdn)\b")
+# net use X: \\host\share /user:DOMAIN\name PASSWORD
+_NET_USE = re.compile(r"(?i)(\bnet[ \t]+use\b[^\n]{0,256}?/user:\S+[ \t]+)([^\s/][^\s]*)")
+# redis AUTH [user] password (the command is written in capitals)
+_REDIS_AUTH = re.compile(r"((?<![A-Za-z0-9_])AUTH[ \t]+(?:[A-Za-z0-9_.\-]{1,64}[ \t]+)?)([^\s\"']{6,256})(?=[ \t]*$)",
+                         re.MULTILINE)
+# auth=("user", "password"), HTTPBasicAuth("user", "password")
+_AUTH_TUPLE = re.compile(r"(?i)((?:\bauth[ \t]*=[ \t]*\(|BasicAuth\()[ \t]*[\"'][^\"'\n]{0,128}[\"'][ \t]*,[ \t]*[\"'])"
+                         r"([^\"'\n]{1,256})(?=[\"'])")
+# Terraform: variable "db_password" { ... default = "..." }
+_TF_DEFAULT = re.compile(r"(?i)(\bvariable[ \t]+\"[^\"\n]{0,64}?" + _SECRET_KEYWORD
+                         + r"[^\"\n]{0,64}\"[ \t]*\{[^{}]{0,256}?\bdefault[ \t]*=[ \t]*\")([^\"\n]{1,256})(?=\")")
 # "my password is hunter2", "the password for the vpn is X"
 _PROSE_PASSWORD = re.compile(
-    r"(?i)\b((?:password|passphrase|passwd|pin|secret(?: key)?|api key|token)\b[^.\n:=]{0,40}?\s(?:is|was|=)\s+)"
+    r"(?i)\b((?:password|passphrase|passwd|passcode|pin|secret(?: key)?|api key|token|pre-shared key|psk)\b"
+    r"[^.\n:=]{0,40}?\s(?:is|was|=)\s+)"
     r"([^\s,;]{3,})"
 )
 # aws_secret_access_key-like 40-char values next to an AWS word
@@ -280,7 +298,7 @@ def _redact_assignment(m: re.Match[str]) -> str:
     key = m.group("key")
     if "tokens" in key.lower() and _COUNT.fullmatch(value):
         return m.group(0)  # a token count ("prompt_tokens=41,442"), not a credential
-    if _NOT_SECRET_SUFFIX.search(key) or rule_set.is_placeholder(value):
+    if (_NOT_SECRET_SUFFIX.search(key) and "private" not in key.lower()) or rule_set.is_placeholder(value):
         return m.group(0)  # a name, address or path of a secret (token_uri, secretName), or a placeholder
     if not quote and (_CODE_VALUE.match(value) or value.lower() in _TYPE_NAMES):
         return m.group(0)  # code: token = get_token(session_id), password: str) -> Session
@@ -345,9 +363,9 @@ def _redact_auth_header(m: re.Match[str]) -> str:
 
 
 # The first characters of every _SECRET_KEYWORD alternative: _ASSIGNMENT is tried where one occurs
-_SECRET_WORD_TRIGGERS = ("pass", "pw", "secret", "token", "api", "access", "private", "client", "credential", "auth",
-                         "app", "session", "key", "密", "口令", "令牌", "秘", "暗号", "パスワード", "비밀번호", "비번",
-                         "토큰", "пароль", "токен")
+_SECRET_WORD_TRIGGERS = ("pass", "pw", "psk", "secret", "token", "api", "access", "private", "client", "credential",
+                         "auth", "app", "session", "key", "密", "口令", "令牌", "秘", "暗号", "パスワード", "비밀번호",
+                         "비번", "토큰", "пароль", "токен")
 # The guard's rules in order: (pattern, replacement, the literal text a match contains or
 # lies next to, or a pattern a match contains; the pattern runs only near it; empty: over
 # the whole text). A rule whose
@@ -379,13 +397,19 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_WEBHOOK_URL, _keep_head, ("hook",)),
     (_PUTTY_PRIVATE, _keep_head, ("private-",)),
     (_BLOB, _mask_blob, ()),
+    (_KEYTOOL_PASS, _redact_secretish, ("pass",)),
+    (_LDAP_W, _after_command(_LDAP_COMMAND), ("ldap",)),
+    (_NET_USE, _redact_secretish, ("net",)),
+    (_REDIS_AUTH, _redact_secretish, ("AUTH",)),
+    (_AUTH_TUPLE, _keep_head, ("auth",)),
+    (_TF_DEFAULT, _keep_head, ("variable",)),
     (_XML_KEYED_VALUE, _keep_head, ("value",)),
     (_XML_ELEMENT, _redact_secretish, ("</",)),
     (_TABLE_ROW, _redact_secretish, ("|",)),
     (_ENV_KEY, _keep_head, ("_KEY",)),
     (_ASSIGNMENT, _redact_assignment, _SECRET_WORD_TRIGGERS),
-    (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "pin", "secret", "api key",
-                                               "token")),
+    (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "passcode", "pin", "secret",
+                                               "api key", "token", "pre-shared", "psk")),
     (_PASSWORD_VALUE, _redact_secretish, ("password", "passwd", "passphrase", "pw")),
 ]
 
