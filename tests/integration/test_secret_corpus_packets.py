@@ -186,3 +186,20 @@ def test_an_automatic_packet_redacts_the_summary(summarising_secrets: Any, db: A
     assert "handoff.packet_written" in audit_log
     for entry in SECRETS:
         assert not leaked(audit_log, entry["secret"]), entry["name"]
+
+
+def test_a_value_seen_with_its_context_is_masked_where_it_is_echoed(guard: Any, db: Any, home: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The password given as ``DB_PASSWORD=...`` early in the session, echoed bare in the last
+    request and in the note: masked in both."""
+    from hermes_session_guard.commands.cli import main
+
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    value = "Qx7mK2pL9vR4tW"
+    db.append_message(session_id=SID, role="user", content=f"the staging env has DB_PASSWORD={value} set")
+    db.append_message(session_id=SID, role="assistant", content="noted")
+    db.append_message(session_id=SID, role="user", content=f"now try {value} against the replica")
+    assert main(["handoff", SID, "--note", f"remember {value} is the one"]) == 0
+    packet = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
+    assert value not in packet
+    assert "against the replica" in packet and "is the one" in packet
