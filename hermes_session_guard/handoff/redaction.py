@@ -13,8 +13,11 @@ what it finds with ``[REDACTED]``:
    lines, Docker ``"auth"``, webhook URLs, PuTTY and header-less key bodies, YAML
    block scalars, assignments (full-width separators too) and prose, the rest of a
    value split over two lines;
-4. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
-   has it, as a net for the provider formats Hermes knows (:func:`host_pass`).
+4. values masked with their context elsewhere (:func:`masked_values`), wherever they
+   are echoed bare (:func:`mask_known`);
+5. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
+   has it, as a net for the provider formats Hermes knows (:func:`host_pass`: line by
+   line, on bounded pieces, so it can neither delete a section nor take quadratic time).
 
 Passes 1-3 are :func:`redact_guard_patterns` (the audit log's net too). A pass that
 fails is logged and skipped with the others still applied. Every rule runs in time
@@ -132,7 +135,7 @@ _PASSWORD_VALUE = re.compile(r"(?i)(\b(?:password|passwd|passphrase|pw)[ \t]+)"
                              r"((?=[^\s,;]{0,255}[0-9])(?=[^\s,;]{0,255}[A-Za-z])[^\s,;]{8,256})")
 # An upper-case environment name ending in _KEY (ALGOLIA_ADMIN_KEY=...): a value with letters and digits
 _ENV_KEY = re.compile(r"(\b[A-Z][A-Z0-9_]{0,64}_KEY[ \t]*=[ \t]*[\"']?)"
-                      r"((?=[A-Za-z0-9_+/=.\-]{0,255}[0-9])(?=[A-Za-z0-9_+/=.\-]{0,255}[A-Za-z])[A-Za-z0-9_+/=.\-]{8,256})")
+                      r"((?=[A-Za-z0-9_+/.\-]{0,255}[0-9])(?=[A-Za-z0-9_+/.\-]{0,255}[A-Za-z])[A-Za-z0-9_+/.\-]{8,256}={0,2})")
 # Command-line password options no ordinary command shares: keytool's store and key passwords
 _KEYTOOL_PASS = re.compile(r"(?i)((?<=\s)-(?:src|dest)?(?:store|key)pass(?:[ \t]+|=))"
                            r"([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
