@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """Redaction time against input size: the guard's full local chain (provider rule sets
-and the guard's rules, :func:`hermes_session_guard.handoff.redaction.redact` without a
-host pass) on texts of 256 KB, 512 KB and 1 MB of several kinds, ordinary and hostile.
+and the guard's rules, :func:`hermes_session_guard.handoff.redaction.redact`), then the
+same with Hermes's own pass (``redact_sensitive_text`` where the installed Hermes has it,
+bounded as the packet bounds it), on texts of 256 KB, 512 KB and 1 MB of several kinds,
+ordinary and hostile; then long single tokens (120 KB, 240 KB, 1 MB of letters and
+digits) through the guard's chain, the chain with Hermes's pass, and a whole hand-off
+packet whose note is the token. ``--unbounded-host`` also times Hermes's pass on the
+whole unclipped token, as the packet ran it before it was bounded (18 s for 120 KB).
 
     python scripts/bench_redaction.py              # every kind, 3 sizes, best of 3
     python scripts/bench_redaction.py --kinds prose base64 --repeat 1
+    python scripts/bench_redaction.py --kinds --unbounded-host --repeat 1   # the tokens only, with "before"
 
 Prints seconds per size and the 1 MB / 256 KB ratio (about 4 for linear time; the
 quadratic ``.pgpass`` rule this replaced took 12 s on a 60 KB base64 run). The target is
@@ -26,10 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hermes_session_guard import host  # noqa: E402
 from hermes_session_guard.handoff import rule_set  # noqa: E402
+from hermes_session_guard.handoff.packet import PacketInputs, render_packet  # noqa: E402
 from hermes_session_guard.handoff.redaction import redact  # noqa: E402
 
 SIZES = (256 * 1024, 512 * 1024, 1024 * 1024)
+TOKEN_SIZES = (120 * 1024, 240 * 1024, 1024 * 1024)
 TARGET_SECONDS = 1.0
 B64 = string.ascii_letters + string.digits + "+/"
 WORDS = ("the session was compressed and the summary kept the last request about the deploy key rotation "
@@ -108,6 +117,12 @@ def repeated(unit: str) -> Callable[[int], str]:
     return make
 
 
+def alnum_token(n: int) -> str:
+    """One run of letters and digits (what makes Hermes's redactor quadratic)."""
+    rng = _rng()
+    return "".join(rng.choice(B64[:62]) for _ in range(n))
+
+
 KINDS: dict[str, Callable[[int], str]] = {
     "prose": prose,
     "conversation+secrets": conversation_with_secrets,
@@ -138,30 +153,66 @@ def best_of(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     return wall, cpu
 
 
+def _row(label: str, times: list[tuple[float, float]]) -> str:
+    flag = "  over 1 s" if times[-1][0] > TARGET_SECONDS else ""
+    return (f"{label:30s} " + " ".join(f"{t:8.3f}s" for t, _ in times)
+            + f"   {times[-1][0] / max(times[0][0], 1e-9):6.1f}   {times[-1][1]:7.3f}s" + flag)
+
+
+def long_tokens(host_redactor: Callable[[str], str] | None, repeat: int, unbounded: bool) -> float:
+    """The long single tokens: guard chain, chain + Hermes's pass, whole packet; the worst 1 MB wall time."""
+    print(f"\nlong single tokens (letters and digits) {'':4s}" + " ".join(f"{s // 1024:>7d}KB" for s in TOKEN_SIZES)
+          + "   last/first   last CPU")
+    tokens = [alnum_token(size) for size in TOKEN_SIZES]
+    runs: list[tuple[str, Callable[[str], object]]] = [("guard chain", redact)]
+    if host_redactor is not None:
+        runs.append(("guard chain + Hermes's pass", lambda t: redact(t, host_redactor)))
+    runs.append(("hand-off packet (note)", lambda t: render_packet(
+        PacketInputs(session_id="S", created_at=0.0, note=t, last_user_request=t), host_redactor)))
+    worst = 0.0
+    for label, fn in runs:
+        times = [best_of(lambda t=t, fn=fn: fn(t), repeat) for t in tokens]
+        worst = max(worst, times[-1][0])
+        print(_row(label, times), flush=True)
+    if unbounded and host_redactor is not None:
+        for t in tokens[:2]:  # 1 MB would take many minutes
+            wall, cpu = best_of(lambda t=t: host_redactor(t), 1)
+            print(f"  before: Hermes's pass on the whole {len(t) // 1024} KB token: {wall:.2f} s wall, {cpu:.2f} s CPU",
+                  flush=True)
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=list(KINDS))
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-host", action="store_true", help="leave Hermes's pass out")
+    parser.add_argument("--unbounded-host", action="store_true",
+                        help="also time Hermes's pass on the whole 120 KB and 240 KB tokens (the 'before' figure)")
     args = parser.parse_args(argv)
+    host_redactor = None if args.no_host else host.host_redactor()
     redact("warm up: password=hunter22")  # loads and compiles the rule sets
     rules = rule_set.rule_set()
     stats = dict(rules.stats) if rules else {}
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}"
           if hasattr(os, "getloadavg") else f"python {sys.version.split()[0]}")
     print("rule sets: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
-    print(f"{'kind':22s} " + " ".join(f"{s // 1024:>7d}KB" for s in SIZES) + "   1MB/256KB   1MB CPU")
+    print("Hermes's pass: " + ("none (left out)" if host_redactor is None else "redact_sensitive_text, bounded"))
     worst = worst_cpu = 0.0
+    passes: list[tuple[str, Callable[[str], object]]] = [("", redact)]
+    if host_redactor is not None:
+        passes.append((" +Hermes", lambda t: redact(t, host_redactor)))
+    if args.kinds:
+        print(f"{'kind':30s} " + " ".join(f"{s // 1024:>7d}KB" for s in SIZES) + "   1MB/256KB   1MB CPU")
     for kind in args.kinds:
         make = KINDS[kind]
-        times = []
-        for size in SIZES:
-            text = make(size)
-            times.append(best_of(lambda text=text: redact(text), args.repeat))
-        worst, worst_cpu = max(worst, times[-1][0]), max(worst_cpu, times[-1][1])
-        flag = "  over 1 s" if times[-1][0] > TARGET_SECONDS else ""
-        print(f"{kind:22s} " + " ".join(f"{t:8.3f}s" for t, _ in times)
-              + f"   {times[-1][0] / max(times[0][0], 1e-9):6.1f}   {times[-1][1]:7.3f}s" + flag, flush=True)
-    print(f"slowest 1 MB: {worst:.3f} s wall, {worst_cpu:.3f} s CPU (target {TARGET_SECONDS:.0f} s)")
+        texts = [make(size) for size in SIZES]
+        for suffix, fn in passes:
+            times = [best_of(lambda text=text, fn=fn: fn(text), args.repeat) for text in texts]
+            worst, worst_cpu = max(worst, times[-1][0]), max(worst_cpu, times[-1][1])
+            print(_row(kind + suffix, times), flush=True)
+    worst = max(worst, long_tokens(host_redactor, args.repeat, args.unbounded_host))
+    print(f"slowest 1 MB: {worst:.3f} s wall (target {TARGET_SECONDS:.0f} s)")
     return 0
 
 

@@ -6,7 +6,10 @@ send, and report how often the exact planted string comes back.
     /work/venvs/h0.19.0/bin/python scripts/eval_recall.py [--json] [--show-misses]
 
 Runs offline (temporary HERMES_HOME, loopback fake LLM). Exit status 0 when the score
-is at least 98 % and every planted item was really compacted.
+is at least 98 % over every planted item and over the ones the host compacted, and the
+host compacted at least one (so the eval measured recall of compacted turns at all).
+Planted turns the host left outside its compacted span (36 of 78 on 0.22.2, which keeps a
+longer tail; docs/compatibility.md) are reported, not counted against it.
 """
 
 from __future__ import annotations
@@ -17,9 +20,27 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def verdict(result: Any, target: float) -> tuple[bool, str]:
+    """``(passed, why)`` for an eval result (``rows``: ``compacted`` and ``hit`` per planted item)."""
+    rows = result.rows
+    inside = [r for r in rows if r["compacted"]]
+    if not rows:
+        return False, "nothing planted"
+    if not inside:
+        return False, "the host compacted none of the planted turns: recall of compacted turns was not measured"
+    score = sum(1 for r in rows if r["hit"]) / len(rows)
+    inside_score = sum(1 for r in inside if r["hit"]) / len(inside)
+    if score < target or inside_score < target:
+        return False, f"recall {score:.1%}, {inside_score:.1%} of the compacted ones (target {target:.0%})"
+    outside = len(rows) - len(inside)
+    return True, (f"{len(inside)} compacted planted turns recalled at {inside_score:.1%}"
+                  + (f"; {outside} left outside the host's compacted span, recalled too" if outside else ""))
 
 
 def main(argv: list[str]) -> int:
@@ -54,7 +75,8 @@ def main(argv: list[str]) -> int:
         "recall_ms_p95": round(p95, 2),
         "misses": [r for r in result.rows if not r["hit"]],
     }
-    ok = result.score >= recall_eval.TARGET and not result.outside
+    ok, why = verdict(result, recall_eval.TARGET)
+    report["verdict"] = why
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
@@ -66,7 +88,7 @@ def main(argv: list[str]) -> int:
         if args.show_misses or not ok:
             for miss in report["misses"]:
                 print(f"  MISS #{miss['id']} ({miss['kind']}) query={miss['query']!r} wanted={miss['text']!r}")
-        print("eval: " + ("PASSED" if ok else "FAILED"))
+        print("eval: " + ("PASSED" if ok else "FAILED") + f" ({why})")
     return 0 if ok else 1
 
 

@@ -20,7 +20,7 @@ from ..file_modes import PRIVATE_FILE, create_private, make_private_dirs
 from ..files import atomic_write_text
 from ..store import message_text
 from ..summaries.tags import is_summary_message, summary_body, text_without_summary
-from .redaction import host_pass, redact, redact_guard_patterns
+from .redaction import host_pass, mask_known, masked_values, redact, redact_guard_patterns
 
 PACKET_HEADING = "# Session hand-off packet"
 # The first line of the message that seeds a child session (recognised when a
@@ -34,6 +34,16 @@ MAX_NOTE_CHARS = 2000
 MAX_QUESTIONS = 10
 MAX_QUESTION_CHARS = 300
 MAX_SNAPSHOTS = 20
+MAX_TITLE_CHARS = 300
+MAX_WORKING_DIR_CHARS = 1000
+MAX_TODOS = 50
+MAX_TODO_CHARS = 500
+# A field is cut to its limit plus this margin before it is redacted (and to its limit
+# after): every secret that starts inside the limit lies whole in what is redacted
+# (the rules take values up to 512 characters), and no pass sees an unbounded text.
+CLIP_MARGIN = 4096
+# How much of a session's text is read for values seen with their context (the newest part)
+MAX_SESSION_SCAN_CHARS = 4_000_000
 
 _OPEN_HEADINGS = ("pending user asks", "blocked", "open question", "unresolved", "unanswered")
 
@@ -66,6 +76,9 @@ class PacketInputs:
     reason: str = ""
     note: str | None = None
     created_at: float = 0.0
+    # values the guard masked where they appeared with their context in the session
+    # (:func:`session_secret_values`): masked wherever the packet echoes them bare
+    secret_values: frozenset[str] = frozenset()
 
 
 # -- reading a transcript --------------------------------------------------------------
@@ -145,11 +158,32 @@ def markdown_section(text: str, heading_words: str) -> str | None:
     return None
 
 
-def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
+def session_secret_values(messages: list[Any]) -> frozenset[str]:
+    """The values the guard's rules mask in the session's messages (the newest
+    :data:`MAX_SESSION_SCAN_CHARS` characters of them), for :func:`redaction.mask_known`."""
+    texts: list[str] = []
+    size = 0
+    for m in reversed(messages):
+        text = message_text(m) if isinstance(m, dict) else None
+        if text:
+            texts.append(text)
+            size += len(text) + 2
+            if size >= MAX_SESSION_SCAN_CHARS:
+                break
+    joined = "\n\n".join(reversed(texts))
+    return masked_values(joined[-MAX_SESSION_SCAN_CHARS:])
+
+
+def open_questions(summary: str | None, messages: list[Any],
+                   clean: Callable[[str], str] = redact_guard_patterns) -> list[str]:
     """Items under the summary's open-ended headings (``Pending User Asks``,
-    ``Blocked``, ...) and questions the assistant asked in its last reply."""
+    ``Blocked``, ...) and questions the assistant asked in its last reply. The summary
+    and the reply are redacted whole (``clean``) before they are cut into items, so a
+    secret with a dot in it (a JWT, a SendGrid key, a password) is masked whole, never
+    its tail alone; each text is cut to a bound first (:func:`_bounded`)."""
     found: list[str] = []
     if summary:
+        summary = clean(_bounded(summary, MAX_SUMMARY_CHARS))
         for heading in _OPEN_HEADINGS:
             section = markdown_section(summary, heading)
             for raw in (section or "").splitlines():
@@ -158,9 +192,9 @@ def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
                     found.append(item)
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "assistant" and (message_text(m) or "").strip():
-            text = message_text(m) or ""
             if is_summary_message(m):
                 break
+            text = clean(_bounded(message_text(m) or "", MAX_QUESTIONS * MAX_QUESTION_CHARS, tail=True))
             for sentence in re.findall(r"[^.!?\n]*\?", text):
                 sentence = sentence.strip()
                 if len(sentence) > 3:
@@ -174,6 +208,15 @@ def open_questions(summary: str | None, messages: list[Any]) -> list[str]:
 
 
 # -- rendering -------------------------------------------------------------------------
+def _bounded(text: str, limit: int, tail: bool = False) -> str:
+    """``text`` cut to ``limit`` + :data:`CLIP_MARGIN` characters (its end with ``tail``),
+    before it is redacted and clipped to ``limit``."""
+    bound = limit + CLIP_MARGIN
+    if len(text) <= bound:
+        return text
+    return text[-bound:] if tail else text[:bound]
+
+
 def _clip(text: str, limit: int) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
@@ -195,22 +238,35 @@ def _ts(ts: float) -> str:
 
 def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | None = None) -> str:
     """The packet as Markdown, redacted: every piece of conversation text (title, note,
-    request, todos, summary, questions) goes through :func:`redaction.redact` before it
-    is clipped, so a secret cut in half by a length limit is never left half-visible;
-    the whole packet then gets the guard's rules and the host's redaction once more."""
+    request, todos, summary, questions) is cut to its limit plus a margin
+    (:func:`_bounded`), goes through :func:`redaction.redact` and is then clipped to its
+    limit, so a secret cut in half by a length limit is never left half-visible and no
+    pass sees an unbounded text; a value masked with its context anywhere in the session
+    or the packet (``inputs.secret_values``, :func:`redaction.masked_values`) is masked
+    where it is echoed bare; the whole packet then gets the guard's rules and the host's
+    redaction (line by line) once more."""
+    fields = [(inputs.title, MAX_TITLE_CHARS, False), (inputs.working_dir, MAX_WORKING_DIR_CHARS, False),
+              (inputs.note, MAX_NOTE_CHARS, False), (inputs.last_user_request, MAX_REQUEST_CHARS, False),
+              (inputs.summary, MAX_SUMMARY_CHARS, False)]
+    fields += [(q, MAX_QUESTION_CHARS, True) for q in inputs.open_questions]
+    fields += [(str(item.get("content", "")), MAX_TODO_CHARS, False) for item in inputs.todos[:MAX_TODOS]]
+    known = inputs.secret_values | masked_values("\n\n".join(_bounded(t, limit, tail)
+                                                              for t, limit, tail in fields if t))
 
-    def clean(text: str) -> str:
-        return redact(text, host_redactor)
+    def clean(text: str | None, limit: int, tail: bool = False) -> str | None:
+        return redact(_bounded(text, limit, tail), host_redactor, known) if text else text
 
     inputs = replace(
         inputs,
-        title=clean(inputs.title) if inputs.title else inputs.title,
-        working_dir=clean(inputs.working_dir) if inputs.working_dir else inputs.working_dir,
-        note=clean(inputs.note) if inputs.note else inputs.note,
-        last_user_request=clean(inputs.last_user_request) if inputs.last_user_request else inputs.last_user_request,
-        summary=clean(inputs.summary) if inputs.summary else inputs.summary,
-        open_questions=[_clip_head(clean(q), MAX_QUESTION_CHARS) for q in inputs.open_questions],
-        todos=[{**item, "content": clean(str(item.get("content", "")))} for item in inputs.todos],
+        title=_clip(clean(inputs.title, MAX_TITLE_CHARS) or "", MAX_TITLE_CHARS) or None,
+        working_dir=_clip(clean(inputs.working_dir, MAX_WORKING_DIR_CHARS) or "", MAX_WORKING_DIR_CHARS) or None,
+        note=clean(inputs.note, MAX_NOTE_CHARS),
+        last_user_request=clean(inputs.last_user_request, MAX_REQUEST_CHARS),
+        summary=clean(inputs.summary, MAX_SUMMARY_CHARS),
+        open_questions=[_clip_head(clean(q, MAX_QUESTION_CHARS, tail=True) or "", MAX_QUESTION_CHARS)
+                        for q in inputs.open_questions],
+        todos=[{**item, "content": _clip(clean(str(item.get("content", "")), MAX_TODO_CHARS) or "", MAX_TODO_CHARS)}
+               for item in inputs.todos[:MAX_TODOS]],
     )
     sid = inputs.session_id
     lines = [PACKET_HEADING, ""]
@@ -264,7 +320,7 @@ def render_packet(inputs: PacketInputs, host_redactor: Callable[[str], str] | No
     if len(lineage) > 1:
         lines.append("Earlier sessions of this line: " + ", ".join(f"`{s}`" for s in lineage[:-1])
                      + " (`hermes-session-guard snapshots SESSION_ID`).")
-    return host_pass(redact_guard_patterns("\n".join(lines).rstrip() + "\n"), host_redactor)
+    return host_pass(mask_known(redact_guard_patterns("\n".join(lines).rstrip() + "\n"), known), host_redactor)
 
 
 _HEADING = re.compile(r"^(#{1,6})\s", re.M)

@@ -13,8 +13,11 @@ what it finds with ``[REDACTED]``:
    lines, Docker ``"auth"``, webhook URLs, PuTTY and header-less key bodies, YAML
    block scalars, assignments (full-width separators too) and prose, the rest of a
    value split over two lines;
-4. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
-   has it, as a net for the provider formats Hermes knows (:func:`host_pass`).
+4. values masked with their context elsewhere (:func:`masked_values`), wherever they
+   are echoed bare (:func:`mask_known`);
+5. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
+   has it, as a net for the provider formats Hermes knows (:func:`host_pass`: line by
+   line, on bounded pieces, so it can neither delete a section nor take quadratic time).
 
 Passes 1-3 are :func:`redact_guard_patterns` (the audit log's net too). A pass that
 fails is logged and skipped with the others still applied. Every rule runs in time
@@ -62,6 +65,9 @@ _TOKEN_PATTERNS = [
     r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+",  # Slack webhook
     r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]+",  # Discord webhook
+    r"ntn_[A-Za-z0-9]{40,}",  # Notion integration token
+    r"secret_[A-Za-z0-9]{40,}",  # Notion internal integration secret (the older form)
+    r"access_token\$(?:production|sandbox|development|qa)\$[a-z0-9]{16}\$[a-f0-9]{32}",  # Braintree
 ]
 
 _PRIVATE_KEY = re.compile(
@@ -73,15 +79,23 @@ _TOKENS = re.compile("|".join(f"(?:{p})" for p in _TOKEN_PATTERNS))
 _TOKEN_TRIGGERS = ("sk-", "sk_", "rk_", "pk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
                    "xapp-", "aiza", "ya29.", "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa", "abia",
                    "acca", "hf_", "npm_", "pypi-", "gsk", "xai", "tvly", "pplx", "fw_", "fw-", "sg.", "eyj",
-                   "https://")
+                   "https://", "ntn_", "secret_", "access_token$")
 _TELEGRAM = re.compile(r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b")  # Telegram bot token
 _TELEGRAM_SECRET = re.compile(r":[A-Za-z0-9_\-]{35}")  # its secret half, found from the literal ":"
 _TWILIO_SID = re.compile(r"\b(?:SK|AC)[0-9a-fA-F]{32}\b")  # Twilio API key / account SIDs
+# The auth token passed right after the SID: Client('AC...', '<token>')
+_TWILIO_PAIR = re.compile(r"(\b(?:SK|AC)[0-9a-fA-F]{32}[\"'`]?[ \t]{0,8},[ \t]{0,8}[\"'`]?)[0-9a-fA-F]{32}\b")
 # Authorization headers and bare bearer credentials.
-_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)(?:(bearer|basic|token|digest)\s+)?[^\s,;]+")
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization[ \t]*[:=][ \t]*)"
+                          r"(?:([A-Za-z][A-Za-z0-9_\-]{1,20})[ \t]+(?=[^\s,;]))?[^\s,;]+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{8,}")
 # X-Api-Key: ..., X-Auth-Token: ...
 _KEY_HEADER = re.compile(r"(?im)^([ \t]{0,16}x-[a-z\-]{0,64}?(?:key|token|secret|auth)[a-z\-]{0,64}[ \t]*:[ \t]*)\S+")
+# What a key or header name ends with when its value names or points to a secret instead of
+# being one (SharedAccessKeyName, token_uri, secretName, X-Auth-Email, PASSWORD_FILE)
+_NOT_SECRET_SUFFIX = re.compile(r"(?i)(?:name|id|ids|type|uri|url|endpoint|path|file|dir|email|user|username|length"
+                                r"|size|count|expiry|expires|expires_in|ttl|version|header|prefix|format|policy"
+                                r"|method|scheme|label|hint|reset)[\"']?[ \t]*[=:\uff1a\uff1d]?[ \t]*\Z")
 # scheme://user:password@host  and  scheme://token@host  and  scheme://:password@host
 _URL_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]{0,31}://)[^/\s@:]{0,256}(?::[^/\s@]{0,256})?@")
 # ?access_token=...&sig=...
@@ -90,12 +104,12 @@ _URL_SECRET_PARAM = re.compile(
     r"|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|auth|code)=)[^&#\s;]+"
 )
 # Azure connection strings: AccountKey=...; SharedAccessKey=...; SharedAccessSignature=...
-_AZURE = re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*)[^;\s\"']+")
+_AZURE = re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)[ \t]*=[ \t]*)[^;\s\"']+")
 _SECRET_KEYWORD = (
     r"(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key"
     r"|private[_\-]?key|client[_\-]?secret|credential|auth[_\-]?key|app[_\-]?key|session[_\-]?key|sessionid"
     r"|session_id|key[_\-]?data|密码|密碼|口令|令牌|密钥|密鑰|秘钥|秘鑰|暗号|パスワード|비밀번호|비번|토큰|пароль|токен"
-    r"|(?<![A-Za-z])(?:pass|pw|pword)(?![A-Za-z]))"
+    r"|(?<![A-Za-z])(?:pass|pw|pword|psk)(?![A-Za-z]))"
 )
 _SECRET_WORD = r"[A-Za-z0-9_.\-]{0,64}?" + _SECRET_KEYWORD + r"[A-Za-z0-9_.\-]{0,64}"
 # KEY=value, key: value, "key": "value" (a quoted value may hold spaces; a bare one
@@ -105,9 +119,44 @@ _ASSIGNMENT = re.compile(
     r"(?i)(?P<key>" + _SECRET_KEYWORD + r"[A-Za-z0-9_.\-]{0,64}[\"']?[ \t]{0,16}[=:\uff1a\uff1d][ \t]{0,16})"
     r"(?:(?P<q>[\"'])(?P<quoted>[^\"'\n]{1,256})(?P=q)|(?P<value>[^\s\"',;}{\]]{3,}))"
 )
+# XML/.config: <add key="DbPassword" value="..."/>, <property name="db.password" value="..."/>
+_XML_KEYED_VALUE = re.compile(r"(?i)(\b(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n<>]{0,64}?" + _SECRET_KEYWORD
+                              + r"[^\"'\n<>]{0,64}?[\"'][ \t]+value[ \t]*=[ \t]*([\"']))([^\"'\n]{1,256})(?=\2)")
+# <password>...</password>, <entry key="apiSecret">...</entry>
+_XML_ELEMENT = re.compile(r"(?i)(<(?:[A-Za-z0-9_.:\-]{0,64}?" + _SECRET_KEYWORD + r"[A-Za-z0-9_.:\-]{0,64}"
+                          r"|[A-Za-z0-9_.:\-]{1,64}[ \t]+(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n<>]{0,64}?"
+                          + _SECRET_KEYWORD + r"[^\"'\n<>]{0,64}[\"'])[ \t]*>)([^<\n]{1,256})(?=</)")
+# | API key | value | (a Markdown table row)
+_TABLE_ROW = re.compile(r"(?im)^([ \t]{0,16}\|[ \t]*[^|\n]{0,64}?(?:(?:api|access|secret) key|" + _SECRET_KEYWORD
+                        + r")[^|\n]{0,64}\|[ \t]*)"
+                        r"([^|\s][^|\n]{0,255}?)(?=[ \t]*\|)")
+# "the password HAC66klP.uvBt5wOaS": a password word, then a value with letters and digits
+_PASSWORD_VALUE = re.compile(r"(?i)(\b(?:password|passwd|passphrase|pw)[ \t]+)"
+                             r"((?=[^\s,;]{0,255}[0-9])(?=[^\s,;]{0,255}[A-Za-z])[^\s,;]{8,256})")
+# An upper-case environment name ending in _KEY (ALGOLIA_ADMIN_KEY=...): a value with letters and digits
+_ENV_KEY = re.compile(r"(\b[A-Z][A-Z0-9_]{0,64}_KEY[ \t]*=[ \t]*[\"']?)"
+                      r"((?=[A-Za-z0-9_+/.\-]{0,255}[0-9])(?=[A-Za-z0-9_+/.\-]{0,255}[A-Za-z])[A-Za-z0-9_+/.\-]{8,256}={0,2})")
+# Command-line password options no ordinary command shares: keytool's store and key passwords
+_KEYTOOL_PASS = re.compile(r"(?i)((?<=\s)-(?:src|dest)?(?:store|key)pass(?:[ \t]+|=))"
+                           r"([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
+# ldapsearch/ldapmodify/... -w PASSWORD (after an ldap command on its line)
+_LDAP_W = re.compile(r"((?<=\s)-w[ \t]+)([^\s\"']+|\"[^\"\n]*\"|'[^'\n]*')")
+_LDAP_COMMAND = re.compile(r"(?i)\bldap(?:search|modify|add|delete|passwd|whoami|compare|modrdn)\b")
+# net use X: \\host\share /user:DOMAIN\name PASSWORD
+_NET_USE = re.compile(r"(?i)(\bnet[ \t]+use\b[^\n]{0,256}?/user:\S+[ \t]+)([^\s/][^\s]*)")
+# redis AUTH [user] password (the command is written in capitals)
+_REDIS_AUTH = re.compile(r"((?<![A-Za-z0-9_])AUTH[ \t]+(?:[A-Za-z0-9_.\-]{1,64}[ \t]+)?)([^\s\"']{6,256})(?=[ \t]*$)",
+                         re.MULTILINE)
+# auth=("user", "password"), HTTPBasicAuth("user", "password")
+_AUTH_TUPLE = re.compile(r"(?i)((?:\bauth[ \t]*=[ \t]*\(|BasicAuth\()[ \t]*[\"'][^\"'\n]{0,128}[\"'][ \t]*,[ \t]*[\"'])"
+                         r"([^\"'\n]{1,256})(?=[\"'])")
+# Terraform: variable "db_password" { ... default = "..." }
+_TF_DEFAULT = re.compile(r"(?i)(\bvariable[ \t]+\"[^\"\n]{0,64}?" + _SECRET_KEYWORD
+                         + r"[^\"\n]{0,64}\"[ \t]*\{[^{}]{0,256}?\bdefault[ \t]*=[ \t]*\")([^\"\n]{1,256})(?=\")")
 # "my password is hunter2", "the password for the vpn is X"
 _PROSE_PASSWORD = re.compile(
-    r"(?i)\b((?:password|passphrase|passwd|pin|secret(?: key)?|api key|token)\b[^.\n:=]{0,40}?\s(?:is|was|=)\s+)"
+    r"(?i)\b((?:password|passphrase|passwd|passcode|pin|secret(?: key)?|api key|token|pre-shared key|psk)\b"
+    r"[^.\n:=]{0,40}?\s(?:is|was|=)\s+)"
     r"([^\s,;]{3,})"
 )
 # aws_secret_access_key-like 40-char values next to an AWS word
@@ -180,14 +229,22 @@ _BLOB = re.compile(r"(?<![A-Za-z0-9+/=_\-])[A-Za-z0-9+/]{60,}={0,2}(?![A-Za-z0-9
 _BLOCK_SCALAR_KEY = re.compile(r"(?i)^([ \t]*)[\"']?" + _SECRET_WORD
                                + r"[\"']?[ \t]*[:\uff1a][ \t]*[>|][+\-0-9]{0,2}[ \t]*$")
 # A token-only line right after a line that ends in a mask: the rest of a value split over two lines
-_CONTINUATION = re.compile(r"(?m)((?:\[REDACTED\]|\*\*\*)[\"']?[ \t]*\n[ \t]*)([A-Za-z0-9_+/=.\-]{8,512})"
-                           r"(?=[\"'?.,;:!)]{0,3}[ \t]*$)")
+# (a "\\" may end the masked line; the rest has a digit and no "=" but base64 padding, so the
+# next config line, PORT=8080, is never taken for it)
+_CONTINUATION = re.compile(r"(?m)((?:\[REDACTED\]|\*\*\*)[\"']?[ \t]*\\?\n[ \t]*)"
+                           r"((?=[A-Za-z_+/.\-]{0,511}[0-9])[A-Za-z0-9_+/.\-]{8,512}={0,2})"
+                           r"(?=[\"'?.,;:!)]{0,3}[ \t]*$|[\"'])")
+
+
+_DATA_URI = re.compile(r"(?i)data:[a-z]{1,16}/[a-z0-9.+\-]{1,64}(?:;[a-z\-]{1,32}=[^;,\s]{1,64}){0,4};base64,\Z")
 
 
 def _mask_blob(m: re.Match[str]) -> str:
     run = m.group(0)
     if run.count("/") * 16 > len(run):
         return run  # a path
+    if _DATA_URI.search(m.string, max(0, m.start() - 160), m.start()):
+        return run  # the content of a data: URI (an image, a font), not a key
     return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT.search(run) else run
 
 
@@ -227,6 +284,13 @@ _BLOCK_SCALAR_HINT = re.compile(r"[:\uff1a][ \t]*[>|][+\-0-9]{0,2}[ \t]*$", re.M
 _MASK_REMAINDER = re.compile(r"(?:\*{3}|\[REDACTED\])(?=[A-Za-z0-9_/+=\-]*\d)[A-Za-z0-9_/+=\-]{8,}")
 
 _COUNT = re.compile(r"[~\d.,_kKmM]+")
+# A value that is code, not a credential: a call, an index or the end of a signature
+# (``get_token(session_id)``, ``reverse(``, ``str)``, ``environ[``), or a type name.
+_CODE_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,128}[(\[)]")
+_TYPE_NAMES = frozenset({"str", "bytes", "int", "bool", "none", "null", "nil", "undefined", "true", "false",
+                         "string", "secretstr", "optional", "any", "object"})
+# A plain word: what follows "the secret to X is" in prose is a word, not a password
+_PLAIN_WORD = re.compile(r"[a-z]{1,15}[.,;:!?)]{0,3}")
 
 
 def _redact_assignment(m: re.Match[str]) -> str:
@@ -234,14 +298,30 @@ def _redact_assignment(m: re.Match[str]) -> str:
     value = m.group("quoted") if quote else m.group("value")
     if value.startswith("[REDACTED") or value == "***":
         return m.group(0)
-    if "tokens" in m.group("key").lower() and _COUNT.fullmatch(value):
+    key = m.group("key")
+    if "tokens" in key.lower() and _COUNT.fullmatch(value):
         return m.group(0)  # a token count ("prompt_tokens=41,442"), not a credential
-    return f"{m.group('key')}{quote}{MASK}{quote}"
+    if (_NOT_SECRET_SUFFIX.search(key) and "private" not in key.lower()) or rule_set.is_placeholder(value):
+        return m.group(0)  # a name, address or path of a secret (token_uri, secretName), or a placeholder
+    if not quote and (_CODE_VALUE.match(value) or value.lower() in _TYPE_NAMES):
+        return m.group(0)  # code: token = get_token(session_id), password: str) -> Session
+    return f"{key}{quote}{MASK}{quote}"
+
+
+# A cookie's name that says its value is a credential
+_SECRET_COOKIE_NAME = re.compile(r"(?i)sess|sid|token|auth|key|secret|jwt|csrf|xsrf|login|remember|pass")
+# A cookie value that is a setting, not a credential: a short word (theme=dark, lang=en)
+_COOKIE_SETTING = re.compile(r"[A-Za-z_\-]{1,12}")
 
 
 def _redact_cookie(m: re.Match[str]) -> str:
     def pair(p: re.Match[str]) -> str:
-        return p.group(0) if p.group(1).lower() in _COOKIE_ATTRS else f"{p.group(1)}{MASK}"
+        name = p.group(1)
+        if name.lower() in _COOKIE_ATTRS:
+            return p.group(0)
+        if _COOKIE_SETTING.fullmatch(p.group(2)) and not _SECRET_COOKIE_NAME.search(name):
+            return p.group(0)
+        return f"{name}{MASK}"
 
     return m.group(1) + _COOKIE_PAIR.sub(pair, m.group(2))
 
@@ -251,11 +331,34 @@ def _keep_head(m: re.Match[str]) -> str:
 
 
 def _redact_prose_password(m: re.Match[str]) -> str:
-    return m.group(1) + (m.group(2) if m.group(2).startswith("[REDACTED") else MASK)
+    value = m.group(2)
+    if (value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value) or _CODE_VALUE.match(value)
+            or rule_set.is_placeholder(value.rstrip(".,;:!?"))):
+        return m.group(0)  # "the secret to good BPE is merges", "the token is invalid"
+    return m.group(1) + MASK
 
 
 def _redact_userinfo(m: re.Match[str]) -> str:
+    userinfo = m.group(0)[len(m.group(1)):-1]
+    password = userinfo.partition(":")[2]
+    if password and rule_set.is_placeholder(password):
+        return m.group(0)  # postgresql://user:password@localhost: the documentation's placeholder
     return f"{m.group(1)}{MASK}@"
+
+
+def _redact_secretish(m: re.Match[str]) -> str:
+    """The value of group 2 masked unless it is a plain word, a type name, code or a placeholder."""
+    value = m.group(2).strip()
+    if (value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value) or value.lower() in _TYPE_NAMES
+            or _CODE_VALUE.match(value) or rule_set.is_placeholder(value)):
+        return m.group(0)
+    return m.group(1) + m.group(2).replace(value, MASK, 1)
+
+
+def _redact_key_header(m: re.Match[str]) -> str:
+    if _NOT_SECRET_SUFFIX.search(m.group(1)):
+        return m.group(0)  # X-Auth-Email, X-Api-Key-Id: names the credential's owner, not the credential
+    return f"{m.group(1)}{MASK}"
 
 
 def _redact_auth_header(m: re.Match[str]) -> str:
@@ -263,9 +366,9 @@ def _redact_auth_header(m: re.Match[str]) -> str:
 
 
 # The first characters of every _SECRET_KEYWORD alternative: _ASSIGNMENT is tried where one occurs
-_SECRET_WORD_TRIGGERS = ("pass", "pw", "secret", "token", "api", "access", "private", "client", "credential", "auth",
-                         "app", "session", "key", "密", "口令", "令牌", "秘", "暗号", "パスワード", "비밀번호", "비번",
-                         "토큰", "пароль", "токен")
+_SECRET_WORD_TRIGGERS = ("pass", "pw", "psk", "secret", "token", "api", "access", "private", "client", "credential",
+                         "auth", "app", "session", "key", "密", "口令", "令牌", "秘", "暗号", "パスワード", "비밀번호",
+                         "비번", "토큰", "пароль", "токен")
 # The guard's rules in order: (pattern, replacement, the literal text a match contains or
 # lies next to, or a pattern a match contains; the pattern runs only near it; empty: over
 # the whole text). A rule whose
@@ -281,7 +384,7 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_AZURE, _keep_head, ("accountkey", "sharedaccess")),
     (_AUTH_HEADER, _redact_auth_header, ("authorization",)),
     (_BEARER, _keep_head, ("bearer",)),
-    (_KEY_HEADER, _keep_head, ("x-",)),
+    (_KEY_HEADER, _redact_key_header, ("x-",)),
     (_COOKIE, _redact_cookie, ("cookie",)),
     (_CURL_USER, _after_command(_CURL_COMMAND), ("curl",)),
     (_MYSQL_P, _after_command(_MYSQL_COMMAND), ("mysql", "mariadb")),
@@ -290,16 +393,27 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_TWILIO, _keep_head, ("twilio",)),
     (_AWS_SECRET, _keep_head, ("aws",)),
     (_AWS_SECRET_SHAPE, _mask_aws_shape, ()),
-    (_NETRC, _keep_head, ("machine", "default", "login", "account")),
+    (_NETRC, _redact_secretish, ("machine", "default", "login", "account")),
     (_NETRC_LINE, _keep_head, ("password",)),
     (_QUOTED_AUTH, _keep_head, ("auth",)),
     (_BARE_SIG, _keep_head, ("sig",)),
     (_WEBHOOK_URL, _keep_head, ("hook",)),
     (_PUTTY_PRIVATE, _keep_head, ("private-",)),
     (_BLOB, _mask_blob, ()),
+    (_KEYTOOL_PASS, _redact_secretish, ("pass",)),
+    (_LDAP_W, _after_command(_LDAP_COMMAND), ("ldap",)),
+    (_NET_USE, _redact_secretish, ("net",)),
+    (_REDIS_AUTH, _redact_secretish, ("AUTH",)),
+    (_AUTH_TUPLE, _keep_head, ("auth",)),
+    (_TF_DEFAULT, _keep_head, ("variable",)),
+    (_XML_KEYED_VALUE, _keep_head, ("value",)),
+    (_XML_ELEMENT, _redact_secretish, ("</",)),
+    (_TABLE_ROW, _redact_secretish, ("|",)),
+    (_ENV_KEY, _keep_head, ("_KEY",)),
     (_ASSIGNMENT, _redact_assignment, _SECRET_WORD_TRIGGERS),
-    (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "pin", "secret", "api key",
-                                               "token")),
+    (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "passcode", "pin", "secret",
+                                               "api key", "token", "pre-shared", "psk")),
+    (_PASSWORD_VALUE, _redact_secretish, ("password", "passwd", "passphrase", "pw")),
 ]
 
 _ANCHORED_RULES = {_TOKENS, _NETRC, _ASSIGNMENT, _PROSE_PASSWORD}
@@ -315,6 +429,10 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
     text = _PRIVATE_KEY.sub(MASK, text)
     # where the literals occur, found once and kept while no rule changes the text
     found = rule_set.Occurrences(text)
+    # before the rule sets mask the SID that tells the token beside it
+    text = rule_set.sub_near(_TWILIO_PAIR, _keep_head, text, ("SK", "AC"), found=found)
+    if found.text is not text:
+        found = rule_set.Occurrences(text)
     if with_rule_sets:
         with failing_open("the provider rule pass", "the guard's own rules still apply", advice=None,
                           level=logging.WARNING):
@@ -334,20 +452,92 @@ def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:
     return redact_continuations(text)
 
 
-def redact(text: str, host_redactor: Callable[[str], str] | None = None) -> str:
-    """All passes: normalise, the provider rule sets and the guard's rules, then the
-    host's function (``None``: skipped). A failing pass never undoes the ones before it."""
+def redact(text: str, host_redactor: Callable[[str], str] | None = None,
+           known: frozenset[str] = frozenset()) -> str:
+    """All passes: normalise, the provider rule sets and the guard's rules, the values
+    in ``known`` (:func:`mask_known`), then the host's function (``None``: skipped) under
+    :func:`host_pass`'s bounds. A failing pass never undoes the ones before it."""
     if not text:
         return text
-    return host_pass(redact_guard_patterns(text), host_redactor)
+    return host_pass(mask_known(redact_guard_patterns(text), known), host_redactor)
+
+
+# Hermes's redactor takes time quadratic in a long run of letters and digits (18 s for a
+# 120 KB token on 0.19): it sees at most HOST_PASS_MAX_CHARS characters of a text (a
+# hand-off packet, whose fields are clipped before, is far shorter), in pieces of at most
+# HOST_PASS_MAX_LINE characters.
+HOST_PASS_MAX_CHARS = 65_536
+HOST_PASS_MAX_LINE = 2_048
 
 
 def host_pass(text: str, host_redactor: Callable[[str], str] | None) -> str:
-    """Hermes's own ``redact_sensitive_text`` last, when there is one. Fails open: the
-    guard's passes already ran, so a failing host pass is logged and the text kept."""
-    if host_redactor is None:
+    """Hermes's own ``redact_sensitive_text`` last, when there is one, line by line (a
+    rule of it that runs over a line end, like its connection-string rule, can never
+    delete a line, so never a section of a packet), on at most
+    :data:`HOST_PASS_MAX_CHARS` characters in pieces of at most
+    :data:`HOST_PASS_MAX_LINE`. Fails open: the guard's passes already ran, so a failing
+    host pass is logged and the text kept."""
+    if host_redactor is None or not text:
         return text
     with failing_open("Hermes's redaction pass", "the guard's own passes still applied", advice=None,
                       level=logging.WARNING):
-        return host_redactor(text)
+        return _by_line(text, host_redactor)
     return text
+
+
+def _by_line(text: str, host_redactor: Callable[[str], str]) -> str:
+    bounded, rest = text[:HOST_PASS_MAX_CHARS], text[HOST_PASS_MAX_CHARS:]
+    out = []
+    for line in bounded.split("\n"):
+        if not line.strip():
+            out.append(line)
+        elif len(line) <= HOST_PASS_MAX_LINE:
+            out.append(host_redactor(line))
+        else:
+            out.append("".join(host_redactor(line[i:i + HOST_PASS_MAX_LINE])
+                               for i in range(0, len(line), HOST_PASS_MAX_LINE)))
+    return "\n".join(out) + rest
+
+
+# -- values seen with their context, masked wherever they are echoed -------------------
+MIN_KNOWN_CHARS = 6
+MAX_KNOWN_VALUES = 2_000
+_PLAIN_LOWER = re.compile(r"[a-z]{1,9}")
+
+
+def masked_values(text: str) -> frozenset[str]:
+    """The values the guard's pass masks in ``text`` (what each ``[REDACTED]`` stands for),
+    so that the bare value can be masked where it is echoed without its context. Values
+    shorter than :data:`MIN_KNOWN_CHARS`, short plain words, placeholders and values over
+    a line are left out."""
+    if not text:
+        return frozenset()
+    text = normalise(text)
+    pieces = redact_guard_patterns(text).split(MASK)
+    if len(pieces) == 1 or not text.startswith(pieces[0]):
+        return frozenset()
+    values: set[str] = set()
+    pos = len(pieces[0])
+    for i, piece in enumerate(pieces[1:], 1):
+        if i == len(pieces) - 1:
+            end = len(text) - len(piece)
+        else:
+            end = text.find(piece[:64], pos) if piece else pos
+        if end < pos:
+            break  # out of step (a rule rewrote more than the value): what was found so far stands
+        value = text[pos:end].strip().strip("\"'`")
+        if (len(value) >= MIN_KNOWN_CHARS and "\n" not in value and MASK not in value
+                and not _PLAIN_LOWER.fullmatch(value) and not rule_set.is_placeholder(value)):
+            values.add(value)
+        pos = end + len(piece)
+    return frozenset(values)
+
+
+def mask_known(text: str, known: frozenset[str]) -> str:
+    """``text`` with every occurrence of a value in ``known`` masked (the longest first)."""
+    if not known or not text:
+        return text
+    present = sorted((v for v in known if v in text), key=len, reverse=True)[:MAX_KNOWN_VALUES]
+    if not present:
+        return text
+    return re.sub("|".join(map(re.escape, present)), MASK, text)

@@ -464,10 +464,30 @@ def _anchored_spans(rule: Rule, found: Occurrences) -> list[tuple[int, int]]:
                 break
         if m:
             s, e = _masked_span(m, rule.group)
-            if e - s >= 4:
+            if _takes(text, m.start(), s, e):
                 out.append((s, e))
             last = max(last, m.end())
     return out
+
+
+# A value that stands for a secret instead of being one: a word for it
+# ("password", "secret"), a template (``<password>``, ``${DB_PASSWORD}``, ``{{ token }}``,
+# ``%PASSWORD%``, ``$TOKEN``) or a run of x's, stars or dots.
+_PLACEHOLDER = re.compile(r"(?i)[\"'`]?(?:pass(?:word|wd)?|pwd|secret|token|api[_-]?key|your[_-]?[a-z_-]{1,32}"
+                          r"|<[^<>\s]{1,64}>|\$\{[^{}\s]{1,64}\}|\{\{[^{}]{1,64}\}\}|%[A-Za-z_]{1,64}%"
+                          r"|\$[A-Za-z_][A-Za-z0-9_]{0,63}|x{3,}|\*{3,}|\.{3,}|…)[\"'`]?")
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether ``value`` stands for a secret rather than being one (see ``_PLACEHOLDER``)."""
+    return _PLACEHOLDER.fullmatch(value) is not None
+
+
+def _takes(text: str, match_start: int, s: int, e: int) -> bool:
+    """Whether a rule's match masks ``text[s:e]``: at least 4 characters, not a placeholder,
+    and not on a later line than where the match starts (a key at a line's end never
+    takes the next line for its value)."""
+    return e - s >= 4 and "\n" not in text[match_start:s] and not is_placeholder(text[s:e])
 
 
 def find_spans(text: str, rs: RuleSet, found: Occurrences | None = None) -> list[tuple[int, int]]:
@@ -500,7 +520,7 @@ def find_spans(text: str, rs: RuleSet, found: Occurrences | None = None) -> list
                         if rule.boundary and not _left_boundary(text, start + m.start()):
                             continue
                         s, e = _masked_span(m, rule.group)
-                        if e - s >= 4:
+                        if _takes(text, start + m.start(), start + s, start + e):
                             spans.append((start + s, start + e))
     return _merge(spans)
 

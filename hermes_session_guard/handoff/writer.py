@@ -49,11 +49,13 @@ from .packet import (
     open_questions,
     render_packet,
     seed_message_text,
+    session_secret_values,
     snapshot_pointers,
     todos_from_messages,
     user_request_text,
     write_packet,
 )
+from .redaction import redact
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -83,6 +85,12 @@ def lineage_of(store: GuardStore, session_id: str) -> list[str]:
     while chain[0] in records and len(chain) < 100:
         chain.insert(0, records[chain[0]])
     return chain
+
+
+def _redactor() -> Callable[[str], str]:
+    """The whole redaction chain, Hermes's pass included, as one function of a text."""
+    host_redactor = host.host_redactor()
+    return lambda text: redact(text, host_redactor)
 
 
 def collect_inputs(
@@ -115,12 +123,13 @@ def collect_inputs(
         todos=todos if todos is not None else todos_from_messages(messages),
         summary=summary,
         last_user_request=last_user_request(messages),
-        open_questions=open_questions(summary, messages),
+        open_questions=open_questions(summary, messages, clean=_redactor()),
         snapshots=snapshot_pointers(store.list_snapshots(session_id)),
         compressions=store.compression_count(session_id) if compressions is None else compressions,
         reason=reason,
         note=note,
         created_at=time.time(),
+        secret_values=session_secret_values(messages),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..fail_open import failing_open
 from ..safe_text import sendable_messages
+from ..summaries.tags import mark_sources, unmark_sources
 from . import engines as engine_support
 
 _engine_op = threading.local()
@@ -83,9 +84,22 @@ def _make_engine_shim(cls: Any) -> Any:
                 # no second summary of the same turns; the host gets its input back ("no progress").
                 verdict.found_stale = True
                 return list(messages)
-        out = original(self, messages, *args, **kwargs)
         if verdict is None:
-            return out
+            return original(self, messages, *args, **kwargs)
+        # An engine of its own: where each message came from is recorded on it for this call
+        # (summaries.tags.SOURCE_KEY), so a shortened copy of a kept message is told from the
+        # engine's own summary; the records are gone before the host sees the result.
+        own = isinstance(messages, list) and not engine_support.builtin_family(self)
+        marked = mark_sources(messages) if own else []
+        out: Any = None
+        try:
+            out = original(self, messages, *args, **kwargs)
+            return _watched(self, verdict, messages, out)
+        finally:
+            if marked:
+                unmark_sources(marked, out)
+
+    def _watched(self: Any, verdict: EngineVerdict, messages: Any, out: Any) -> Any:
         from ..summaries.tags import summary_indices
 
         # kept messages quoting the prefix are not summaries; found once, for the checks and the tags

@@ -161,8 +161,17 @@ def produced_positions(before: list[Any], after: list[Any]) -> list[int]:
     message, a kept message follows it, and the engine dropped more of its input than it
     added: anything else (a summary in several parts, or kept messages the engine copied
     and shortened) cannot be told apart from a rewritten kept turn, and nothing is
-    returned. Hiding a person's turn is worse than showing a summary."""
+    returned. Hiding a person's turn is worse than showing a summary.
+
+    When the shim recorded where each input message came from
+    (:func:`summaries.tags.produced_by_source`), copies the engine made of kept messages
+    are known by that record and its own message is the one without it."""
     from ..store import message_text
+    from ..summaries.tags import produced_by_source
+
+    by_source = produced_by_source(before, after)
+    if by_source is not None:
+        return by_source
 
     def same(a: Any, b: Any) -> bool:
         return (isinstance(a, dict) and isinstance(b, dict) and a.get("role") == b.get("role")

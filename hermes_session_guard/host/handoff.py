@@ -39,6 +39,10 @@ def host_redactor() -> Callable[[str], str] | None:
         kwargs["force"] = True
     if "redact_url_credentials" in params:
         kwargs["redact_url_credentials"] = True
+    if "code_file" in params:
+        # its KEY=value / "key": "value" / key: value rules: the guard's own assignment rules
+        # do that work with fewer false positives (max_tokens: 4096, secretName: app-tls)
+        kwargs["code_file"] = True
 
     def redactor(text: str) -> str:
         return str(redact_sensitive_text(text, **kwargs))

@@ -329,6 +329,55 @@ def compacted_range(before: list[Any], after: list[Any]) -> tuple[int, int] | No
     return (first, last) if first <= last else None
 
 
+# -- what an engine of its own produced --------------------------------------------------
+#: Where each message an engine of its own was given came from (its position in the
+#: input), recorded on the message for the length of one ``compress`` call: a copy the
+#: engine makes of a kept message (``{**m, "content": shorter}``) carries it, the message
+#: it writes itself does not. Never sent to a provider (:mod:`.wire`), removed after the call.
+SOURCE_KEY = "_session_guard_source"
+
+
+def mark_sources(messages: list[Any]) -> list[dict[str, Any]]:
+    """Record each message's position in ``messages`` on it (:data:`SOURCE_KEY`);
+    returns the marked dicts, for :func:`unmark_sources`."""
+    marked = []
+    for j, message in enumerate(messages):
+        if isinstance(message, dict) and SOURCE_KEY not in message:
+            message[SOURCE_KEY] = j
+            marked.append(message)
+    return marked
+
+
+def unmark_sources(*groups: Any) -> None:
+    """Remove :data:`SOURCE_KEY` from every dict of ``groups`` (lists of messages)."""
+    for group in groups:
+        for message in group if isinstance(group, list) else ():
+            if isinstance(message, dict):
+                message.pop(SOURCE_KEY, None)
+
+
+def produced_by_source(before: list[Any], after: list[Any]) -> list[int] | None:
+    """Positions in ``after`` of the one message the engine wrote itself, decided by the
+    recorded :data:`SOURCE_KEY` (never by what a text says): the one user/assistant
+    message without a counterpart in ``before``, when the engine kept marked messages
+    (copies, shortened or not, count as kept), dropped more than it added, and a kept
+    message follows it. ``None`` when no message of ``after`` carries a mark (nothing
+    to go by); ``[]`` when the output does not fit (several new messages, or kept ones
+    rebuilt without their keys: hiding a person's turn is worse than showing a summary)."""
+    n, m = len(before), len(after)
+    sources = [a.get(SOURCE_KEY) if isinstance(a, dict) else None for a in after]
+    kept = [i for i, src in enumerate(sources) if isinstance(src, int) and 0 <= src < n]
+    if not kept:
+        return None
+    new = [i for i in range(m) if sources[i] is None]
+    made = [i for i in new if isinstance(after[i], dict) and after[i].get("role") in ("user", "assistant")
+            and not after[i].get("tool_calls")]
+    dropped = n - len({sources[i] for i in kept})
+    if len(made) != 1 or dropped <= len(new) or not any(i > made[0] for i in kept):
+        return []
+    return made
+
+
 # -- tagging ---------------------------------------------------------------------------
 
 
@@ -374,17 +423,9 @@ def decorate_summaries(
 
 def text_without_summary(text: str) -> str:
     """What a message says besides a compaction summary merged into it ("" for a
-    standalone summary): the text after the end marker (0.14+) or the prior text
-    wrapped before the summary (0.19)."""
+    standalone summary): the text after the end marker's line (0.14+) or the prior text
+    wrapped before the summary (0.19, whose summary itself ends with the end marker).
+    The same cut as :func:`original_part`."""
     if not is_summary_text(text):
         return text
-    if SUMMARY_END_MARKER in text:
-        after = text.split(SUMMARY_END_MARKER, 1)[1]
-        after = after.split("---", 1)[1] if "---" in after else ""
-        return after.strip()
-    # 0.19's merge form keeps the tail message's own text BEFORE the summary, between these.
-    prior_header, delimiter = host_port.DEFAULT_MERGED_MARKERS
-    if delimiter in text:
-        before = text.split(delimiter, 1)[0]
-        return before.replace(prior_header, "", 1).strip()
-    return ""
+    return original_part(text)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from .host_port import NATIVE_SUMMARY_KEY
-from .tags import SUMMARY_TAG
+from .tags import SOURCE_KEY, SUMMARY_TAG
 
 #: Message keys that exist only inside the process.
-GUARD_MESSAGE_KEYS = frozenset({SUMMARY_TAG, NATIVE_SUMMARY_KEY})
+GUARD_MESSAGE_KEYS = frozenset({SUMMARY_TAG, NATIVE_SUMMARY_KEY, SOURCE_KEY})
 
 
 def provider_messages(messages: Any) -> Any:

@@ -23,7 +23,10 @@ from .conftest import new_agent
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "secrets_corpus.json").read_text(encoding="utf-8"))
 SECRETS: list[dict[str, str]] = CORPUS["secrets"]
 CONTROLS: list[str] = CORPUS["controls"]
-HELD_OUT: list[dict[str, str]] = CORPUS["held_out"]
+ORDINARY: list[str] = CORPUS["ordinary"]
+# each held-out set and the fraction masked in the note and the request it is held at
+# (tests/unit/test_secret_corpus.py, docs/redaction.md)
+HELD_OUT_SETS = {"held_out": 32 / 33, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 13 / 30}
 SID = "20260604_100000_eeeeee"
 
 
@@ -65,24 +68,84 @@ def test_every_form_in_a_note_and_a_request_is_redacted(guard: Any, db: Any, hom
         assert not leaked(audit_log, entry["secret"]), entry["name"]
 
 
+@pytest.mark.parametrize("name", HELD_OUT_SETS)
 def test_held_out_forms_in_a_note_and_a_request_are_masked(guard: Any, db: Any, home: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+                                                           capsys: pytest.CaptureFixture[str], name: str) -> None:
     """The forms the rules were not tuned on, through ``handoff`` with Hermes's redactor in
-    the chain: at least 95 % masked in both fields."""
+    the chain, masked in both fields at the set's measured fraction."""
     from hermes_session_guard.commands.cli import main
 
+    held_out = CORPUS[name]
     probe.seed_session(db, SID, probe.seed_messages(4))
     missed = []
-    for entry in HELD_OUT:
+    for entry in held_out:
         db.append_message(session_id=SID, role="user", content=entry["text"])
         db.append_message(session_id=SID, role="assistant", content="noted")
         assert main(["handoff", SID, "--note", entry["text"]]) == 0
         text = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
         if leaked(text, entry["secret"]):
             missed.append(entry["name"])
-    fraction = 1 - len(missed) / len(HELD_OUT)
-    print(f"held-out forms masked in note and request: {len(HELD_OUT) - len(missed)}/{len(HELD_OUT)} ({fraction:.1%})")
-    assert fraction >= 0.95, missed
+    fraction = 1 - len(missed) / len(held_out)
+    print(f"{name}: masked in note and request {len(held_out) - len(missed)}/{len(held_out)} ({fraction:.1%})")
+    assert fraction >= HELD_OUT_SETS[name], missed
+
+
+def test_ordinary_texts_reach_the_packet_nearly_unchanged(guard: Any, db: Any, home: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """At most 1 of the 20 ordinary technical texts is changed in the note, Hermes's pass included."""
+    from hermes_session_guard.commands.cli import main
+
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    changed = []
+    for text in ORDINARY:
+        assert main(["handoff", SID, "--note", text]) == 0
+        packet = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
+        if f"## Note\n\n{text.strip()}\n" not in packet:
+            changed.append(text)
+    print(f"ordinary texts changed in the packet: {len(changed)}/{len(ORDINARY)}")
+    assert len(changed) <= 1, changed
+
+
+def test_a_url_with_credentials_never_removes_a_section(guard: Any, db: Any, home: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Hermes 0.14's connection-string rule runs over line ends: applied to the whole
+    packet after the guard's, it deleted from the note's URL to the request's, the "Last
+    user request" heading included. Now it runs line by line."""
+    from hermes_session_guard.commands.cli import main
+
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    url = "postgres://app:Sup3rPa55w0rd@db.internal:5432/app"
+    db.append_message(session_id=SID, role="user", content=f"then migrate {url} too: ok")
+    assert main(["handoff", SID, "--note", f"the database is {url}\nport 5432: primary"]) == 0
+    packet = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
+    for heading in ("## Note", "## Last user request", "## Todo list", "## Latest summary", "## Open questions"):
+        assert heading in packet, packet
+    assert "then migrate" in packet and "Sup3rPa55w0rd" not in packet
+
+
+def test_hermes_pass_never_sees_a_long_token_whole(guard: Any, db: Any, home: Path,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 240 KB single-token note (Hermes's redactor is quadratic on it): each piece Hermes's
+    pass is given is bounded, and the packet's note is clipped."""
+    from hermes_session_guard.commands.cli import main
+    from hermes_session_guard.handoff import redaction
+
+    real = host.host_redactor()
+    assert real is not None
+    seen: list[int] = []
+
+    def spy(text: str) -> str:
+        seen.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(host, "host_redactor", lambda: spy)
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    token = "Ab3dEf6h" * 30_000
+    assert main(["handoff", SID, "--note", token]) == 0
+    packet = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
+    assert seen and max(seen) <= redaction.HOST_PASS_MAX_LINE
+    assert len(packet) < 20_000
 
 
 def test_controls_reach_the_packet_unchanged(guard: Any, db: Any, home: Path,
@@ -123,3 +186,20 @@ def test_an_automatic_packet_redacts_the_summary(summarising_secrets: Any, db: A
     assert "handoff.packet_written" in audit_log
     for entry in SECRETS:
         assert not leaked(audit_log, entry["secret"]), entry["name"]
+
+
+def test_a_value_seen_with_its_context_is_masked_where_it_is_echoed(guard: Any, db: Any, home: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The password given as ``DB_PASSWORD=...`` early in the session, echoed bare in the last
+    request and in the note: masked in both."""
+    from hermes_session_guard.commands.cli import main
+
+    probe.seed_session(db, SID, probe.seed_messages(4))
+    value = "Qx7mK2pL9vR4tW"
+    db.append_message(session_id=SID, role="user", content=f"the staging env has DB_PASSWORD={value} set")
+    db.append_message(session_id=SID, role="assistant", content="noted")
+    db.append_message(session_id=SID, role="user", content=f"now try {value} against the replica")
+    assert main(["handoff", SID, "--note", f"remember {value} is the one"]) == 0
+    packet = Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8")
+    assert value not in packet
+    assert "against the replica" in packet and "is the one" in packet

@@ -207,3 +207,12 @@ def test_a_turn_in_progress_that_quotes_the_prefix_is_still_the_turn() -> None:
     assert turn_in_progress(quoting, s.has_summary_block) == 1
     merged = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": merged_014("what next?")}]
     assert turn_in_progress(merged, s.has_summary_block) == 0
+
+
+def test_text_without_summary_keeps_the_text_of_a_019_merged_message() -> None:
+    """0.19 puts the tail message's text before the summary, which ends with the end
+    marker: the text after the marker is empty, the person's words are before it."""
+    assert s.text_without_summary(merged_019("what next?")) == "what next?"
+    assert s.text_without_summary(merged_014("what next?")) == "what next?"
+    assert s.text_without_summary(standalone()) == ""
+    assert s.text_without_summary("plain") == "plain"
