@@ -28,6 +28,8 @@ The rules (each checked against the table's row on every release CI installs,
   with it), none before.
 * gateway transcript: Hermes re-baselines itself in place; a JSONL copy where
   ``SessionStore.get_transcript_path`` exists; the offset otherwise.
+* API server turns: in front of Hermes's durable turn leases where it has them (or Hermes's
+  own order alone), in the guard's process-local order otherwise.
 """
 
 from __future__ import annotations
@@ -177,8 +179,6 @@ def derive(seam: str, caps: Capabilities) -> dict[str, Any]:
         return {"transcript": transcript}
     if seam == "transcript_load":
         return {"native_summary_key": summary_key(caps)}
-    if seam.startswith("api_") and seam.endswith("_turns") and caps.turn_leases:
-        return {"lease_table": HOST_TURN_LEASES}
     return {}
 
 
@@ -192,6 +192,9 @@ def choose_rows(seam: str, rows: list[SeamRow], caps: Capabilities) -> list[Seam
     in that order; the caller applies the first whose target and ``requires`` verify. Among
     rows of equal behaviour the newer comes first (a later row follows a target that moved)."""
     wanted = derive(seam, caps)
-    if seam.startswith("api_") and seam.endswith("_turns") and not caps.turn_leases:
+    if seam.startswith("api_") and seam.endswith("_turns"):
+        # with Hermes's durable turn leases a request waits in front of them, or Hermes orders it alone
+        if caps.turn_leases:
+            return [row for row in rows if row.behaviour.lease_table == HOST_TURN_LEASES or not row.patches]
         return [row for row in rows if row.behaviour.lease_table is None]
     return [row for row in rows if matches(row, wanted)]

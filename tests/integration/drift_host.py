@@ -44,7 +44,7 @@ def make_host(tmp: Path, edits: dict[str, Edit], version: str = RELABEL) -> Path
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True, timeout=60).stdout.strip())
     source = release_site()
-    tops = {"hermes_cli", *(path.split("/", 1)[0] for path in edits)}
+    tops = {"hermes_cli", *(path.split("/", 1)[0] for path in edits if (source / path.split("/", 1)[0]).exists())}
     for top in sorted(tops):
         origin = source / top
         if origin.is_dir():
@@ -54,7 +54,7 @@ def make_host(tmp: Path, edits: dict[str, Edit], version: str = RELABEL) -> Path
     edits = {"hermes_cli/__init__.py": lambda text: text + f"\n__version__ = {version!r}\n", **edits}
     for path, edit in edits.items():
         target = site / path
-        before = target.read_text(encoding="utf-8")
+        before = target.read_text(encoding="utf-8") if target.exists() else ""  # "": a new module
         after = edit(before)
         assert after != before, f"the edit of {path} changed nothing"
         target.write_text(after, encoding="utf-8")
@@ -76,6 +76,60 @@ def replace_all(old: str, new: str) -> Edit:
         return text.replace(old, new)
 
     return edit
+
+
+def everywhere(top: str, old: str, new: str) -> dict[str, Edit]:
+    """Rename ``old`` to ``new`` in every module of the release's package ``top`` that names it."""
+    base = release_site()
+    return {str(path.relative_to(base)): replace_all(old, new) for path in sorted((base / top).rglob("*.py"))
+            if old in path.read_text(encoding="utf-8")}
+
+
+def add_trailing_keyword(function: str, name: str) -> Edit:
+    """Add a keyword parameter ``name=None`` at the end of ``def function(...)``'s parameters."""
+    def edit(text: str) -> str:
+        start = text.index(f"def {function}(")
+        end = text.index("\n) ->", start)
+        head = text[:end].rstrip()
+        return head + (f" {name}=None," if head.endswith(",") else f", {name}=None") + text[end:]
+
+    return edit
+
+
+def move_out(function: str, module: str, new_module: str) -> dict[str, Edit]:
+    """Move ``function`` of package module ``module`` (a/b.py) to ``new_module``, re-exported under its old name."""
+    old_dotted, new_dotted = module[:-3].replace("/", "."), new_module[:-3].replace("/", ".")
+    moved = f"_{function}_before_the_move"
+
+    def old(text: str) -> str:
+        text = replace_once(f"def {function}(", f"def {moved}(")(text)
+        return text + f"\nfrom {new_dotted} import {function}  # moved; the old name re-exported\n"
+
+    def new(text: str) -> str:
+        return (f"from typing import Any\n\n\ndef {function}(agent: Any, messages: list, system_message: str, "
+                f"**kwargs: Any) -> Any:\n    from {old_dotted} import {moved}\n\n"
+                f"    return {moved}(agent, messages, system_message, **kwargs)\n")
+
+    return {module: old, new_module: new}
+
+
+def refuse_foreign_writes() -> dict[str, Edit]:
+    """``SessionDB._execute_write`` (same signature) refuses a write callback from code outside
+    the Hermes distribution: rows written under another holder."""
+    base = release_site()
+    tops = set()
+    for info in base.glob("hermes_agent*.dist-info"):
+        tops |= set((info / "top_level.txt").read_text(encoding="utf-8").split())
+
+    def edit(text: str) -> str:
+        line = next(line for line in text.splitlines() if line.strip() == "result = fn(self._conn)")
+        pad = line[: len(line) - len(line.lstrip())]
+        guard = (f"{pad}if (getattr(fn, '__module__', None) or '').split('.')[0] not in {sorted(tops)!r} "
+                 f"and getattr(fn, '__module__', None):\n"
+                 f"{pad}    raise RuntimeError('write refused: rows written under another holder')\n")
+        return replace_once(line + "\n", guard + line + "\n")(text)
+
+    return {"hermes_state.py": edit}
 
 
 def run(python: Path, args: list[str], home: Path, timeout: float = 600,
@@ -106,7 +160,7 @@ from pathlib import Path
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-guarded = sys.argv[1] == "guarded"
+guarded = sys.argv[1] in ("guarded", "status")
 home = Path(os.environ["HERMES_HOME"])
 warnings = []
 class Keep(logging.Handler):
@@ -121,6 +175,10 @@ with FakeLLMServer() as llm:
         probe.discover_guard()
         from hermes_session_guard.runtime import current_runtime
         runtime = current_runtime()
+    if sys.argv[1] == "status":  # what install() did, no compaction
+        print("DRIFT_RESULT " + json.dumps({"seams": {s.name: s.state for s in runtime.seams},
+                                            "warnings": warnings}))
+        raise SystemExit(0)
     sid = "20261201_100000_drift01"
     db = probe.open_db(home / "state.db")
     messages = probe.seed_messages()
@@ -146,9 +204,10 @@ with FakeLLMServer() as llm:
 '''
 
 
-def compact(python: Path, home: Path, guarded: bool) -> dict[str, Any]:
+def compact(python: Path, home: Path, mode: str) -> dict[str, Any]:
+    """``mode``: ``guarded``, ``plain`` (the guard not enabled) or ``status`` (install only)."""
     home.mkdir(parents=True, exist_ok=True)
-    proc = run(python, ["-c", COMPACT, "guarded" if guarded else "plain"], home)
+    proc = run(python, ["-c", COMPACT, mode], home)
     for line in proc.stdout.splitlines():
         if line.startswith("DRIFT_RESULT "):
             found: dict[str, Any] = json.loads(line.split(" ", 1)[1])
