@@ -44,7 +44,10 @@ def make_host(tmp: Path, edits: dict[str, Edit], version: str = RELABEL) -> Path
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True, timeout=60).stdout.strip())
     source = release_site()
-    tops = {"hermes_cli", *(path.split("/", 1)[0] for path in edits if (source / path.split("/", 1)[0]).exists())}
+    # hermes_bootstrap moves its own directory to the front of sys.path: its copy keeps the copies first
+    tops = {"hermes_cli", "hermes_bootstrap.py",
+            *(path.split("/", 1)[0] for path in edits if (source / path.split("/", 1)[0]).exists())}
+    tops = {top for top in tops if (source / top).exists()}
     for top in sorted(tops):
         origin = source / top
         if origin.is_dir():
@@ -200,6 +203,8 @@ with FakeLLMServer() as llm:
         "snapshots": len(snaps), "error": error,
         "seams": {s.name: s.state for s in runtime.seams} if runtime else {},
         "warnings": warnings,
+        "origins": {name: getattr(sys.modules.get(name), "__file__", None) or ""
+                    for name in ("hermes_cli", "agent", "gateway", "hermes_state")},
     }))
 '''
 

@@ -83,6 +83,11 @@ def test_a_changed_release_is_protected_as_far_as_selftest_verifies(case: str, t
     for key in ("id_kept", "compacted", "rows", "returned"):
         assert guarded[key] == plain[key], (key, guarded, plain)
     assert plain["id_kept"] and plain["compacted"] and not plain["error"] and not guarded["error"]
+    site = str(tmp_path / "venv")
+    for run in (guarded, plain):  # the changed modules are the ones that ran
+        changed = {"hermes_cli", *(path.split("/", 1)[0].removesuffix(".py") for path in edits())}
+        assert all(run["origins"][name].startswith(site) for name in changed if run["origins"].get(name)), run
+        assert run["origins"]["hermes_cli"].startswith(site)
     if "compaction" in expected:
         assert guarded["snapshots"] == 1 and guarded["summary"] and not guarded["warnings"]
         assert guarded["seams"]["compression"] == "patched"
