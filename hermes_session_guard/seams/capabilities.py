@@ -4,7 +4,7 @@ On a release the seam table covers, the table's row is the contract (it was test
 a release outside it, which row a behaviour seam gets is derived here from what Hermes has, not
 from its version number: whether ``SessionDB.archive_and_compact`` exists (in-place compaction)
 and takes ``lock_holder`` (a holder-checked commit), whether ``SessionDB`` has durable turn
-leases and a native compression lock, where compression is entered, how a transcript is ordered
+leases and a native compression lock, how a transcript is ordered
 and which marks the agent keeps on flushed messages. :func:`derive` turns those facts into the
 behaviour keys a seam's row must carry; :func:`choose_rows` lists the table rows that carry them,
 best first. What a chosen row then does on that install is verified by ``selftest``
@@ -68,7 +68,6 @@ class Capabilities:
     identity_flush_ids: bool = False  # run_agent names _flushed_db_message_ids
     timestamp_order: bool = False  # get_messages_as_conversation orders by timestamp
     jsonl_transcript: bool = False  # gateway.session:SessionStore.get_transcript_path
-    module_compress: bool = False  # agent.conversation_compression.compress_context
 
     def describe(self) -> str:
         return ", ".join(name for name, value in vars(self).items() if value) or "none"
@@ -132,7 +131,6 @@ def detect() -> Capabilities:
         identity_flush_ids=agent is not None and "_flushed_db_message_ids" in _code_names(agent),
         timestamp_order=any("TIMESTAMP" in sql.upper().split("ORDER BY", 1)[1][:40] for sql in order_sql),
         jsonl_transcript=_attribute("gateway.session", "SessionStore.get_transcript_path") is not None,
-        module_compress=_attribute("agent.conversation_compression", "compress_context") is not None,
     )
 
 

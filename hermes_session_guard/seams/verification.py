@@ -81,10 +81,6 @@ UNCHECKED: tuple[str, ...] = (
 UNCHECKED_REASON = "no live probe check covers it yet"
 
 
-def promise_of(seam: str) -> Promise | None:
-    return next((p for p in PROMISES if seam in p.seams), None)
-
-
 def checked_seams() -> list[str]:
     return [seam for promise in PROMISES for seam in promise.seams]
 

@@ -12,7 +12,7 @@ from hermes_session_guard.seams import capabilities as caps_mod
 from hermes_session_guard.seams.capabilities import Capabilities, choose_rows, derive
 from hermes_session_guard.seams.table import fallback_rows, select_row
 
-_DETACHED = dict(module_compress=True)
+_DETACHED: dict[str, bool] = {}
 _NATIVE_LOCK = dict(_DETACHED, native_lock=True)
 _IN_PLACE = dict(_NATIVE_LOCK, in_place=True, identity_flush_ids=True)
 _NATIVE = dict(_IN_PLACE, resume_reads_archive_apart=True, holder_checked_commit=True, turn_leases=True)
