@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .audit import AuditLog
 from .config import GuardConfig
@@ -64,6 +65,9 @@ class Runtime:
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     host_in_table: bool = True  # False: a release outside the seam table (seams verified by signature)
     compat_note: str = ""  # plain words for selftest and the log when host_in_table is False
+    # a release newer than the table: this process's verification plan (seams.verification.Plan)
+    verification: Any = None
+    unverified_seams: set[str] = field(default_factory=set)  # left off until selftest verifies them
     _stores: dict[Path, GuardStore] = field(default_factory=dict)
     _locks: dict[Path, SessionLocks] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -17,7 +17,7 @@ from ..host import engines as engine_support
 from ..hostinfo import find_host, hermes_home
 from ..maintenance.plugin_config import PluginConfigError, guard_enabled
 from ..maintenance.state_inspection import HomeError, check
-from ..seams import supported
+from ..seams import supported, verification
 from .output import fail
 
 HELP = "Check the installed Hermes: seams patched and the session-id contract, live"
@@ -31,12 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds for the live probe (default 180)")
 
 
-def run_in_temp_home(name: str, argv: list[str], marker: str, what: str, timeout: float, **env: str) -> dict[str, Any]:
-    """Run ``python -m <argv>`` with a temporary ``HERMES_HOME`` (``0700``, removed after) and
-    return the JSON it printed after ``marker``, or ``ok: False`` with the reason."""
+def run_in_temp_home(name: str, argv: list[str], marker: str, what: str, timeout: float, *,
+                     home_env: tuple[str, ...] = (), **env: str) -> dict[str, Any]:
+    """Run ``python -m <argv>`` with a temporary ``HERMES_HOME`` (``0700``, removed after; also
+    in each variable ``home_env`` names) and return the JSON it printed after ``marker``, or
+    ``ok: False`` with the reason."""
     with tempfile.TemporaryDirectory(prefix=f"session-guard-{name}-") as tmp:
         os.chmod(tmp, 0o700)
-        child_env = dict(os.environ, HERMES_HOME=tmp, **env)
+        child_env = dict(os.environ, HERMES_HOME=tmp, **env, **dict.fromkeys(home_env, tmp))
         child_env.pop("HERMES_SESSION_ID", None)
         try:
             proc = subprocess.run([sys.executable, "-m", *argv], env=child_env, capture_output=True, text=True,
@@ -50,8 +52,10 @@ def run_in_temp_home(name: str, argv: list[str], marker: str, what: str, timeout
 
 
 def run_probe(timeout: float) -> dict[str, Any]:
+    # on a release outside the seam table the probe tries the capability-chosen seams (verification.TRIAL_ENV)
     return {"checks": [], "seams": [],
-            **run_in_temp_home("selftest", ["hermes_session_guard.selftest.probe"], MARKER, "live probe", timeout)}
+            **run_in_temp_home("selftest", ["hermes_session_guard.selftest.probe"], MARKER, "live probe", timeout,
+                               home_env=(verification.TRIAL_ENV,))}
 
 
 def user_home() -> tuple[Path | None, dict[str, Any]]:
@@ -106,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         report.update(probe_ok=bool(probe.get("ok")), ok=bool(probe.get("ok")) and protected,
                       seams=probe.get("seams", []), checks=probe.get("checks", []),
                       host_in_table=probe.get("host_in_table", True), compat_note=probe.get("compat_note", ""))
+        if probe.get("fingerprint"):
+            report.update(verify_install(probe, protected))
         if probe.get("error"):
             report["error"] = probe["error"]
         elif not protected:
@@ -142,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
             state = c.get("state") or ("pass" if c["ok"] else "fail")
             detail = f"  ({c['detail']})" if c["detail"] and state != "pass" else ""
             print(f"  [{state.upper()}] {c['name']}{detail}")
+        if report.get("verification"):
+            print_verification(report["verification"])
         if report.get("context_engine"):
             engine_support.print_report(report["context_engine"])
         if report.get("error"):
@@ -164,3 +172,36 @@ def run(args: argparse.Namespace) -> int:
             verdict = "FAILED"
         print("selftest: " + verdict + note)
     return 0 if report["ok"] else 1
+
+
+def verify_install(probe: dict[str, Any], protected: bool) -> dict[str, Any]:
+    """A release outside the seam table: what the probe verified, per promise, recorded for this
+    install (every later process on it patches those seams). ``ok`` needs the compaction
+    promise verified and recorded."""
+    results = verification.evaluate(probe)
+    out: dict[str, Any] = {"promises": [{"name": r.name, "verified": r.verified, "why": r.why}
+                                        for r in [*results, verification.unchecked_result()]]}
+    with failing_open("recording the verification", "this install stays on read-only seams", level=None) as failed:
+        out["recorded"] = str(verification.write_record(verification.record_for(probe, results)))
+    if failed:
+        out["record_error"] = (f"{failed.reason}; run selftest as the user that owns {sys.prefix} (the Python "
+                               "environment Hermes runs from)")
+    compaction = next(r for r in results if r.name == verification.COMPACTION)
+    ok = compaction.verified and not failed and protected
+    report: dict[str, Any] = {"verification": out, "probe_ok": compaction.verified, "ok": ok}
+    if not compaction.verified:
+        report["error"] = f"compaction is NOT verified on this install: {compaction.why}"
+    elif failed:
+        report["error"] = f"the verification could not be recorded: {out['record_error']}"
+    return report
+
+
+def print_verification(found: dict[str, Any]) -> None:
+    print("Verification on this install (live probe with the seams chosen by what this Hermes has):")
+    for promise in found["promises"]:
+        print(f"  [{'VERIFIED' if promise['verified'] else 'NOT VERIFIED'}] {promise['name']}: {promise['why']}")
+    if found.get("recorded"):
+        print(f"Recorded at {found['recorded']}: every process on this install patches the verified seams; run "
+              "selftest again after `hermes update`")
+    else:
+        print(f"NOT recorded: {found.get('record_error')}")

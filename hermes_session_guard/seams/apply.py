@@ -42,6 +42,7 @@ from ..host import close_readers, unshim_adapters, unshim_dashboards, unshim_eng
 from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
 from ..seam_behaviour import Effect, SeamKind, SeamState
+from . import verification
 from .table import (
     TESTED_RELEASES,
     SeamRow,
@@ -86,6 +87,7 @@ class _Candidates:
 
     rows: list[SeamRow]
     by_signature: bool
+    reason: str = ""  # why these rows (a release outside the table); "" for "verified by signature"
 
     @property
     def modules(self) -> list[str]:
@@ -194,8 +196,9 @@ def _apply_candidates(candidates: _Candidates, runtime: Runtime) -> SeamStatus:
             continue
         problem = verify_row(row)
         if problem is None:
-            return _apply(row, runtime, f"Hermes {runtime.host_version} is not in the seam table; target verified "
-                                        f"by signature, using the row for {row.range_text}")
+            how = candidates.reason or "target verified by signature"
+            return _apply(row, runtime, f"Hermes {runtime.host_version} is not in the seam table; {how}, using "
+                                        f"the row for {row.range_text}")
         tried.append(f"row {row.range_text}: {problem}")
     seam = candidates.first.seam
     return SeamStatus(seam, "-", SeamState.SKIPPED,
@@ -222,7 +225,9 @@ def _set_status(runtime: Runtime, status: SeamStatus) -> None:
     else:
         runtime.seams.append(status)
     if runtime.host_version is not None and not runtime.host_in_table:
-        runtime.compat_note = _untested_note(runtime.host_version, runtime.seams)
+        plan = runtime.verification
+        note = plan.note() if isinstance(plan, verification.Plan) else ""
+        runtime.compat_note = _untested_note(runtime.host_version, runtime.seams, runtime.unverified_seams) + note
 
 
 def _pending_status(row: SeamRow, why: str) -> SeamStatus:
@@ -356,25 +361,45 @@ def _candidates_for(seam: str, runtime: Runtime) -> _Candidates | SeamStatus:
         return SeamStatus(seam, "-", SeamState.SKIPPED,
                           f"Hermes {host_version} is older than the oldest supported release "
                           f"{version_text(oldest)}; not patched", "")
+    plan = runtime.verification
+    chosen = plan.candidates(seam) if isinstance(plan, verification.Plan) else None
+    if chosen is not None:
+        rows, reason = chosen
+        if rows:
+            return _Candidates(rows, by_signature=True, reason=reason)
+        return SeamStatus(seam, "-", SeamState.SKIPPED,
+                          f"Hermes {host_version}: no row of the seam table has the behaviour this Hermes's "
+                          f"capabilities call for ({reason}); not patched", "")
     rows = [row for row in fallback_rows(seam) if row.effect is Effect.OBSERVE]
     if not rows:
+        runtime.unverified_seams.add(seam)
         # Compression, locks, turn order, buffering, delivery, requests: a matching signature
         # says nothing about what the code behind it now does (0.20's holder-checked commit
-        # refused every compaction a 0.19 row ran), so such a seam waits for a table row.
+        # refused every compaction a 0.19 row ran), so such a seam waits for a table row, or
+        # for selftest to verify it on this install (seams/verification.py).
+        why = verification.UNCHECKED_REASON if seam in verification.UNCHECKED else \
+            "run `hermes-session-guard selftest` to verify it on this install"
         return SeamStatus(seam, "-", SeamState.SKIPPED,
                           f"Hermes {host_version} is newer than the seam table (tested up to "
                           f"{TESTED_RELEASES[-1]}); this seam changes what Hermes does and is never patched on a "
-                          "signature match alone", "")
+                          f"signature match alone ({why})", "")
     return _Candidates(rows, by_signature=True)
 
 
+def _newest() -> tuple[int, ...]:
+    return max(parse_version(version) for version in TESTED_RELEASES)
+
+
 def _report_untested(runtime: Runtime) -> None:
-    """One warning line per process and outcome for a release outside the table."""
+    """One warning line per process and outcome for a release outside the table (an info line
+    once selftest verified the install)."""
     key = f"{runtime.host_version}|" + "|".join(f"{s.name}={s.state}" for s in runtime.seams)
     if key in _reported:
         return
     _reported.add(key)
-    log.warning("session guard: %s", runtime.compat_note)
+    plan = runtime.verification
+    verified = isinstance(plan, verification.Plan) and plan.mode == verification.VERIFIED
+    log.log(logging.INFO if verified else logging.WARNING, "session guard: %s", runtime.compat_note)
 
 
 def install(config: GuardConfig | None = None, *, version: str | None = None) -> Runtime:
@@ -393,6 +418,12 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
         set_current_runtime(runtime)
         parsed = parse_version(host_version) if host_version else None
         runtime.host_in_table = parsed is not None and host_in_table(parsed)
+        if host_version is not None and not runtime.host_in_table and parsed is not None and parsed > _newest():
+            with failing_open("reading this install's verification", "only read-only seams are patched",
+                              level=logging.WARNING) as failed:
+                runtime.verification = verification.plan_for(host_version)
+            if failed:
+                runtime.verification = verification.Plan(verification.UNVERIFIED, problem=failed.reason)
         for seam in seam_names():
             found = _candidates_for(seam, runtime)
             if isinstance(found, SeamStatus):
@@ -411,14 +442,24 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
         return runtime
 
 
-def _untested_note(host_version: str, statuses: list[SeamStatus]) -> str:
+def _untested_note(host_version: str, statuses: list[SeamStatus], unverified: set[str] | frozenset[str] = frozenset()
+                   ) -> str:
     """One short line: the compression seam's row, how many others were patched by
     signature, and which were skipped or wait for an import (the per-seam reasons are
-    in the seam list ``selftest`` prints)."""
+    in the seam list ``selftest`` prints); seams left off until selftest verifies them
+    (``unverified``) are counted, not named."""
     patched = [s for s in statuses if s.state in (SeamState.PATCHED, SeamState.NOT_NEEDED)]
     waiting = [s.name for s in statuses if s.state == SeamState.PENDING]
-    skipped = [f"{s.name} ({_short(s.reason)})" for s in statuses
-               if s.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED, SeamState.PENDING)]
+    skipped = [f"{s.name} ({_short(s.reason)})" for s in statuses if s.name not in unverified
+               and s.state not in (SeamState.PATCHED, SeamState.NOT_NEEDED, SeamState.PENDING)]
+    left_off = [s for s in statuses if s.name in unverified and s.state == SeamState.SKIPPED]
+    if left_off:
+        first = any(s.name == "compression" for s in left_off)
+        rest = len(left_off) - first
+        text = "compression" if first else ""
+        if rest:
+            text += f"{' and ' if first else ''}{rest} {'more ' if first else ''}seams that change what Hermes does"
+        skipped.insert(0, text)
     compression = next((s for s in patched if s.name == "compression"), None)
     others = len(patched) - (compression is not None)
     used = f"compression -> {compression.target} (row {compression.row}) and {others} more" if compression \

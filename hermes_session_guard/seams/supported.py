@@ -29,5 +29,6 @@ def describe(version: str | None) -> str:
         return f"{declared}: installed {version} is inside it"
     if parse_version(version) < parse_version(SUPPORTED_LOW):
         return f"{declared}: installed {version} is OUTSIDE it (older than the table; nothing is patched)"
-    return (f"{declared}: installed {version} is OUTSIDE it (newer than the table; only read-only and display seams "
-            "are patched, where their target verifies by signature; compression is NOT protected)")
+    return (f"{declared}: installed {version} is OUTSIDE it (newer than the table; the seams that change what Hermes "
+            "does are patched only where this selftest verifies them on this install, per promise below, and again "
+            "after every `hermes update`; until then only read-only and display seams are)")

@@ -303,3 +303,42 @@ def test_hermes_not_installed(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -
     _fake_version(monkeypatch, None)
     status = _status(hermes_session_guard.install())
     assert (status.state, status.reason) == ("skipped", "hermes-agent is not installed")
+
+
+def test_a_release_newer_than_the_table_patches_what_selftest_verified_on_this_install(
+    host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
+    from hermes_session_guard.seams import verification
+
+    changing = [_row(r.since, r.until, r.module, r.attribute, r.params, str(r.behaviour.strategy), r.requires,
+                     effect=Effect.CHANGES) for r in (OLD, MID, NEW)]
+    monkeypatch.setattr(seams, "SEAMS", tuple(changing))
+    record = tmp_path / verification.RECORD_NAME
+    monkeypatch.setattr(verification, "record_path", lambda: record)
+    monkeypatch.setattr(verification, "fingerprint", lambda version: f"code of {version}")
+    monkeypatch.delenv(verification.TRIAL_ENV, raising=False)
+    _fake_version(monkeypatch, "0.23.5")
+
+    with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+        runtime = hermes_session_guard.install()
+    assert _status(runtime).state == "skipped"  # no record: as before, plus what to do
+    (line,) = _untested_warnings(caplog)
+    assert "until `hermes-session-guard selftest` verifies this install" in line and "no verification recorded" in line
+    assert host.compression.compress_context is host.function
+    hermes_session_guard.uninstall()
+
+    verification.write_record({"hermes_version": "0.23.5", "fingerprint": "code of 0.23.5",
+                               "verified_at": "2026-12-07T21:00:00Z", "rows": {"compression": NEW.range_text}})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
+        status = _status(hermes_session_guard.install())
+    assert (status.state, status.row) == ("patched", NEW.range_text)
+    assert "verified on this install by selftest at 2026-12-07T21:00:00Z" in status.reason
+    assert not _untested_warnings(caplog)  # verified: an info line, no warning
+    host.compression.compress_context(None, [1, 2], "sp")
+    assert calls == [NEW.range_text]
+    hermes_session_guard.uninstall()
+
+    monkeypatch.setattr(verification, "fingerprint", lambda version: "code after hermes update")
+    assert _status(hermes_session_guard.install()).state == "skipped"
+    assert host.compression.compress_context is host.function

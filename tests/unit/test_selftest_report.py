@@ -105,3 +105,53 @@ def test_tested_release_prints_no_note(fake_probe: Any, capsys: pytest.CaptureFi
     fake_probe.return_value = _payload(ok=True, in_table=True)
     assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 0
     assert "UNTESTED" not in capsys.readouterr().out
+
+
+def _trial_payload(failing: tuple[str, ...] = ()) -> dict[str, Any]:
+    from hermes_session_guard.seams import verification
+
+    checks = [{"name": "compression seam patched", "ok": True, "detail": ""}]
+    for promise in verification.PROMISES:
+        checks += [{"name": part, "part": part, "ok": part not in failing, "detail": "why not"}
+                   for part in promise.parts]
+    seams = [{"name": s, "target": "m:a", "state": "patched", "reason": "trial", "failure_policy": "open",
+              "row": ">=0.20.0,<0.23.0"} for s in verification.checked_seams()]
+    return {**_payload(False, False), "host_version": "0.23.5", "checks": checks, "seams": seams,
+            "fingerprint": "f" * 64, "capabilities": "in_place"}
+
+
+def test_a_release_outside_the_table_is_verified_and_recorded_for_the_install(
+    fake_probe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hermes_session_guard.seams import verification
+
+    record = tmp_path / "env" / verification.RECORD_NAME
+    record.parent.mkdir()
+    monkeypatch.setattr(verification, "record_path", lambda: record)
+    fake_probe.return_value = _trial_payload(failing=("buffered delivery",))
+    assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 0
+    out = capsys.readouterr().out
+    assert "[VERIFIED] compaction: " in out and "[VERIFIED] summary tags: " in out
+    assert "[NOT VERIFIED] buffered delivery: buffered delivery: why not" in out
+    assert f"Recorded at {record}" in out and "selftest: PASSED" in out
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    assert saved["promises"] == ["compaction", "summary tags"] and "busy_message" not in saved["rows"]
+    assert saved["fingerprint"] == "f" * 64 and saved["rows"]["compression"] == ">=0.20.0,<0.23.0"
+
+    fake_probe.return_value = _trial_payload(failing=("lock",))  # compaction itself not verified: exit 1
+    assert selftest.run(argparse.Namespace(json=True, timeout=5.0)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"].startswith("compaction is NOT verified on this install: ")
+    assert json.loads(record.read_text(encoding="utf-8"))["rows"] == {}  # the earlier record no longer holds
+
+
+def test_an_unwritable_record_fails_selftest_and_says_where(
+    fake_probe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hermes_session_guard.seams import verification
+
+    monkeypatch.setattr(verification, "record_path", lambda: tmp_path / "missing-dir" / verification.RECORD_NAME)
+    fake_probe.return_value = _trial_payload()
+    assert selftest.run(argparse.Namespace(json=False, timeout=5.0)) == 1
+    out = capsys.readouterr().out
+    assert "NOT recorded: " in out and "run selftest as the user that owns" in out
