@@ -142,9 +142,18 @@ class ApiAgent(Agent):
         self.tool_progress_callback = lambda *a, **kw: self.calls.append(("progress", a, kw))
 
 
-def test_an_api_server_agent_gets_progress_records_and_run_events(runtime: Runtime, db: Any) -> None:
+def test_an_api_server_agent_gets_run_events_and_no_progress_records_by_default(runtime: Runtime, db: Any) -> None:
+    """Without ``events.chat_completions_records`` the chat completions handler's tool
+    callbacks are not called (its stream gets a comment line, test_client_streams.py)."""
     agent = ApiAgent(db, Engine())
     _compact(runtime, db, agent=agent)
+    assert [c[0] for c in agent.calls] == ["progress", "progress"]
+
+
+def test_an_api_server_agent_gets_progress_records_and_run_events(current: Runtime, db: Any) -> None:
+    current.config = replace(current.config, events=replace(current.config.events, chat_completions_records=True))
+    agent = ApiAgent(db, Engine())
+    _compact(current, db, agent=agent)
     kinds = [c[0] for c in agent.calls]
     assert kinds == ["progress", "start", "progress", "complete"]
     (_, start_args, start_kw), (_, end_args, end_kw) = agent.calls[0][0:3], agent.calls[2][0:3]
@@ -177,14 +186,26 @@ def _tui_status_callback(calls: list[tuple[str, str]]) -> Any:
     return namespace["status"]
 
 
-def test_a_tui_agent_gets_a_status_line_when_its_compaction_starts_and_ends(runtime: Runtime, db: Any) -> None:
+@pytest.mark.parametrize("hermes_reports", [False, True], ids=["hermes-silent", "hermes-reports"])
+def test_a_tui_agent_gets_one_status_line_per_compaction_in_hermes_kinds(
+    runtime: Runtime, db: Any, monkeypatch: pytest.MonkeyPatch, hermes_reports: bool
+) -> None:
+    """Where Hermes says nothing (before 0.19) the start goes to the status bar and the end is
+    the one transcript line (kind ``compressing``); where Hermes posts its own ``compacting``
+    line, the guard adds only its facts to the status bar when the compaction ends."""
+    monkeypatch.setattr(client_events, "hermes_reports_compaction", lambda: hermes_reports)
     calls: list[tuple[str, str]] = []
     tui = ApiAgent(db, Engine())
     tui.platform = "tui"
     tui.status_callback = _tui_status_callback(calls)
     _compact(runtime, db, agent=tui)
     assert tui.calls == []  # no tool rows, no run events
-    assert [kind for kind, _ in calls] == [client_events.TOOL_NAME] * 2
+    if hermes_reports:
+        assert [kind for kind, _ in calls] == ["status"]
+        (ended,) = (text for _, text in calls)
+        assert ended.startswith("Context compacted: 10 -> 3 messages (op ")
+        return
+    assert [kind for kind, _ in calls] == ["status", "compressing"]
     started, ended = (text for _, text in calls)
     op = started.rsplit("op ", 1)[1].rstrip(")")
     assert started == f"Compacting the context: 10 messages (op {op})"

@@ -1,0 +1,247 @@
+"""Real clients of the real API server across a compacting turn, guarded and unguarded
+(docs/events.md, "What each client receives"):
+
+- the official ``openai`` SDK on ``/v1/chat/completions``: the plain loop
+  (``for chunk in stream: chunk.choices[0].delta.content``) and the ``stream()`` helper
+  read the whole answer; guarded, the stream carries SSE comment lines and no record Hermes
+  itself did not send (with ``events.chat_completions_records`` the guard's
+  ``hermes.tool.progress`` records, which the plain loop cannot read: the documented caveat);
+- the ``openai`` SDK on ``/v1/responses``: the event loop and the ``stream()`` helper;
+- ``/api/sessions/{id}/chat/stream``: ``compaction.started`` then ``compaction.completed``,
+  in Hermes's own event style, between ``message.started`` and ``assistant.completed``.
+
+One compacting turn per test; every stream is read raw too (what it received is asserted, and
+printed for the table in docs/events.md).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from hermes_session_guard.selftest import probe
+
+from ..fake_llm import ScriptedLLMServer
+from .api_turns import API_KEY, ApiServer, running_api_server
+from .conftest import DEFERS_TO_USAGE, HOST
+
+SID = "20260601_140000_c1c1c1c1"
+PROMPT = "and now?"
+
+
+@pytest.fixture(params=["guarded", "unguarded"])
+def guarded(request: pytest.FixtureRequest) -> bool:
+    request.getfixturevalue("guard" if request.param == "guarded" else "no_guard")
+    return bool(request.param == "guarded")
+
+
+@pytest.fixture
+def server(home: Path) -> Iterator[ApiServer]:
+    with running_api_server(home) as srv:
+        yield srv
+
+
+class _Tee(httpx.HTTPTransport):
+    """httpx's own transport, keeping a copy of every response body it streams."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw = bytearray()
+
+    def handle_request(self, request: Any) -> Any:
+        response = super().handle_request(request)
+        stream, raw = response.stream, self.raw
+        assert isinstance(stream, httpx.SyncByteStream)
+
+        class Copying(httpx.SyncByteStream):
+            def __iter__(self) -> Iterator[bytes]:
+                for chunk in stream:
+                    raw.extend(chunk)
+                    yield chunk
+
+            def close(self) -> None:
+                stream.close()
+
+        response.stream = Copying()
+        return response
+
+
+def _client(srv: ApiServer) -> tuple[Any, _Tee]:
+    tee = _Tee()
+    client = openai.OpenAI(base_url=srv.base + "/v1", api_key=API_KEY, max_retries=0, timeout=300,
+                           http_client=httpx.Client(transport=tee, timeout=300))
+    return client, tee
+
+
+def records(raw: bytes) -> list[str]:
+    """What an SSE stream carried, one entry per record: ``: comment``, ``event: <name>`` or ``data``."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        lines = [line for line in block.splitlines() if line]
+        if not lines:
+            continue
+        named = [line for line in lines if line.startswith("event:")]
+        out.append(named[0] if named else (lines[0] if lines[0].startswith(":") else "data"))
+    return out
+
+
+def _seed(db: Any) -> list[dict[str, Any]]:
+    messages = probe.seed_messages(tag="cli")
+    probe.seed_session(db, SID, messages, source="api_server")
+    return messages
+
+
+def _compacted(llm: ScriptedLLMServer, seen: list[str]) -> None:
+    if not llm.summary_requests():
+        pytest.fail(f"the turn did not compact (Hermes {HOST}); received {seen}")
+
+
+def _check_guard_records(guarded: bool, seen: list[str]) -> None:
+    """Guarded: the guard's comment lines are there and nothing else of the guard's."""
+    comments = [r for r in seen if r.startswith(": session_guard")]
+    if guarded:
+        assert [c.split()[2] for c in comments] == ["compaction.started", "compaction.completed"], seen
+    else:
+        assert comments == [], seen
+    assert "event: hermes.tool.progress" not in seen, seen  # no tools run in this turn
+
+
+def test_the_openai_plain_loop_reads_a_compacting_chat_stream(
+    guarded: bool, db: Any, llm: ScriptedLLMServer, server: ApiServer
+) -> None:
+    _seed(db)
+    client, tee = _client(server)
+    stream = client.chat.completions.create(model="fake-model", stream=True,
+                                            messages=[{"role": "user", "content": PROMPT}],
+                                            extra_headers={"X-Hermes-Session-Id": SID})
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)  # what everyone writes
+    seen = records(bytes(tee.raw))
+    print(f"chat.completions plain loop, {'guarded' if guarded else 'unguarded'}: {seen}")
+    assert text, seen
+    _compacted(llm, seen)
+    _check_guard_records(guarded, seen)
+
+
+def test_the_openai_stream_helper_reads_a_compacting_chat_stream(
+    guarded: bool, db: Any, llm: ScriptedLLMServer, server: ApiServer
+) -> None:
+    _seed(db)
+    client, tee = _client(server)
+    with client.chat.completions.stream(model="fake-model", messages=[{"role": "user", "content": PROMPT}],
+                                        extra_headers={"X-Hermes-Session-Id": SID}) as stream:
+        kinds = {event.type for event in stream}
+        final = stream.get_final_completion()
+    seen = records(bytes(tee.raw))
+    print(f"chat.completions stream(), {'guarded' if guarded else 'unguarded'}: {seen}")
+    assert "content.delta" in kinds and final.choices[0].message.content, kinds
+    _compacted(llm, seen)
+    _check_guard_records(guarded, seen)
+
+
+def test_with_records_opted_in_the_chat_stream_carries_hermes_tool_progress(
+    guard: Any, db: Any, llm: ScriptedLLMServer, server: ApiServer
+) -> None:
+    """``events.chat_completions_records: true``: Hermes's ``hermes.tool.progress`` record,
+    running then completed; the SDK yields each as a chunk without choices (the caveat)."""
+    guard.config = replace(guard.config, events=replace(guard.config.events, chat_completions_records=True))
+    _seed(db)
+    client, tee = _client(server)
+    stream = client.chat.completions.create(model="fake-model", stream=True,
+                                            messages=[{"role": "user", "content": PROMPT}],
+                                            extra_headers={"X-Hermes-Session-Id": SID})
+    chunks = list(stream)
+    seen = records(bytes(tee.raw))
+    print(f"chat.completions with chat_completions_records: {seen}")
+    assert seen.count("event: hermes.tool.progress") == 2, seen
+    assert not [r for r in seen if r.startswith(": session_guard")], seen
+    assert any(chunk.choices is None for chunk in chunks)  # why it is opt-in
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), seen
+
+
+def _responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [*({"role": m["role"], "content": m["content"]} for m in messages), {"role": "user", "content": PROMPT}]
+
+
+@pytest.mark.parametrize("consumer", ["loop", "stream_helper"])
+def test_the_openai_responses_stream_reads_a_compacting_turn(
+    guarded: bool, consumer: str, db: Any, llm: ScriptedLLMServer, server: ApiServer
+) -> None:
+    """``/v1/responses`` with the history in ``input``: the SDK's event loop and its
+    ``stream()`` helper get every Responses event and the answer; guarded, comment lines."""
+    if DEFERS_TO_USAGE:
+        pytest.skip("Hermes 0.21+ compacts only on its provider's usage report, which an input-only "
+                    "history on /v1/responses never has")
+    messages = probe.seed_messages(tag="cli")
+    client, tee = _client(server)
+    helper_failed = None
+    if consumer == "loop":
+        events = list(client.responses.create(model="fake-model", input=_responses_input(messages), stream=True))
+        text = "".join(getattr(e, "delta", "") for e in events if e.type == "response.output_text.delta")
+    else:
+        try:
+            with client.responses.stream(model="fake-model", input=_responses_input(messages)) as stream:
+                events = list(stream)
+                text = stream.get_final_response().output_text
+        except IndexError as exc:  # the helper indexes the content parts a message item announced
+            helper_failed = exc
+    seen = records(bytes(tee.raw))
+    print(f"responses {consumer}, {'guarded' if guarded else 'unguarded'}: "
+          f"{'helper ' + type(helper_failed).__name__ if helper_failed else 'ok'} {seen}")
+    _compacted(llm, seen)
+    _check_guard_records(guarded, seen)
+    if helper_failed is not None:
+        # Hermes's own stream (guard or not) sends text deltas without response.content_part.added
+        assert "event: response.content_part.added" not in seen and "event: response.output_text.delta" in seen
+        return
+    assert text and events[-1].type == "response.completed", [e.type for e in events]
+
+
+def test_the_session_chat_stream_names_the_compaction_in_its_own_events(
+    guarded: bool, db: Any, llm: ScriptedLLMServer, server: ApiServer
+) -> None:
+    """``/api/sessions/{id}/chat/stream`` (Hermes's web and dashboard chat): guarded,
+    ``compaction.started`` then ``compaction.completed`` with the stream's own session id,
+    run id and sequence, in counts and ids."""
+    _seed(db)
+    request = urllib.request.Request(f"{server.base}/api/sessions/{SID}/chat/stream",
+                                     data=json.dumps({"message": PROMPT}).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {API_KEY}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            pytest.skip(f"Hermes {HOST} has no session chat stream")
+        raise
+    seen = records(raw)
+    print(f"session chat stream, {'guarded' if guarded else 'unguarded'}: {seen}")
+    events: dict[str, dict[str, Any]] = {}
+    for block in raw.decode().split("\n\n"):
+        name = next((line[7:] for line in block.splitlines() if line.startswith("event: ")), None)
+        data = next((line[6:] for line in block.splitlines() if line.startswith("data: ")), None)
+        if name and data:
+            events.setdefault(name, json.loads(data))
+    names = [r[7:] for r in seen if r.startswith("event: ")]
+    assert names[-1] == "done" and "assistant.completed" in names, names
+    _compacted(llm, seen)
+    ours = [n for n in names if n.startswith("compaction.")]
+    if not guarded:
+        assert ours == [], names
+        return
+    assert ours == ["compaction.started", "compaction.completed"], names
+    assert names.index("message.started") < names.index("compaction.started")
+    assert names.index("compaction.completed") < names.index("assistant.completed")
+    started, ended = events["compaction.started"], events["compaction.completed"]
+    assert started["session_id"] == SID and started["run_id"] == events["run.started"]["run_id"]
+    assert started["op_id"] == ended["op_id"] and ended["outcome"] == "done" and ended["seq"] > started["seq"]
+    assert PROMPT not in json.dumps([started, ended]) and "cli-" not in json.dumps([started, ended])
