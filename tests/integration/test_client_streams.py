@@ -123,12 +123,24 @@ def test_the_openai_plain_loop_reads_a_compacting_chat_stream(
     stream = client.chat.completions.create(model="fake-model", stream=True,
                                             messages=[{"role": "user", "content": PROMPT}],
                                             extra_headers={"X-Hermes-Session-Id": SID})
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)  # what everyone writes
+    loop_failed = None
+    try:
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)  # what everyone writes
+    except TypeError as exc:  # a named record the SDK yields as a chunk without choices
+        loop_failed = exc
+        for _ in stream:  # read the rest, to see what the stream carried
+            pass
     seen = records(bytes(tee.raw))
-    print(f"chat.completions plain loop, {'guarded' if guarded else 'unguarded'}: {seen}")
-    assert text, seen
+    print(f"chat.completions plain loop, {'guarded' if guarded else 'unguarded'}: "
+          f"{'TypeError' if loop_failed else 'ok'} {seen}")
     _compacted(llm, seen)
     _check_guard_records(guarded, seen)
+    if loop_failed is not None:
+        # only where Hermes itself names a record on this turn (0.22: hermes.status while it
+        # compacts), guard or not; the guard's own are comments
+        assert HOST >= (0, 21, 0) and "event: hermes.status" in seen, seen
+        return
+    assert text, seen
 
 
 def test_the_openai_stream_helper_reads_a_compacting_chat_stream(
