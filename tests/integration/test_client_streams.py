@@ -8,7 +8,9 @@
   ``hermes.tool.progress`` records, which the plain loop cannot read: the documented caveat);
 - the ``openai`` SDK on ``/v1/responses``: the event loop and the ``stream()`` helper;
 - ``/api/sessions/{id}/chat/stream``: ``compaction.started`` then ``compaction.completed``,
-  in Hermes's own event style, between ``message.started`` and ``assistant.completed``.
+  in Hermes's own event style, between ``message.started`` and ``assistant.completed``;
+- ACP, with ``hermes-acp-sdk``'s ``EventHandler`` as the client: a tool call for the compaction,
+  every update valid in the installed ACP schema.
 
 One compacting turn per test; every stream is read raw too (what it received is asserted, and
 printed for the table in docs/events.md).
@@ -257,3 +259,56 @@ def test_the_session_chat_stream_names_the_compaction_in_its_own_events(
     assert started["session_id"] == SID and started["run_id"] == events["run.started"]["run_id"]
     assert started["op_id"] == ended["op_id"] and ended["outcome"] == "done" and ended["seq"] > started["seq"]
     assert PROMPT not in json.dumps([started, ended]) and "cli-" not in json.dumps([started, ended])
+
+
+def test_an_acp_sdk_client_reads_the_compaction_as_a_tool_call(
+    guarded: bool, db: Any, llm: ScriptedLLMServer, home: Path
+) -> None:
+    """``hermes-acp-sdk``'s own ``EventHandler`` as the ACP client of a prompt that compacts:
+    guarded, one ``ToolCall`` in progress then completed for the compaction, every
+    ``session/update`` a valid ``SessionNotification`` of the installed schema that
+    round-trips through its JSON; unguarded, no such tool call. The answer streams either way."""
+    sdk = pytest.importorskip("hermes_acp_sdk.handler", reason="hermes-acp-sdk is not installed")
+    policy = pytest.importorskip("hermes_acp_sdk.policy")
+    try:
+        from acp.schema import SessionNotification, TextContentBlock
+        from acp_adapter.server import HermesACPAgent
+        from acp_adapter.session import SessionManager
+    except ImportError as exc:
+        pytest.skip(f"ACP is not importable on this release ({exc})")
+    import asyncio
+
+    from .conftest import anchor_on_real_usage
+
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages, source="acp")
+    acp_agent = HermesACPAgent(SessionManager(db=probe.open_db(home / "state.db")))
+    handler = sdk.EventHandler(policy.DenyAll(), policy.FsPolicy(), policy.TerminalPolicy())
+    updates: list[Any] = []
+    session_update = handler.session_update
+
+    async def keep(session_id: str, update: Any, **kwargs: Any) -> None:
+        updates.append(update)
+        await session_update(session_id, update, **kwargs)
+
+    handler.session_update = keep
+    acp_agent.on_connect(handler)
+    state = acp_agent.session_manager.get_session(SID)
+    assert state is not None
+    if DEFERS_TO_USAGE:
+        anchor_on_real_usage(state.agent, messages)
+    response = asyncio.run(acp_agent.prompt(prompt=[TextContentBlock(type="text", text=PROMPT)], session_id=SID))
+    assert response.stop_reason == "end_turn", response
+    _compacted(llm, [type(u).__name__ for u in updates])
+    events = []
+    queue = handler.queue_for(SID)
+    while not queue.empty():
+        events.append(queue.get_nowait())
+    for update in updates:
+        wire = SessionNotification(session_id=SID, update=update).model_dump_json(by_alias=True, exclude_none=True)
+        assert SessionNotification.model_validate_json(wire).update == update
+    ours = [e for e in events if type(e).__name__ == "ToolCall" and e.tool_call_id.startswith("session_guard.")]
+    print(f"ACP via hermes-acp-sdk, {'guarded' if guarded else 'unguarded'}: "
+          f"{[type(e).__name__ for e in events]} ours={[e.status for e in ours]}")
+    assert any(type(e).__name__ == "AgentText" for e in events), events
+    assert [e.status for e in ours] == (["in_progress", "completed"] if guarded else []), events
