@@ -25,13 +25,12 @@ gave the compacting agent (docs/events.md, ADR "standard records only by default
 Only agents of the API server (``agent.platform == "api_server"``) are told that way: on the
 other entry points these callbacks draw tool rows in a terminal or chat.
 
-- TUI gateway: the agent's ``status_callback`` that the TUI gateway gave it (defined in a
-  ``tui_gateway`` module) emits ``status.update`` in Hermes's own kinds, one compaction one
-  line: where Hermes reports the compaction itself (``COMPACTION_STATUS_MARKER``, 0.19+: its
-  ``compacting`` line) the guard says nothing when it starts and puts its facts
-  (:func:`status_text`) on the status bar (kind ``status``) when it ends; elsewhere the start
-  goes to the status bar (``status``) and the end is the one transcript line (``compressing``,
-  the kind of Hermes's own ``/compress``).
+- TUI gateway: Hermes itself posts a line when it starts compacting, on every release
+  ("Compacting context": kind ``lifecycle``, re-tagged ``compacting`` from 0.17; 0.20+ also
+  ``compacted`` when done). So the guard adds no line of its own: when the compaction ends
+  the agent's ``status_callback`` that the TUI gateway gave it (defined in a ``tui_gateway``
+  module) puts the guard's facts (:func:`status_text`) on the TUI's status bar (Hermes's
+  kind ``status``, which the TUI shows there only).
 - Platform gateway (Telegram, Discord, ...): the agent's ``status_callback`` that the
   gateway gave its turn (defined in a ``gateway`` module) with ``kind``
   ``session_guard.compaction`` and the same line, when the compaction starts and ends;
@@ -70,10 +69,8 @@ _CHAT_HANDLER = "_handle_chat_completions"  # the chat completions handler's own
 _RESPONSES_HANDLER = "_handle_responses"
 _SESSION_STREAM_HANDLER = "_handle_session_chat_stream"
 COMMENT_TAG = "__session_guard_comment__"
-# Hermes's own TUI status kinds (tui_gateway ``_status_update``; the TUI shows ``status`` on its
-# status bar only and ``compressing`` also as one line of the transcript).
+# Hermes's own TUI status kind the TUI shows on its status bar only (tui_gateway ``_status_update``).
 TUI_BAR_KIND = "status"
-TUI_LINE_KIND = "compressing"
 ACP_COMPACTION_UPDATE = "compaction_update"
 
 
@@ -102,28 +99,16 @@ def _callback_of(agent: Any, name: str, module: str) -> Any:
     return callback if callable(callback) and (owner == module or owner.startswith(module + ".")) else None
 
 
-def hermes_reports_compaction() -> bool:
-    """Whether this Hermes posts its own status line when it compacts (``lifecycle``
-    "Compacting context", which the TUI gateway re-tags ``compacting``; 0.19+)."""
-    try:
-        from agent import conversation_compression
-    except ImportError:
-        return False
-    return hasattr(conversation_compression, "COMPACTION_STATUS_MARKER")
-
-
-def tui_status(event: CompactionEvent, hermes_reports: bool) -> tuple[str, str] | None:
-    """The TUI ``status.update`` (kind, text) for ``event``, None for none: one line per
-    compaction in Hermes's own kinds, never a second one beside Hermes's."""
-    if not event.ended:
-        return None if hermes_reports else (TUI_BAR_KIND, status_text(event))
-    return (TUI_BAR_KIND if hermes_reports else TUI_LINE_KIND), status_text(event)
+def tui_status(event: CompactionEvent) -> tuple[str, str] | None:
+    """The TUI ``status.update`` (kind, text) for ``event``, None for none: the facts on the
+    status bar when it ends, beside Hermes's own line for the compaction, never a second line."""
+    return (TUI_BAR_KIND, status_text(event)) if event.ended else None
 
 
 def _status_line(agent: Any, event: CompactionEvent, chat_status: bool) -> None:
     tui = _callback_of(agent, "status_callback", "tui_gateway")
     if tui is not None:
-        update = tui_status(event, hermes_reports_compaction())
+        update = tui_status(event)
         if update is not None:
             tui(*update)
         return

@@ -312,3 +312,57 @@ def test_an_acp_sdk_client_reads_the_compaction_as_a_tool_call(
           f"{[type(e).__name__ for e in events]} ours={[e.status for e in ours]}")
     assert any(type(e).__name__ == "AgentText" for e in events), events
     assert [e.status for e in ours] == (["in_progress", "completed"] if guarded else []), events
+
+
+def test_the_tui_shows_one_line_per_compaction(guarded: bool, db: Any, llm: ScriptedLLMServer, tui: Any) -> None:
+    """The TUI's ``status.update`` frames of a compacting turn: the lines its transcript and
+    activity list show (every kind but ``status``, the status bar) are Hermes's own, guarded
+    as unguarded (its "Compacting context" line; 0.20+ also its ``compacted`` line); guarded,
+    the guard's facts reach the status bar when the compaction ends."""
+    from .conftest import anchor_on_real_usage
+    from .tui_import import tui_resume
+
+    messages = probe.seed_messages()
+    probe.seed_session(db, SID, messages, source="tui")
+    server_module, frames = tui
+    send = tui_resume(server_module, frames, SID)
+    if DEFERS_TO_USAGE:
+        anchor_on_real_usage(server_module._sessions[send.live]["agent"], messages)
+    send(PROMPT)
+    _compacted(llm, [])
+    every = [(str(u.get("kind")), str(u.get("text", ""))) for u in frames.events(send.live, "status.update")]
+    print(f"TUI, {'guarded' if guarded else 'unguarded'}: {[(kind, text[:40]) for kind, text in every]}")
+    lines = [(kind, text) for kind, text in every if kind != "status"]
+    assert [text for _, text in lines if "Compacting context" in text], every  # Hermes's own
+    assert not [text for _, text in lines if text.startswith(("Compacting the context", "Context compact"))], every
+    bar = [text for kind, text in every if kind == "status" and text.startswith("Context compacted: ")]
+    assert len(bar) == (1 if guarded else 0), every
+
+
+def test_run_events_name_the_compaction_only_guarded(
+    guarded: bool, db: Any, llm: ScriptedLLMServer, server: ApiServer
+) -> None:
+    """``/v1/runs/{id}/events``: ``compaction.started`` and ``.completed`` guarded, none unguarded."""
+    from .api_turns import post
+
+    messages = _seed(db)
+    body: dict[str, Any] = {"input": PROMPT, "session_id": SID}
+    if not DEFERS_TO_USAGE:
+        body["conversation_history"] = [{"role": m["role"], "content": m["content"]} for m in messages]
+    reply = post(server.base + "/v1/runs", body)
+    assert reply.status in (200, 202), reply.body
+    request = urllib.request.Request(f"{server.base}/v1/runs/{reply.body['run_id']}/events",
+                                     headers={"Authorization": f"Bearer {API_KEY}"})
+    names = []
+    with urllib.request.urlopen(request, timeout=300) as stream:
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                names.append(json.loads(line[6:]).get("event"))
+                if names[-1] in ("run.completed", "run.failed"):
+                    break
+    print(f"run events, {'guarded' if guarded else 'unguarded'}: {names}")
+    assert names[-1] == "run.completed", names
+    _compacted(llm, names)
+    ours = [n for n in names if str(n).startswith("compaction.")]
+    assert ours == (["compaction.started", "compaction.completed"] if guarded else []), names

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from hermes_session_guard.host.client_events import TOOL_NAME, hermes_reports_compaction
+from hermes_session_guard.host.client_events import TOOL_NAME
 from hermes_session_guard.selftest import probe
 
 from ..fake_llm import ScriptedLLMServer
@@ -212,10 +212,9 @@ def test_the_typed_api_client_reads_a_stream_with_a_compaction(
 def test_a_tui_client_sees_the_compaction_start_and_end_as_status_updates(
     guard: Any, db: Any, llm: ScriptedLLMServer, home: Path, tui: Any, fails: bool
 ) -> None:
-    """A TUI turn that compacts: one line for the compaction, in Hermes's own kinds. Where
-    Hermes posts its own ``compacting`` line (0.19+) the guard adds its facts to the status bar
-    (kind ``status``) when it ends and nothing else; before that the start goes to the status
-    bar and the end is the one transcript line (kind ``compressing``)."""
+    """A TUI turn that compacts: Hermes posts its own line for the compaction ("Compacting
+    context", ``lifecycle``; ``compacting`` from 0.17); the guard adds its facts to the status
+    bar (kind ``status``) when the compaction ends, and no line of its own."""
     messages = probe.seed_messages()
     probe.seed_session(db, SID, messages, source="tui")
     server_module, frames = tui
@@ -228,20 +227,13 @@ def test_a_tui_client_sees_the_compaction_start_and_end_as_status_updates(
     every = frames.events(send.live, "status.update")
     ours = ("Compacting the context: ", "Context compact")
     updates = [u for u in every if str(u.get("text", "")).startswith(ours)]
-    hermes_own = [u for u in every if u.get("kind") in ("compacting", "compressing") and u not in updates]
+    hermes_own = [u for u in every if "Compacting context" in str(u.get("text", ""))]
     assert not [u for u in every if u.get("kind") == TOOL_NAME], every
-    if hermes_reports_compaction():
-        assert hermes_own, every  # Hermes's own line for this compaction
-        assert [u["kind"] for u in updates] == ["status"], every  # the guard's facts on the status bar only
-        ended = updates[0]["text"]
-        op = ended.rsplit("(op ", 1)[1].split(",")[0].rstrip(")")
-        before = re.search(r"(\d+) -> ", ended)[1] if not fails else ""  # type: ignore[index]
-    else:
-        assert hermes_own == [] and [u["kind"] for u in updates] == ["status", "compressing"], every
-        started, ended = (u["text"] for u in updates)
-        begun = re.fullmatch(r"Compacting the context: (\d+) messages \(op (\w+)\)", started)
-        assert begun and int(begun[1]) > len(messages), started  # the stored turns and the new prompt
-        before, op = begun[1], begun[2]
+    assert hermes_own or fails, every  # Hermes's own line for this compaction
+    assert [u["kind"] for u in updates] == ["status"], every  # the guard's facts on the status bar only
+    ended = updates[0]["text"]
+    op = ended.rsplit("(op ", 1)[1].split(",")[0].rstrip(")")
+    before = ended.split(": ", 1)[1].split(" -> ")[0] if not fails else ""
     if fails:
         assert ended.startswith("Context compaction failed, nothing changed: ") and ended.endswith(f"(op {op})")
     else:
