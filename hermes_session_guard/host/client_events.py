@@ -54,6 +54,7 @@ Ids, counts, durations and reasons only.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import time
 import typing
@@ -263,7 +264,8 @@ class CommentingQueue:
             item = self._inner.get(*args, **kwargs)
             if not _is_comment(item):
                 return item
-            asyncio.run_coroutine_threadsafe(self._write(item[1]), self._loop).result(30)
+            # waits for the line to be written (the writer's own errors are its to report), never raises
+            concurrent.futures.wait([asyncio.run_coroutine_threadsafe(self._write(item[1]), self._loop)], timeout=30)
 
     async def _get_async(self) -> Any:
         while True:
