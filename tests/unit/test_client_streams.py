@@ -119,7 +119,9 @@ def test_a_queue_no_writer_reads_through_the_guard_gets_nothing() -> None:
 
 def test_with_records_on_the_chat_stream_gets_hermes_tool_progress_not_a_comment() -> None:
     inner: queue.Queue[Any] = queue.Queue()
-    client_events.CommentingQueue(inner, _no_write, asyncio.new_event_loop())
+    loop = asyncio.new_event_loop()
+    client_events.CommentingQueue(inner, _no_write, loop)
+    loop.close()
     calls: list[tuple[Any, ...]] = []
     start = _handler_callback("_handle_chat_completions", _stream_q=inner)
     agent = _Agent(lambda *a: calls.append(("start", *a)))
