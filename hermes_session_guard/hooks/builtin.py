@@ -61,10 +61,11 @@ def session_guard_compaction_event(event: CompactionEvent, agent: Any) -> None:
 
     runtime = current_runtime()
     chat_status = runtime is None or runtime.config.events.chat_status
+    chat_records = runtime is not None and runtime.config.events.chat_completions_records
     try:
         telemetry.record(event)
     finally:
-        client_events.deliver(agent, event, chat_status)
+        client_events.deliver(agent, event, chat_status, chat_records)
         if runtime is not None and chat_status and event.ended and not client_events.has_status_channel(agent):
             # No one to tell while it runs (the gateway's session hygiene compacts with a
             # quiet agent before the turn): a gateway says it before the turn's answer.

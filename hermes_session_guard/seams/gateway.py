@@ -192,6 +192,36 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     return wrapper
 
 
+_STREAM_QUEUE = (4, "stream_q")  # the writers' queue: (self,) request, id, model, created, stream_q, ...
+
+
+def stream_comments_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``APIServerAdapter._write_sse_chat_completion`` / ``_write_sse_responses(request, id,
+    model, created, stream_q, ...)``: the writer reads its queue through a
+    :class:`~..host.client_events.CommentingQueue`, so the guard's compaction comment lines
+    (``: session_guard compaction.started ...``) reach that stream in order and nothing a
+    client parses as data does (docs/events.md)."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with failing_open(row, "this stream carries no compaction comment line", once=True):
+            request = call_arg(args, kwargs, 0, "request")
+            index, name = _STREAM_QUEUE
+            inner = call_arg(args, kwargs, index, name)
+
+            async def write(line: bytes) -> None:
+                with failing_open(row, "this comment line is left out; the stream goes on", once=True):
+                    await request.writer.write(line)
+
+            commenting = client_events.CommentingQueue(inner, write, asyncio.get_running_loop())
+            if name in kwargs:
+                kwargs = {**kwargs, name: commenting}
+            else:
+                args = (*args[:index], commenting, *args[index + 1:])
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
 def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """``tui_gateway.server._interrupt_busy_session(sid, session, agent)``: called after a
     prompt for a busy session was queued, in the ``interrupt`` busy-input mode. While the

@@ -593,6 +593,26 @@ def _api_run_events(ctx: Ctx) -> None:
     ctx.assert_said("open")
 
 
+@case("api_stream_comments", "api_responses_stream_comments", policy="open")
+def _api_stream_comments(ctx: Ctx) -> None:
+    # The writer reads Hermes's own queue: the stream is answered without comment lines.
+    from hermes_session_guard.host import client_events
+
+    from .api_turns import post, running_api_server
+
+    ctx.llm.configure(reply_fn=None, reply_text=REPLY)
+    ctx.inject(client_events, "CommentingQueue")
+    with running_api_server(ctx.home) as srv:
+        if ctx.row.seam == "api_stream_comments":
+            reply = post(srv.base + "/v1/chat/completions", {"model": "fake-model", "stream": True,
+                                                             "messages": [{"role": "user", "content": "ping"}]})
+        else:
+            reply = post(srv.base + "/v1/responses", {"model": "fake-model", "stream": True, "input": "ping"})
+            reply.text = "".join(p.get("delta", "") for n, p in reply.body if n == "response.output_text.delta")
+    assert reply.status == 200 and REPLY in reply.text, reply.body
+    ctx.assert_said("open")
+
+
 @case("api_session_chat_turns", "api_session_chat_stream_turns", "api_chat_completions_turns",
       "api_responses_turns", "api_runs_turns", policy="open")
 def _api_turns(ctx: Ctx) -> None:

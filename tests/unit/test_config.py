@@ -20,8 +20,10 @@ def test_absent_section_means_defaults() -> None:
 
 
 def test_nested_values_are_parsed() -> None:
-    cfg = parse_config({"lock": {"wait_seconds": 5}, "summaries": {"visible": "tagged"}, "enabled": False})
+    cfg = parse_config({"lock": {"wait_seconds": 5}, "summaries": {"visible": "tagged"}, "enabled": False,
+                        "events": {"chat_completions_records": True}})
     assert cfg.lock.wait_seconds == 5.0 and cfg.summaries.visible == "tagged" and cfg.enabled is False
+    assert cfg.events.chat_completions_records is True and GuardConfig().events.chat_completions_records is False
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,8 @@ def test_nested_values_are_parsed() -> None:
         ({"lock": []}, "session_guard.lock", ("lock",), LockConfig()),
         ({"buffer": {"max_messages": 1.5}}, "session_guard.buffer.max_messages", ("buffer", "max_messages"), 0),
         ({"buffer": {"enabled": "yes"}}, "session_guard.buffer.enabled", ("buffer", "enabled"), True),
+        ({"events": {"chat_completions_records": "on"}}, "session_guard.events.chat_completions_records",
+         ("events", "chat_completions_records"), False),
         ({"handoff": {"mode": "sometimes"}}, "session_guard.handoff.mode", ("handoff", "mode"), "prompt_user"),
         ({"handoff": {"artifact_dir": "../out"}}, "session_guard.handoff.artifact_dir", ("handoff", "artifact_dir"),
          "handoffs"),
