@@ -105,6 +105,7 @@ _NATIVE_BOTH = [
     "test_session_id_contract.py",
     "test_summary_faults.py", "test_summary_tags.py", "test_summary_visibility.py", "test_surrogate_text.py",
     "test_turn_order_api.py", "test_turn_order_entry_points.py", "test_turn_order_processes.py",
+    "test_turns_elsewhere.py",
 ]
 RELEASE_HOST_TESTS: dict[str, list[str]] = {
     "0.20.1": [*_NATIVE_BOTH, "test_enable_with_hermes_writers.py", "test_home_check_commands.py",

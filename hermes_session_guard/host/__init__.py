@@ -43,6 +43,7 @@ from .agent import (
     notify_boundary,
     persistence_disabled,
     pinned_log_context,
+    serves_api_server,
     session_db,
     session_id,
     system_prompt_of,

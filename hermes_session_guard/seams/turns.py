@@ -110,7 +110,6 @@ def _hold_outside_turn(runtime: Runtime, agent: Any) -> tuple[TurnLocks, TurnTic
     ticket = locks.try_hold(sid, cfg.lease_seconds, native)
     if ticket is None:
         return None  # a turn is running or waiting: the compaction runs beside it, as before
-    runtime.audit.operation(sid).info("turn.held_for_compaction", scope="process" if native is None else "host")
     return locks, ticket
 
 
@@ -154,7 +153,9 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 if cfg.enabled and sid and is_conversation_agent(instance):
                     locks = _locks(runtime, host.db_path(instance))
                     if locks.held_by_thread(sid) is None:  # else a turn inside this thread's own turn
-                        ticket = locks.claim_delegated(sid)
+                        # an API request's reservation is its own run's: a gateway or CLI turn that
+                        # starts before that run claims it queues behind it instead of taking it
+                        ticket = locks.claim_delegated(sid) if host.serves_api_server(instance) else None
                         if ticket is None:
                             ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
                                                 retry_after(cfg.wait_seconds))

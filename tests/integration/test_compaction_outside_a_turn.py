@@ -1,5 +1,5 @@
 """A compaction that starts outside any turn (a background or timer thread, as an idle-chat
-compactor does) while an API-server turn and gateway messages arrive for the same session:
+compactor does) while an API-server turn, a CLI turn and gateway messages arrive for the same session:
 each is held until the compaction ends, then answered in arrival order as its own turn on
 the compacted transcript; the compaction's record and events are written; every audit line
 names the one session id."""
@@ -26,10 +26,11 @@ from .conftest import HOST_NATIVE_MODE, new_agent
 
 TAG = "idle"
 API_MSG = "msg-1-api"
-GW_MSGS = ["msg-2-chat", "msg-3-chat"]
-# 0.13-0.19: every entry point's turn waits in the guard's queue, so the API turn and the chat's
-# turns run in arrival order. 0.20+: the chat's turn waits on Hermes's own turn lease (polled once
-# a second), the API request in the guard's in-process queue; which of the two goes first after
+CLI_MSG = "msg-2-cli"
+GW_MSGS = ["msg-3-chat", "msg-4-chat"]
+# 0.13-0.19: every entry point's turn waits in the guard's queue, so the API, CLI and chat turns
+# run in arrival order. 0.20+: the CLI's and the chat's turns wait on Hermes's own turn lease
+# (polled once a second), the API request in the guard's in-process queue; which goes first after
 # the compaction is Hermes's "one at a time" (as behind a compaction inside a turn), each entry
 # point's own messages in arrival order.
 STRICT_ORDER = not HOST_NATIVE_MODE
@@ -60,6 +61,7 @@ async def _scenario(llm: ScriptedLLMServer, home: Path, server: ApiServer) -> di
     llm.configure(reply_fn=echo_last_user, summary_gate=gate, prompt_tokens=None)
     db = probe.open_db(home / "state.db")
     box: dict[str, Any] = {}
+    resumed = db.get_messages_as_conversation(sid)  # a CLI that resumed the session before the compaction
 
     def idle_compaction() -> None:  # no turn on this thread: a background compactor's
         try:
@@ -75,12 +77,21 @@ async def _scenario(llm: ScriptedLLMServer, home: Path, server: ApiServer) -> di
     compactor.start()
     replies: dict[str, Any] = {}
     api = threading.Thread(target=lambda: replies.__setitem__(API_MSG, chat_completion(server, sid, API_MSG)))
+
+    def cli_turn() -> None:
+        agent = probe.make_agent(db, llm.base_url, sid)
+        probe.mark_flushed(agent, resumed)
+        replies[CLI_MSG] = agent.run_conversation(CLI_MSG, conversation_history=resumed).get("final_response")
+
+    cli = threading.Thread(target=cli_turn)
     loop = asyncio.get_running_loop()
     try:
         started = await loop.run_in_executor(None, llm.summary_started.wait, 60)
         assert started, "the background compaction never reached its summary call"
         api.start()
-        await asyncio.sleep(0.3)  # the API turn has arrived before the chat's messages
+        await asyncio.sleep(0.3)  # arrival order: the API turn, the CLI's, the chat's messages
+        cli.start()
+        await asyncio.sleep(0.3)
         for text in GW_MSGS:
             await gw.send_text(text)
             await asyncio.sleep(0.3)
@@ -88,9 +99,11 @@ async def _scenario(llm: ScriptedLLMServer, home: Path, server: ApiServer) -> di
         gate.set()
     await loop.run_in_executor(None, compactor.join, 120)
     await loop.run_in_executor(None, api.join, 180)
+    await loop.run_in_executor(None, cli.join, 180)
     await gw.drain(timeout=180)
     db.close()
-    return {"sid": sid, "box": box, "api": replies.get(API_MSG), "chat": gw.replies(), "gw": gw}
+    return {"sid": sid, "box": box, "api": replies.get(API_MSG), "cli": replies.get(CLI_MSG), "chat": gw.replies(),
+            "gw": gw}
 
 
 def test_turns_arriving_during_an_idle_compaction_wait_and_run_in_order(
@@ -102,9 +115,10 @@ def test_turns_arriving_during_an_idle_compaction_wait_and_run_in_order(
     assert box["sid_after"] == sid
     # every message answered, each by a turn of its own
     assert got["api"] is not None and got["api"].status == 200 and got["api"].text == answer_for(API_MSG)
+    assert got["cli"] == answer_for(CLI_MSG)
     answers = [r for r in got["chat"] if r.startswith("answer to [msg-")]
     assert answers == [answer_for(t) for t in GW_MSGS], got["chat"]
-    sent = [API_MSG, *GW_MSGS]
+    sent = [API_MSG, CLI_MSG, *GW_MSGS]
     # each was asked alone, on the compacted transcript (the summary, no pre-compaction middle)
     for text in sent:
         asked = [r for r in llm.chat_requests() if r.ts >= t0 and any(
