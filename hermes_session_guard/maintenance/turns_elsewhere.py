@@ -32,27 +32,12 @@ from typing import Any
 
 from .. import host
 from ..hostinfo import state_db_path
-from .config_findings import read_config
+from .config_findings import isolation_settings, read_config
 from .state_inspection import HomeError, readonly_connection
 
 SIGNATURE = "turns_outside_the_guard"
-_OFF = {"", "none", "off", "false", "no", "0", "disabled"}
 _GUARD_TABLE = "session_guard_compressions"
 _RECORDED = ("done", "failed")  # a guarded compaction's record (failed: it may have stepped aside)
-
-
-def isolation_settings(cfg: dict[str, Any]) -> list[str]:
-    """The config.yaml settings that make Hermes run turns in a process of their own."""
-    found = []
-    plugins = cfg.get("plugins")
-    isolation = plugins.get("isolation") if isinstance(plugins, dict) else None
-    if isolation is not None and str(isolation).strip().lower() not in _OFF:
-        found.append(f"plugins.isolation: {isolation}")
-    dashboard = cfg.get("dashboard")
-    turn_isolation = dashboard.get("turn_isolation") if isinstance(dashboard, dict) else None
-    if turn_isolation is not None and str(turn_isolation).strip().lower() not in _OFF:
-        found.append(f"dashboard.turn_isolation: {turn_isolation}")
-    return found
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.maintenance.turns_elsewhere import isolation_settings, turns_elsewhere, unguarded_compactions
+from hermes_session_guard.maintenance.config_findings import SEED_LINES, isolation_findings, isolation_settings
+from hermes_session_guard.maintenance.turns_elsewhere import turns_elsewhere, unguarded_compactions
 from hermes_session_guard.store import GuardStore
 
 from .hermes_like_db import SUMMARY, HermesLikeHome
@@ -36,6 +37,13 @@ def hermes(tmp_path: Path) -> HermesLikeHome:
 ])
 def test_the_turn_isolation_settings_are_read_from_config(cfg: dict, expected: list[str]) -> None:
     assert isolation_settings(cfg) == expected
+
+
+def test_doctor_lists_turn_isolation_as_a_configuration_finding() -> None:
+    (finding,) = isolation_findings({"plugins": {"enabled": ["session-guard"], "isolation": "host"}})
+    assert finding.signature == "turns_isolated" and finding.key == "plugins.isolation"
+    assert "cannot see" in finding.detail and finding.config_lines == SEED_LINES["turns_isolated"]
+    assert isolation_findings({"plugins": {"enabled": ["session-guard"]}}) == []
 
 
 def test_compactions_before_enable_are_not_counted(hermes: HermesLikeHome) -> None:
