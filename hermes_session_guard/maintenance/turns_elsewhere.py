@@ -60,15 +60,13 @@ def unguarded_compactions(db_path: Path, since: float) -> dict[str, int]:
                 out[str(parent)] += 1
                 children.update(str(c[0]) for c in conn.execute(
                     "SELECT id FROM sessions WHERE parent_session_id = ? AND started_at >= ?", (parent, ended_at - 1)))
-        first_seen: dict[tuple[str, str], float] = {}
-        for sid, content, ts in conn.execute(
-                "SELECT session_id, content, timestamp FROM messages WHERE timestamp >= ? AND content IS NOT NULL",
-                (since,)):
-            text = str(content)
-            if host.carries_summary_marker(text):
-                key = (str(sid), text)
-                first_seen[key] = min(first_seen.get(key, float(ts)), float(ts))
-        summaries = Counter(sid for sid, _ in first_seen)
+        # one row per summary text and session, however often compactions carried it forward
+        # (Hermes's summary markers, as host.carries_summary_marker tests them, in SQL)
+        markers = host.summary_prefixes()
+        has_marker = " OR ".join(["instr(content, ?) > 0"] * len(markers))
+        summaries: Counter[str] = Counter(str(sid) for (sid,) in conn.execute(
+            f"SELECT session_id FROM messages WHERE content IS NOT NULL AND ({has_marker}) "
+            "GROUP BY session_id, content HAVING MIN(timestamp) >= ?", (*markers, since)))
         recorded: Counter[str] = Counter()
         if _GUARD_TABLE in tables:
             marks = ",".join("?" * len(_RECORDED))
