@@ -13,10 +13,12 @@ what the home records, never from message text alone:
   (the latest time the guard can have been enabled) with no record in
   ``session_guard_compressions``. The guard keeps every id, so a session that ended with
   ``end_reason = 'compression'`` (a rotation) is a compaction it did not run; and every
-  compaction stores one new summary row (Hermes's own summary marker), so summary rows first
-  stored in a session after that time, beyond the guard's ``done``/``failed`` records of the
-  session then, are compactions without it (a rotation's child is counted once, as its
-  parent's rotation). A guard that stepped aside records a ``failed`` row and is not counted.
+  compaction stores one new summary (Hermes's own summary marker), so summaries first stored
+  after that time (each text once, in the session that stored it first: a copy carried into
+  a later compaction or a hand-off child is not another), beyond the guard's
+  ``done``/``failed`` records of the session then, are compactions without it (a rotation's
+  child is counted once, as its parent's rotation). A guard that stepped aside records a
+  ``failed`` row and is not counted.
 
 Either sign means the home is not protected the way ``selftest`` would otherwise claim;
 :func:`turns_elsewhere` returns the finding with one actionable line.
@@ -60,13 +62,15 @@ def unguarded_compactions(db_path: Path, since: float) -> dict[str, int]:
                 out[str(parent)] += 1
                 children.update(str(c[0]) for c in conn.execute(
                     "SELECT id FROM sessions WHERE parent_session_id = ? AND started_at >= ?", (parent, ended_at - 1)))
-        # one row per summary text and session, however often compactions carried it forward
-        # (Hermes's summary markers, as host.carries_summary_marker tests them, in SQL)
+        # each summary text once, in the session where it was first stored, however often it was
+        # carried forward (a later compaction's head, a hand-off child's seed); SQLite reads a bare
+        # column of a MIN() aggregate from the row holding the minimum. Hermes's summary markers,
+        # as host.carries_summary_marker tests them, in SQL.
         markers = host.summary_prefixes()
         has_marker = " OR ".join(["instr(content, ?) > 0"] * len(markers))
-        summaries: Counter[str] = Counter(str(sid) for (sid,) in conn.execute(
-            f"SELECT session_id FROM messages WHERE content IS NOT NULL AND ({has_marker}) "
-            "GROUP BY session_id, content HAVING MIN(timestamp) >= ?", (*markers, since)))
+        summaries: Counter[str] = Counter(str(sid) for sid, _first in conn.execute(
+            f"SELECT session_id, MIN(timestamp) FROM messages WHERE content IS NOT NULL AND ({has_marker}) "
+            "GROUP BY content HAVING MIN(timestamp) >= ?", (*markers, since)))
         recorded: Counter[str] = Counter()
         if _GUARD_TABLE in tables:
             marks = ",".join("?" * len(_RECORDED))

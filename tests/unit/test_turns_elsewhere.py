@@ -82,6 +82,14 @@ def test_in_place_summaries_beyond_the_guards_records_are_unguarded(hermes: Herm
     assert unguarded_compactions(hermes.db_path, ENABLED_AT) == {"s": 1}
 
 
+def test_a_summary_copied_into_another_session_is_not_another_compaction(hermes: HermesLikeHome) -> None:
+    hermes.session("s", 900.0, ended=1300.0, reason="handoff")
+    hermes.messages("s", ["q", SUMMARY + " one"], 1100.0)
+    hermes.session("child", 1300.0, parent="s")
+    hermes.messages("child", ["q", SUMMARY + " one", "next"], 1300.0)  # a hand-off child's seed
+    assert unguarded_compactions(hermes.db_path, ENABLED_AT) == {"s": 1}
+
+
 def test_the_settings_alone_are_a_finding(hermes: HermesLikeHome) -> None:
     (hermes.home / "config.yaml").write_text("plugins:\n  enabled: [session-guard]\n  isolation: host\n",
                                              encoding="utf-8")
