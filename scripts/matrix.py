@@ -97,6 +97,7 @@ _NATIVE_BOTH = [
     "test_adoption_keeps_turns_apart.py", "test_arrival_during_summary.py", "test_buffering.py",
     "test_capabilities_match_table.py", "test_install_drift.py", "test_client_streams.py",
     "test_cli_input_during_compaction.py", "test_compacted_history_search.py", "test_compaction_events.py",
+    "test_compaction_outside_a_turn.py",
     "test_compaction_record.py", "test_config_findings.py", "test_context_engines.py", "test_crash_recovery.py",
     "test_dashboard_plugin.py", "test_database_faults.py", "test_dead_lock_holder.py", "test_demo.py",
     "test_gateway_contract.py", "test_handoff.py", "test_install_and_releases.py",
@@ -105,6 +106,7 @@ _NATIVE_BOTH = [
     "test_session_id_contract.py",
     "test_summary_faults.py", "test_summary_tags.py", "test_summary_visibility.py", "test_surrogate_text.py",
     "test_turn_order_api.py", "test_turn_order_entry_points.py", "test_turn_order_processes.py",
+    "test_turns_elsewhere.py",
 ]
 RELEASE_HOST_TESTS: dict[str, list[str]] = {
     "0.20.1": [*_NATIVE_BOTH, "test_enable_with_hermes_writers.py", "test_home_check_commands.py",

@@ -17,6 +17,7 @@ from ..host import engines as engine_support
 from ..hostinfo import find_host, hermes_home
 from ..maintenance.plugin_config import PluginConfigError, guard_enabled
 from ..maintenance.state_inspection import HomeError, check
+from ..maintenance.turns_elsewhere import turns_elsewhere
 from ..seams import supported, verification
 from .output import fail
 
@@ -119,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
                                f"({home_report['detail']})")
         if home is not None:
             report["context_engine"] = context_engine_report(home, probe, args.timeout)
+        if home is not None and home_report["guard_enabled"]:  # turns in a process that does not load the guard
+            report["turns_elsewhere"] = elsewhere = turns_elsewhere(home)
+            if elsewhere["found"]:
+                report.update(ok=False, error=report.get("error") or elsewhere["line"])
     report.update(supported_hermes=f">={supported.SUPPORTED_LOW},<{supported.SUPPORTED_HIGH}",
                   hermes_in_supported_range=version is not None and supported.in_supported_range(version))
     if args.json:

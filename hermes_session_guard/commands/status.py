@@ -11,8 +11,10 @@ import argparse
 from typing import Any
 
 from ..maintenance.compaction_records import compaction_records
+from ..maintenance.plugin_config import PluginConfigError, guard_enabled
 from ..maintenance.session_pressure import build_sessions
 from ..maintenance.state_inspection import HomeError, HomeState, load_home_state
+from ..maintenance.turns_elsewhere import turns_elsewhere
 from .output import emit_json, fail
 
 HELP = "Per session: pressure against the compression thresholds, compressions, durations, snapshots, locks"
@@ -37,9 +39,18 @@ def build_status(state: HomeState, session_id: str | None = None) -> dict[str, A
             s["compactions"] = compaction_records(state.db_path, s["session_id"], state.now,
                                                   state.config.lock.lease_seconds)
     return {"ok": True, "home": str(state.home), "state_db": str(state.db_path), "state_db_exists": state.has_db,
-            "lock_tables": state.lock_tables,
+            "turns_elsewhere": turns_seen_elsewhere(state), "lock_tables": state.lock_tables,
             "buffer_tables": state.buffer_tables, "thresholds": thresholds.as_dict(), "locks": locks,
             "sessions": sessions}
+
+
+def turns_seen_elsewhere(state: HomeState) -> dict[str, Any] | None:
+    """Where the guard is enabled: whether Hermes runs turns it cannot see (maintenance.turns_elsewhere)."""
+    try:
+        enabled, _ = guard_enabled(state.home)
+    except PluginConfigError:
+        return None
+    return turns_elsewhere(state.home, state.db_path) if enabled else None
 
 
 def _ms(value: float | None) -> str:
@@ -130,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"state.db {state.db_path}: no Hermes sessions yet (Hermes has not stored one in this home)")
         print("status: nothing yet: no locks, no buffered messages, no compressions, no snapshots")
         return 0
+    elsewhere = report["turns_elsewhere"]
+    if elsewhere and elsewhere["found"]:
+        print(f"[{elsewhere['signature']}] {elsewhere['line']}")
+        print(f"  sessions: {', '.join(elsewhere['sessions']) or '-'}")
     print_thresholds(report["thresholds"])
     print(f"Compression locks ({', '.join(state.lock_tables) or 'no lock table in this state.db'}):")
     if not report["locks"]:

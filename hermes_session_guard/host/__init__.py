@@ -11,6 +11,7 @@ imports are the list: ruff's unused-import rule is off for this file only).
 - :mod:`.engine_shim`: the context-engine ``compress`` shim
 - :mod:`.persistence`: writing a compacted transcript, the flush cursor
 - :mod:`.leases`: Hermes's native compression lock
+- :mod:`.turn_leases`: Hermes's native turn lease (0.20+)
 - :mod:`.reads`: read-only recall queries on state.db
 - :mod:`.delivery`: the platform-adapter ``send``/``edit_message``/``send_draft`` shim
 - :mod:`.statedb`: state.db SQL and SessionDB writes for the operator commands
@@ -43,6 +44,7 @@ from .agent import (
     notify_boundary,
     persistence_disabled,
     pinned_log_context,
+    serves_api_server,
     session_db,
     session_id,
     system_prompt_of,
@@ -183,3 +185,4 @@ from .statedb import (
     update_system_prompt,
     write_routing_file,
 )
+from .turn_leases import HostTurnLeases, host_turn_leases, in_host_turn

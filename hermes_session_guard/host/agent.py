@@ -247,6 +247,12 @@ def _tool_name(tool: Any) -> str | None:
     return None
 
 
+def serves_api_server(agent: Any) -> bool:
+    """Whether ``agent`` runs a turn of the gateway's API server (``platform="api_server"``,
+    how every release's API handlers build their agents)."""
+    return getattr(agent, "platform", None) == "api_server"
+
+
 def persistence_disabled(agent: Any) -> bool:
     """0.19's background-review fork shares the live session id but must never write
     to it (``_persist_disabled``): it is not the conversation and must not hand it off."""

@@ -14,8 +14,12 @@ one session are taken in two steps, both inside one wait budget
    "one at a time", not strict arrival order.
 
 A compression runs *inside* a turn and takes its own lock (:mod:`.session_lock`,
-another table), so the two never wait on each other. A turn that cannot get in
-within the budget raises :class:`TurnBusy` before anything is written.
+another table), so the two never wait on each other. A compression that starts
+*outside* any turn (a background compactor, gateway hygiene, ``/compress``) holds the
+session's turn for as long as it runs when the turn is free (:meth:`TurnLocks.try_hold`,
+never waiting), so turns that arrive meanwhile queue behind it and start on the
+compacted transcript. A turn that cannot get in within the budget raises
+:class:`TurnBusy` before anything is written.
 
 The API server reserves a turn before its handler runs (the wait happens on the
 event loop, a refusal can still be an HTTP status); the ``run_conversation`` that
@@ -38,7 +42,7 @@ from typing import Any
 
 from ..store import GuardStore, database_key
 from ..store.schema import TURN_TABLE
-from .session_lock import GuardLeases, LockBusy, LockUnavailable, SessionLocks
+from .session_lock import GuardLeases, LeaseTable, LockBusy, LockUnavailable, SessionLocks
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -92,7 +96,7 @@ class TurnTicket:
 class TurnLocks:
     """The turn queues of one state.db in this process."""
 
-    def __init__(self, leases: GuardLeases | None, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, leases: LeaseTable | None, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._leases = leases
         self._monotonic = monotonic
         self._cond = threading.Condition(threading.Lock())
@@ -148,13 +152,16 @@ class TurnLocks:
                     queue[0].wake()
             self._cond.notify_all()
 
-    def _lease(self, ticket: TurnTicket, remaining: float, lease_seconds: float, retry: int) -> None:
-        """At the head of the in-process queue: take the cross-process lease (or raise)."""
-        if self._leases is None:
+    def _lease(self, ticket: TurnTicket, remaining: float, lease_seconds: float, retry: int,
+               lease: LeaseTable | None = None) -> None:
+        """At the head of the in-process queue: take the cross-process lease (this queue's
+        table, else ``lease``) or raise."""
+        table = self._leases or lease
+        if table is None:
             return
         try:
             got = self._locks.acquire(ticket.session_id, f"turn-{uuid.uuid4().hex[:8]}",
-                                      wait_seconds=remaining, lease_seconds=lease_seconds, lease=self._leases)
+                                      wait_seconds=remaining, lease_seconds=lease_seconds, lease=table)
         except LockUnavailable:
             self._leave(ticket)
             raise
@@ -184,6 +191,22 @@ class TurnLocks:
             self._leave(ticket)
             raise TurnBusy(ticket.session_id, self._monotonic() - ticket.arrived, retry, "process")
         self._lease(ticket, max(0.0, deadline - self._monotonic()), lease_seconds, retry)
+        ticket.owner_thread = threading.get_ident()
+        return self._granted(ticket)
+
+    def try_hold(self, session_id: str, lease_seconds: float, lease: LeaseTable | None = None) -> TurnTicket | None:
+        """Take ``session_id``'s turn for this thread only if it is free now: nobody queued
+        in this process and the cross-process lease (this queue's table, else ``lease``:
+        Hermes's own on 0.20+) free. Never waits; None when the turn is taken."""
+        with self._cond:
+            if self._queues.get(session_id):
+                return None
+            ticket = TurnTicket(session_id, self._monotonic())
+            self._queues[session_id] = deque([ticket])
+        try:
+            self._lease(ticket, 0.0, lease_seconds, 1, lease)
+        except TurnBusy:
+            return None  # _lease left the queue
         ticket.owner_thread = threading.get_ident()
         return self._granted(ticket)
 

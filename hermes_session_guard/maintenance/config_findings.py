@@ -58,7 +58,10 @@ SEED_LINES: dict[str, str] = {
     "threshold_above_hygiene": "compression:\n  threshold: 0.50",
     "protected_exceeds_budget": "compression:\n  protect_first_n: 3\n  protect_last_n: 20",
     "guard_option_invalid": "session_guard:\n  <section>:\n    <option>: <a valid value, or remove the line>",
+    "turns_isolated": "plugins:\n  enabled: [session-guard]   # and no isolation: key\ndashboard:\n"
+                      "  turn_isolation: false",
 }
+_OFF = {"", "none", "off", "false", "no", "0", "disabled"}
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,30 @@ def _default_lines(fallback: OptionFallback) -> str:
     return yaml.safe_dump(node, sort_keys=False, width=200).rstrip("\n")
 
 
+def isolation_settings(cfg: Mapping[str, Any]) -> list[str]:
+    """The config.yaml settings that make Hermes run turns in a process of their own."""
+    found = []
+    plugins = cfg.get("plugins")
+    isolation = plugins.get("isolation") if isinstance(plugins, dict) else None
+    if isolation is not None and str(isolation).strip().lower() not in _OFF:
+        found.append(f"plugins.isolation: {isolation}")
+    dashboard = cfg.get("dashboard")
+    turn_isolation = dashboard.get("turn_isolation") if isinstance(dashboard, dict) else None
+    if turn_isolation is not None and str(turn_isolation).strip().lower() not in _OFF:
+        found.append(f"dashboard.turn_isolation: {turn_isolation}")
+    return found
+
+
+def isolation_findings(raw: Mapping[str, Any]) -> list[ConfigFinding]:
+    """Settings that run turns in a process that does not load plugins, so not the guard."""
+    return [_finding(
+        "turns_isolated", setting.split(":", 1)[0],
+        f"{setting}: Hermes runs turns in a process of their own that does not load plugins; the guard cannot see "
+        "those turns or their compactions (no kept id, no buffering, no snapshot, no record)",
+        "remove the setting (turns then run in the process that loads the guard) and restart Hermes",
+    ) for setting in isolation_settings(raw)]
+
+
 def guard_option_findings(raw: Mapping[str, Any]) -> list[ConfigFinding]:
     """One finding per ``session_guard`` option that runs on its default because its value
     is unusable (``enabled`` and a non-mapping section are refused by the home check)."""
@@ -357,7 +384,7 @@ def check_config(raw: Mapping[str, Any], rules: HostRules) -> list[ConfigFinding
                 "lower compression.target_ratio (Hermes's default is "
                 f"{config_section(rules.defaults, 'compression').get('target_ratio', 0.2)})",
             ))
-    return out + guard_option_findings(raw)
+    return out + isolation_findings(raw) + guard_option_findings(raw)
 
 
 def diagnose_config(home: Path, rules: HostRules | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ..seam_behaviour import FailurePolicy, LockMode
 from ..store.connection import arrived, carry, compaction_commit, take_riders
 from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
 from .row import HostCall, SeamRow, Wrapper, agent_call
+from .turns import held_for_compaction
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -36,11 +37,12 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         call_host = HostCall(wrapped, *args, **kwargs)
         agent, messages, system_message = _compression_call(instance, args, kwargs)
         try:
-            return guarded_compression(
-                runtime, strategy, agent, messages, call_host,
-                native_summary_key=row.behaviour.native_summary_key or None,
-                system_message=system_message, lock=lock, behaviour=row.behaviour,
-            )
+            with held_for_compaction(runtime, agent):  # a compaction outside any turn holds the session's turn
+                return guarded_compression(
+                    runtime, strategy, agent, messages, call_host,
+                    native_summary_key=row.behaviour.native_summary_key or None,
+                    system_message=system_message, lock=lock, behaviour=row.behaviour,
+                )
         except Exception as exc:
             if call_host.ran:
                 raise

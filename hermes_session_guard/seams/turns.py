@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .. import host
@@ -95,6 +97,47 @@ def is_conversation_agent(agent: Any) -> bool:
     return getattr(agent, "_memory_write_origin", None) != "background_review"
 
 
+def _hold_outside_turn(runtime: Runtime, agent: Any) -> tuple[TurnLocks, TurnTicket] | None:
+    """The session's turn for a compaction that starts outside any turn, when it is free now."""
+    cfg = runtime.config.turns
+    sid = host.session_id(agent)
+    if not (cfg.enabled and sid and is_conversation_agent(agent)) or host.in_host_turn(agent):
+        return None  # turns off, no session, a background fork, or inside the agent's own turn (0.20+)
+    native = host.host_turn_leases(agent)  # 0.20+: Hermes's turn lease; earlier, the guard's
+    locks = _locks(runtime, host.db_path(agent), HOST_TURN_LEASES if native is not None else None)
+    if locks.held_by_thread(sid) is not None:
+        return None  # inside this thread's own turn (0.13-0.19)
+    ticket = locks.try_hold(sid, cfg.lease_seconds, native)
+    if ticket is None:
+        return None  # a turn is running or waiting: the compaction runs beside it, as before
+    return locks, ticket
+
+
+@contextmanager
+def held_for_compaction(runtime: Runtime, agent: Any) -> Iterator[None]:
+    """Around one compaction of ``agent``'s session. Inside a turn (the usual case) nothing
+    changes. Outside any turn (a background or timer thread, gateway hygiene, ``/compress``)
+    the compaction holds the session's turn while it runs, when the turn is free: the
+    in-process queue every entry point's turn waits in, and the cross-process lease
+    (0.13-0.19 the guard's ``session_guard_turn_locks``, 0.20+ Hermes's own
+    ``session_turn_leases``, keyed by the lineage root). Turns that arrive meanwhile (the
+    API server, the gateway, the CLI) wait, then run one by one on the compacted
+    transcript; the gateway buffers what arrives for a session it finds busy. Never waits:
+    a turn already running keeps it, and the compaction runs beside it as without this.
+    Policy ``open``: an error leaves the compaction as without this hold (ERROR log)."""
+    held: tuple[TurnLocks, TurnTicket] | None = None
+    with failing_open("the turn order around a compaction outside a turn", "turns that arrive during this "
+                      "compaction run beside it, as without the guard", when="before the compaction"):
+        held = _hold_outside_turn(runtime, agent)
+    try:
+        yield
+    finally:
+        if held is not None:
+            with failing_open("the turn a compaction held", "the turn lease expires on its own",
+                              when="after the compaction"):
+                held[0].release(held[1])
+
+
 def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``AIAgent.run_conversation``: one turn per session at a time (see module doc).
     Policy ``open``: a guard error before the turn starts runs it unguarded (ERROR log);
@@ -110,7 +153,9 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 if cfg.enabled and sid and is_conversation_agent(instance):
                     locks = _locks(runtime, host.db_path(instance))
                     if locks.held_by_thread(sid) is None:  # else a turn inside this thread's own turn
-                        ticket = locks.claim_delegated(sid)
+                        # an API request's reservation is its own run's: a gateway or CLI turn that
+                        # starts before that run claims it queues behind it instead of taking it
+                        ticket = locks.claim_delegated(sid) if host.serves_api_server(instance) else None
                         if ticket is None:
                             ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
                                                 retry_after(cfg.wait_seconds))

@@ -172,6 +172,68 @@ def test_without_a_store_the_queue_is_in_process_only_and_writes_no_table(store:
     assert "session_guard_turn_locks" not in tables
 
 
+def test_a_compaction_outside_a_turn_holds_a_free_turn_and_turns_arriving_wait(store: GuardStore) -> None:
+    locks = TurnLocks(turn_leases(store))
+    held = locks.try_hold("s", 30)
+    assert held is not None and held.held and locks.held_by_thread("s") is held
+    with pytest.raises(TurnBusy):
+        locks.wait(locks.enqueue("s"), 0.05, 30, 1)  # a turn arriving meanwhile waits behind it
+    waiting = locks.enqueue("s")
+    locks.release(held)
+    got = locks.wait(waiting, 5, 30, 1)
+    assert got.held
+    locks.release(got)
+    assert queued(locks, "s") == 0
+
+
+def test_a_compaction_never_waits_for_a_turn_already_running_or_queued(store: GuardStore, tmp_path: Path) -> None:
+    locks = TurnLocks(turn_leases(store))
+    running = locks.wait(locks.enqueue("s"), 5, 30, 1)
+    assert locks.try_hold("s", 30) is None
+    assert queued(locks, "s") == 1
+    locks.release(running)
+    other_store = GuardStore(tmp_path / "state.db")  # another process's turn holds the lease
+    other = TurnLocks(turn_leases(other_store))
+    elsewhere = other.wait(other.enqueue("s"), 5, 30, 1)
+    assert locks.try_hold("s", 30) is None and queued(locks, "s") == 0
+    other.release(elsewhere)
+    other_store.close()
+
+
+class _TableOfTheHost:
+    """A lease table the host keeps (0.20+'s ``session_turn_leases``): one holder per session."""
+
+    name = "turn"
+
+    def __init__(self) -> None:
+        self.rows: dict[str, str] = {}
+
+    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        return self.rows.setdefault(session_id, holder) == holder
+
+    def refresh(self, session_id: str, holder: str, ttl_seconds: float) -> bool:
+        return self.rows.get(session_id) == holder
+
+    def release(self, session_id: str, holder: str) -> None:
+        if self.rows.get(session_id) == holder:
+            del self.rows[session_id]
+
+    def holder(self, session_id: str) -> str | None:
+        return self.rows.get(session_id)
+
+
+def test_an_in_process_queue_holds_the_hosts_lease_for_a_compaction(tmp_path: Path) -> None:
+    """Native mode: the queue has no table of its own; the compaction takes the host's turn lease."""
+    process_only = turn_locks_for(tmp_path / "native.db", None)
+    table = _TableOfTheHost()
+    held = process_only.try_hold("s", 30, table)
+    assert held is not None and table.holder("s") is not None
+    process_only.release(held)
+    assert table.rows == {}
+    table.rows["s"] = "a turn of the host's"
+    assert process_only.try_hold("s", 30, table) is None and queued(process_only, "s") == 0
+
+
 def test_turn_options_are_validated_by_name() -> None:
     from hermes_session_guard.config import TurnsConfig, parse_config
 
