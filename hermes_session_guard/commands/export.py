@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import host
-from ..file_modes import PRIVATE_FILE
 from ..files import atomic_write_text
 from ..host import facts
 from ..maintenance.state_inspection import HomeError, check, write_problem
@@ -90,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.output)
     try:
-        atomic_write_text(out, line, mode=PRIVATE_FILE)  # a new file, 0600, whatever was there before
+        atomic_write_text(out, line)  # an existing file keeps its owner, group and mode; a new one is 0600
     except OSError as exc:
         return fail(f"cannot write {display(args.output)}: {exc.strerror or exc}; nothing written", False)
     print(f"Exported session {display(sid)} ({len(data.get('messages') or [])} live messages, "

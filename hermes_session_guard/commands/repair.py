@@ -156,8 +156,7 @@ def _apply_exclusively(args: argparse.Namespace, home: Path, op_id: str) -> int:
         return plan
 
     backup = backup_state_db(state.db_path, backup_path_for(state.db_path))
-    audit_path = Path(state.config.audit.path)
-    audit = AuditLog(audit_path if audit_path.is_absolute() else state.home / audit_path)
+    audit = AuditLog.for_home(state.home, state.config.audit.path)
     audit.operation("-", op_id).info("repair.started", state_db=str(state.db_path), backup=str(backup),
                                      lineages=len(plan.lineages), routing=len(plan.routing), locks=len(plan.locks))
     done = apply_repair(plan, state, op_id=op_id, audit=audit, host_version=installed_version(), backup=backup)
