@@ -358,12 +358,16 @@ def test_export_and_handoff_refuse_bad_arguments_with_one_line(case: str, tmp_pa
 
 
 @requires_fixture
-def test_export_replaces_an_existing_file_with_a_private_one(tmp_path: Path) -> None:
+def test_export_refuses_an_existing_file_and_writes_a_new_one_private(tmp_path: Path) -> None:
     home = _real_home(tmp_path)
     sid = next(iter(_manifest(HOST_FIXTURES[0])["lineages"]))
     out = tmp_path / "export.json"
     out.write_text("old\n", encoding="utf-8")
     out.chmod(0o644)
+    proc = run_cli(["export", sid, "-o", str(out)], home)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "exists" in proc.stderr, proc.stderr
+    assert out.read_text(encoding="utf-8") == "old\n" and (out.stat().st_mode & 0o777) == 0o644
+    out.unlink()
     proc = run_cli(["export", sid, "-o", str(out)], home)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out.stat().st_mode & 0o777) == 0o600
