@@ -177,7 +177,7 @@ def test_a_writer_holding_a_transaction_blocks_only_the_writing_commands(writer:
     home = writer
     sid = next(iter(_manifest(HOST_FIXTURES[0])["lineages"]))
     for argv in READ_ONLY_COMMANDS:
-        proc = run_cli(argv, home)
+        proc = run_cli([str(sid) if a == "S" else a for a in argv], home)  # snapshots of a session it has
         assert proc.returncode in (0, 1) and "error" not in proc.stderr, (argv, proc.stderr[-2000:])
     before = listing(home)
     for argv in (["handoff", str(sid)], ["repair", "--apply"]):
@@ -228,7 +228,8 @@ def test_read_only_home_serves_the_read_only_commands(read_only_home: tuple[Path
     planted = _manifest(HOST_FIXTURES[0])["planted"]
     assert proc.returncode == (1 if planted else 0), proc.stderr[-2000:]
     assert "doctor:" in proc.stdout and proc.stderr == ""
-    for argv in (["status"], ["snapshots", "S"], ["repair"]):
+    sid = str(next(iter(_manifest(HOST_FIXTURES[0])["lineages"])))
+    for argv in (["status"], ["snapshots", sid], ["repair"]):
         proc = run_cli(argv, home, read_only_mount=mount, extra_env=env)
         assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr[-2000:])
     for argv in WRITING_COMMANDS:
