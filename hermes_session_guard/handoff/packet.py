@@ -341,7 +341,7 @@ def write_packet(home: Path, configured_dir: str, session_id: str, text: str, cr
     try:
         final = _claim_name(Path(home), directory, session_id, created_at)
     except LinkRefused as exc:
-        raise PathEscapeError(f"{exc}; nothing written") from exc
+        raise PathEscapeError(f"{exc} (a link could lead outside {home}); nothing written") from exc
     try:
         atomic_write_text(final, text, home=home)
     except BaseException:
