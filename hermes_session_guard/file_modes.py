@@ -216,6 +216,19 @@ def _inside(home: Path, directory: Path) -> tuple[str, ...] | None:
     return None if ".." in parts else parts
 
 
+def link_on_the_way(home: Path, path: Path) -> Path | None:
+    """The first level from ``home`` down to ``path`` (itself included) that is a symbolic
+    link, or ``None``: for refusing a command before it writes anything, where the writer
+    itself (:func:`open_dir`) would refuse halfway."""
+    parts = _inside(Path(home), Path(path))
+    level = Path(home)
+    for name in parts or ():
+        level = level / name
+        if os.path.islink(level):
+            return level
+    return None
+
+
 class OpenDir:
     """A directory entered without following links, for creating and replacing names in it:
     relative to its descriptor on POSIX (a level swapped for a link meanwhile cannot

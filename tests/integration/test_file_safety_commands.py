@@ -119,9 +119,14 @@ def test_repair_apply_refuses_a_linked_sessions_directory(service_home: Path, tm
     shutil.copytree(service_home / "sessions", elsewhere)
     shutil.rmtree(service_home / "sessions")
     (service_home / "sessions").symlink_to(elsewhere, target_is_directory=True)
-    before = listing(elsewhere)
-    run_cli(["repair", "--apply"], service_home)
-    assert listing(elsewhere) == before
+    def files(home: Path) -> dict[str, str]:  # state.db itself holds the repair's own lock row meanwhile
+        return {k: v for k, v in listing(home).items() if not k.startswith("state.db")}
+
+    before, home_before = listing(elsewhere), files(service_home)
+    proc = run_cli(["repair", "--apply"], service_home)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "symbolic link" in lines[0], proc.stderr[-2000:]
+    assert listing(elsewhere) == before and files(service_home) == home_before  # no backup, no log, no rewrite
 
 
 def _damage_messages_page(db: Path) -> None:
