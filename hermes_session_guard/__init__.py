@@ -77,6 +77,10 @@ def register(ctx: Any) -> None:
     try:
         config = load_config(hermes_home())
     except ConfigError as exc:
+        if exc.key.endswith("(file)"):  # not a regular file, too large, not UTF-8, not YAML, aliases unbounded
+            log.error("session guard DISABLED: cannot use config.yaml (%s). Hermes continues unguarded; "
+                      "fix the file and restart.", str(exc).split(": ", 1)[-1])
+            return
         log.error("session guard DISABLED: invalid config.yaml option %s (%s). Hermes continues unguarded; "
                   "fix the option and restart.", exc.key, exc)
         return

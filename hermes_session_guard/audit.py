@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .fail_open import failing_open
-from .file_modes import PRIVATE_FILE, chmod_quietly, open_private_append
+from .files import append_bytes
 from .handoff.redaction import redact_guard_patterns
 
 
@@ -54,29 +53,23 @@ class _AppendFile:
     """The file structlog's ``WriteLogger`` writes the rendered lines to: each line is
     appended on its own (the file opened, written and closed), so several processes
     sharing a ``HERMES_HOME`` interleave whole lines, and a path that follows the
-    home's configuration is read at every line. Created ``0600`` (a ``logs/``
-    directory the guard creates ``0700``). A full disk must not take the host down:
-    a failed write is said once per outage on the stdlib logger (where the event
-    itself went already), then counted."""
+    home's configuration is read at every line. Written through
+    :func:`~hermes_session_guard.files.append_bytes`: no link followed under the home,
+    created ``0600`` (a ``logs/`` directory the guard creates ``0700``) and owned by the
+    home's owner when root writes it. A full disk must not take the host down: a failed
+    write is said once per outage on the stdlib logger (where the event itself went
+    already), then counted."""
 
-    def __init__(self, path: Path | Callable[[], Path]) -> None:
+    def __init__(self, path: Path | Callable[[], Path], home: Path | Callable[[], Path] | None = None) -> None:
         self._path = path
+        self._home = home
         self._lost = 0  # lines not written since the last write that worked
-        self._tightened: set[Path] = set()
 
     def write(self, line: str) -> None:  # WriteLogger serialises the calls under its own lock
         path = self._path() if callable(self._path) else self._path
+        home = self._home() if callable(self._home) else self._home
         try:
-            fd = open_private_append(path)
-            try:
-                data = line.encode("utf-8")
-                while data:  # one write(2) of the whole line (O_APPEND), unless the disk fills
-                    data = data[os.write(fd, data):]
-            finally:
-                os.close(fd)
-            if path not in self._tightened:  # a log written by an older version may be 0644
-                self._tightened.add(path)
-                chmod_quietly(path, PRIVATE_FILE)
+            append_bytes(path, line.encode("utf-8"), home=home, private=True)
         except OSError as exc:
             if not self._lost:
                 stdlib_logger.warning(
@@ -92,6 +85,13 @@ class _AppendFile:
 
     def flush(self) -> None:
         return None
+
+
+def audit_file(home: Path, configured: str) -> Path:
+    """The audit log ``audit.path`` names: relative to the home, or an absolute path
+    (documented; ``doctor`` reports it, as it lies outside the home's protections)."""
+    path = Path(configured)
+    return path if path.is_absolute() else Path(home) / path
 
 
 def _scrub_values(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -153,10 +153,16 @@ def scrubbed(event_dict: dict[str, Any]) -> dict[str, Any]:
 class AuditLog:
     """Factory for per-operation bound loggers: structlog's processors (a timestamp, the
     secret net, the stdlib bridge, its JSON renderer) in front of its ``WriteLogger``
-    writing one line per event to the audit file (``path``)."""
+    writing one line per event to the audit file (``path``, in ``home`` when given:
+    no link below the home followed, new files the home owner's)."""
 
-    def __init__(self, path: Path | Callable[[], Path]) -> None:
-        self._factory = structlog.WriteLoggerFactory(file=_AppendFile(path))
+    @classmethod
+    def for_home(cls, home: Path, configured: str) -> AuditLog:
+        """The audit log of ``home`` as ``audit.path`` configures it (:func:`audit_file`)."""
+        return cls(audit_file(home, configured), home=Path(home))
+
+    def __init__(self, path: Path | Callable[[], Path], home: Path | Callable[[], Path] | None = None) -> None:
+        self._factory = structlog.WriteLoggerFactory(file=_AppendFile(path, home))
 
     def logger(self, **bound: Any) -> Any:
         return structlog.wrap_logger(

@@ -13,7 +13,11 @@ which callers turn into one log line and a disabled guard, never a crash of the 
 
 from __future__ import annotations
 
+import os
+import reprlib
+import stat
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
 from typing import Any
 
 
@@ -49,8 +53,15 @@ class OptionFallback:
                 "default": None if self.unknown else _plain(self.default), "unknown": self.unknown}
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxdict, _SHOW.maxlist, _SHOW.maxstring, _SHOW.maxother = 2, 4, 4, 200, 200
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
+    """``value`` for a message, at most 60 characters: built from a bounded view
+    (:mod:`reprlib`), so a huge or deeply shared value (YAML aliases) is never
+    rendered whole."""
+    text = _SHOW.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -206,37 +217,49 @@ def relative_path_problem(value: str) -> str | None:
     return None
 
 
+def audit_path_problem(value: str) -> str | None:
+    """Why ``value`` cannot name the audit log (``None`` if it can): a path relative to
+    ``HERMES_HOME`` without ``..`` (checked like :func:`relative_path_problem`), or an
+    absolute path on this machine (documented; ``doctor`` reports it, since the home's
+    protections do not reach it)."""
+    if value.strip() and "\x00" not in value and Path(value).is_absolute():
+        return None
+    return relative_path_problem(value)
+
+
 def _coerce(key: str, expected: type, value: Any) -> Any:
     if expected is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(key, f"expected true or false, got {value!r}")
+        raise ConfigError(key, f"expected true or false, got {_show(value)}")
     if expected is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected a whole number, got {value!r}")
+            raise ConfigError(key, f"expected a whole number, got {_show(value)}")
     elif expected is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {value!r}")
+            raise ConfigError(key, f"expected a number, got {_show(value)}")
         value = float(value)
     elif expected is str:
         if key == "summaries.visible" and isinstance(value, bool):
             value = "tagged" if value else "false"
         if not isinstance(value, str):
-            raise ConfigError(key, f"expected a string, got {value!r}")
+            raise ConfigError(key, f"expected a string, got {_show(value)}")
     if key in _CHOICES and value not in _CHOICES[key]:
-        raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {value!r}")
+        raise ConfigError(key, f"must be one of {', '.join(_CHOICES[key])}; got {_show(value)}")
     if key in _TEMPLATES:
         try:
             value.format(**{name: 1 for name in _TEMPLATES[key]})
         except (KeyError, IndexError, ValueError) as exc:
             fields_ = ", ".join("{" + n + "}" for n in _TEMPLATES[key])
-            raise ConfigError(key, f"may only use the placeholders {fields_} ({exc}); got {value!r}") from None
+            raise ConfigError(key, f"may only use the placeholders {fields_} ({exc}); got {_show(value)}") from None
     # the numbers' bounds, and the one path option (the keys of these checks and of the templates are apart)
     problem = numeric_problem(key, value) if expected in (int, float) else None
     if key == "handoff.artifact_dir":
         problem = relative_path_problem(value)
+    elif key == "audit.path":
+        problem = audit_path_problem(value)
     if problem:
-        raise ConfigError(key, f"{problem}; got {value!r}")
+        raise ConfigError(key, f"{problem}; got {_show(value)}")
     return value
 
 
@@ -287,22 +310,107 @@ def parse_config(raw: Any) -> GuardConfig:
     return replace(config, fallbacks=tuple(fallbacks)) if fallbacks else config
 
 
-def load_config(hermes_home: Any) -> GuardConfig:
-    """Read ``session_guard:`` from ``<hermes_home>/config.yaml``."""
-    from pathlib import Path
+# config.yaml is read only when it is a regular file of at most MAX_CONFIG_BYTES (a FIFO
+# or a device would block or never end; Hermes's own, comments included, is a few KB),
+# and parsed only when its aliases expand to at most MAX_YAML_NODES nodes (a "billion
+# laughs" document is a few lines that expand to billions).
+MAX_CONFIG_BYTES = 256 * 1024
+MAX_YAML_NODES = 100_000
 
-    path = Path(hermes_home) / "config.yaml"
-    if not path.exists():
-        return GuardConfig()
+
+def read_config_bytes(path: Path, *, follow: bool = True) -> tuple[bytes, os.stat_result] | None:
+    """The bytes of ``path`` and its ``fstat`` (``None`` when there is no file), opened
+    without blocking (a FIFO is refused at once, never waited on) and without following
+    a link when ``follow`` is false. Raises :class:`ConfigError` (key ``(file)``)."""
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError("(file)", f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError("(file)", f"{path} is not a regular file (a FIFO, device or directory); "
+                                        "config.yaml must be a plain file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError("(file)", f"{path} is {st.st_size} bytes, more than the {MAX_CONFIG_BYTES} a "
+                                        "config.yaml may have here")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError("(file)", f"{path} grew past the {MAX_CONFIG_BYTES} bytes a config.yaml may have here")
+    except OSError as exc:
+        raise ConfigError("(file)", f"cannot read {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    return b"".join(chunks), st
+
+
+def _expanded_nodes(node: Any) -> int:
+    """How many nodes ``node`` stands for once every alias is expanded, counted without
+    expanding (each node's count computed once); stops past :data:`MAX_YAML_NODES`."""
+    counts: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        current, done = stack.pop()
+        key = id(current)
+        if key in counts and not done:
+            continue
+        value = current.value if isinstance(current.value, list) else []
+        children = [c for pair in value for c in (pair if isinstance(pair, tuple) else (pair,))]
+        if done:
+            counts[key] = min(MAX_YAML_NODES + 1, 1 + sum(counts.get(id(c), 0) for c in children))
+            continue
+        counts[key] = 0  # in progress: a recursive alias counts as nothing more
+        stack.append((current, True))
+        stack.extend((c, False) for c in children if id(c) not in counts)
+    return counts[id(node)]
+
+
+def load_yaml(text: str, path: Path) -> Any:
+    """``text`` (a config.yaml) as PyYAML's safe loader builds it, refused (:class:`ConfigError`,
+    key ``(file)``) when it is not valid YAML or its aliases expand past :data:`MAX_YAML_NODES`."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        node = loader.get_single_node()
+        if node is not None and _expanded_nodes(node) > MAX_YAML_NODES:
+            raise ConfigError("(file)", f"{path} expands to more than {MAX_YAML_NODES} values through YAML "
+                                        "aliases (&anchor / *alias); refused")
+        return loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
         raise ConfigError("(file)", f"{path} is not valid YAML ({problem}{where})") from exc
+    finally:
+        loader.dispose()
+
+
+def read_config_file(path: Path) -> Any:
+    """config.yaml at ``path`` parsed (``None`` when absent), within the bounds above."""
+    found = read_config_bytes(path)
+    if found is None:
+        return None
+    try:
+        text = found[0].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("(file)", f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                    f"{exc.start}); save it as UTF-8") from exc
+    return load_yaml(text.removeprefix("\ufeff"), path)
+
+
+def load_config(hermes_home: Any) -> GuardConfig:
+    """Read ``session_guard:`` from ``<hermes_home>/config.yaml``."""
+    data = read_config_file(Path(hermes_home) / "config.yaml")
     if not isinstance(data, dict):
         return GuardConfig()
     return parse_config(data.get("session_guard"))

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .fail_open import failing_open
-from .file_modes import PRIVATE_DIR, links_under, write_private_tree
+from .file_modes import home_owner, links_under, open_dir, write_private_tree
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -112,14 +112,6 @@ def check(home: Path, *, removing: bool = False) -> None:
                                    f"{plugin_dir(home)} and run the command again")
 
 
-def _owner(path: Path) -> tuple[int, int] | None:
-    """Whose files the guard's should be: ``path``'s owner when root runs it (a service's home)."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None
-    st = os.lstat(path)
-    return st.st_uid, st.st_gid
-
-
 def _remove_tree(path: Path) -> None:
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
         os.unlink(path)
@@ -141,17 +133,15 @@ def stage(home: Path) -> Path:
     check(home)
     plugins = home / "plugins"
     if not os.path.lexists(plugins):
-        os.mkdir(plugins, PRIVATE_DIR)
-        owner = _owner(home)
-        if owner is not None:
-            os.chown(plugins, *owner, follow_symlinks=False)
+        with open_dir(plugins, home=home, create=True):
+            pass  # made 0700, the home owner's, no link followed
         check(home)
     for leftover in os.listdir(plugins):  # of a run killed between stage and commit, not one running now
         if _STAGED.match(leftover) and _older_than(plugins / leftover, LEFTOVER_SECONDS):
             _remove_tree(plugins / leftover)
     staged = plugins / f".{DIR_NAME}.{secrets.token_hex(6)}.new"
     try:
-        write_private_tree(staged, FILES, owner=_owner(plugins))
+        write_private_tree(staged, FILES, owner=home_owner(home))
     except BaseException:
         try:
             _remove_tree(staged)
@@ -193,14 +183,18 @@ def discard(path: Path | None) -> None:
         pass
 
 
-def detach(home: Path) -> Path | None:
+def detach(home: Path, noted: list[Path | None] | None = None) -> Path | None:
     """Move the plugin directory out of Hermes's sight (a hidden name in ``plugins/``) and
-    return where it went; ``None`` when there is none. Raises :class:`OSError`."""
+    return where it went; ``None`` when there is none. The hidden name is added to
+    ``noted`` before the move (an interrupt right after it still finds the directory).
+    Raises :class:`OSError`."""
     root = plugin_dir(home)
     if not os.path.lexists(root):
         return None
     check(home, removing=True)
     aside = root.with_name(f".{DIR_NAME}.{secrets.token_hex(6)}.old")
+    if noted is not None:
+        noted.append(aside)
     os.rename(root, aside)  # a link is renamed itself, never followed
     return aside
 

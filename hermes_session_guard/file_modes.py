@@ -10,23 +10,36 @@ user's own.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
 
-_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
 # Create, never open what is there: O_EXCL fails on any existing name, a symlink included
 # (dangling or not); O_NOFOLLOW says the same where it exists (not on Windows).
 EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 on Windows: there an lstat check stands in for it
 
 
 class LinkRefused(OSError):
     """A path the guard would write through is a symbolic link (or not what it should be)."""
+
+
+def home_owner(home: Path) -> tuple[int, int] | None:
+    """Whose a file or directory the guard creates in ``home`` is: the home's owner and
+    group when root runs the command (a service user's home); ``None`` otherwise, where
+    the creating process is the owner already. The home itself may be a link
+    (``HERMES_HOME`` pointing at a data disk is a setup, not an attack)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    st = os.stat(home)
+    return st.st_uid, st.st_gid
 
 
 def chmod_quietly(path: Path | str, mode: int) -> bool:
@@ -57,22 +70,8 @@ def make_private_dirs(path: Path) -> Path:
     return path
 
 
-def open_private_append(path: Path) -> int:
-    """A file descriptor appending to ``path``, creating it ``0600`` (and its missing
-    directories ``0700``)."""
-    try:
-        return os.open(path, _APPEND_FLAGS, PRIVATE_FILE)
-    except FileNotFoundError:
-        make_private_dirs(Path(path).parent)
-        return os.open(path, _APPEND_FLAGS, PRIVATE_FILE)
 
 
-def create_private(path: Path) -> None:
-    """Create ``path`` empty with mode ``0600``; ``FileExistsError`` when anything (a
-    symlink included, which is never followed) is already there."""
-    fd = os.open(path, EXCL_FLAGS, PRIVATE_FILE)
-    os.close(fd)
-    chmod_quietly(path, PRIVATE_FILE)
 
 
 def write_private_text(path: Path, text: str) -> None:
@@ -83,12 +82,6 @@ def write_private_text(path: Path, text: str) -> None:
     chmod_quietly(path, PRIVATE_FILE)
 
 
-def file_mode(path: Path) -> int | None:
-    """The permission bits of ``path`` (``None`` when it cannot be read)."""
-    try:
-        return os.stat(path).st_mode & 0o777
-    except OSError:
-        return None
 
 
 def _dir_fds_supported() -> bool:
@@ -103,7 +96,7 @@ def _check_not_link(path: Path, *, directory: bool) -> None:
         raise LinkRefused(f"{path} changed under the guard while it was being written (a link?)")
 
 
-def _chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
+def chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
     if owner is None or not hasattr(os, "fchown"):
         return
     st = os.fstat(fd)
@@ -128,7 +121,7 @@ def create_private_file(path: Path | str, data: bytes, *, owner: tuple[int, int]
             os.fsync(fd)
         if hasattr(os, "fchmod"):
             os.fchmod(fd, PRIVATE_FILE)
-        _chown_fd(fd, owner)
+        chown_fd(fd, owner)
     except BaseException:
         os.close(fd)
         try:
@@ -174,7 +167,7 @@ def write_private_tree(directory: Path, files: Mapping[str, bytes], *,
         if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "geteuid") and st.st_uid != os.geteuid()):
             raise LinkRefused(f"{directory} is not the directory the guard just created")
         os.fchmod(top, PRIVATE_DIR)
-        _chown_fd(top, owner)
+        chown_fd(top, owner)
         for rel, data in sorted(files.items()):
             *dirs, name = rel.split("/")
             parent = ""
@@ -187,7 +180,7 @@ def write_private_tree(directory: Path, files: Mapping[str, bytes], *,
                         pass
                     opened[here] = os.open(part, _DIR_FLAGS, dir_fd=opened[parent])  # a link: ELOOP/ENOTDIR
                     os.fchmod(opened[here], PRIVATE_DIR)
-                    _chown_fd(opened[here], owner)
+                    chown_fd(opened[here], owner)
                 parent = here
             create_private_file(name, data, owner=owner, dir_fd=opened[parent])
     finally:
@@ -212,3 +205,136 @@ def links_under(root: Path) -> list[Path]:
             if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                 found.append(p)
     return found
+
+
+def _inside(home: Path, directory: Path) -> tuple[str, ...] | None:
+    """The levels of ``directory`` below ``home`` (lexically; ``None`` when it is not under it)."""
+    try:
+        parts = Path(directory).relative_to(home).parts
+    except ValueError:
+        return None
+    return None if ".." in parts else parts
+
+
+def link_on_the_way(home: Path, path: Path) -> Path | None:
+    """The first level from ``home`` down to ``path`` (itself included) that is a symbolic
+    link, or ``None``: for refusing a command before it writes anything, where the writer
+    itself (:func:`open_dir`) would refuse halfway."""
+    parts = _inside(Path(home), Path(path))
+    level = Path(home)
+    for name in parts or ():
+        level = level / name
+        if os.path.islink(level):
+            return level
+    return None
+
+
+class OpenDir:
+    """A directory entered without following links, for creating and replacing names in it:
+    relative to its descriptor on POSIX (a level swapped for a link meanwhile cannot
+    redirect a write), by path with ``lstat`` checks where there are no directory
+    descriptors (Windows). ``owner`` is whose the names created in it become."""
+
+    def __init__(self, path: Path, fd: int | None, owner: tuple[int, int] | None) -> None:
+        self.path, self.fd, self.owner = path, fd, owner
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.lstat(name, dir_fd=self.fd) if self.fd is not None else os.lstat(self.path / name)
+        except FileNotFoundError:
+            return None
+
+    def open(self, name: str, flags: int, mode: int = PRIVATE_FILE) -> int:
+        """``os.open`` of ``name`` in this directory, never through a link at ``name``
+        (``O_NOFOLLOW``: ``ELOOP``; elsewhere :class:`LinkRefused` after an ``lstat``)."""
+        if self.fd is not None:
+            return os.open(name, flags | NOFOLLOW, mode, dir_fd=self.fd)
+        path = self.path / name
+        before = self.lstat(name)
+        if before is not None and stat.S_ISLNK(before.st_mode):
+            raise LinkRefused(f"{path} is a symbolic link; the guard does not write through links")
+        fd = os.open(path, flags | NOFOLLOW, mode)
+        after = os.lstat(path)
+        if stat.S_ISLNK(after.st_mode) or (os.fstat(fd).st_ino, os.fstat(fd).st_dev) != (after.st_ino, after.st_dev):
+            os.close(fd)
+            raise LinkRefused(f"{path} changed while the guard opened it (a link?)")
+        return fd
+
+    def replace(self, src: str, dst: str) -> None:
+        if self.fd is not None:
+            os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        else:
+            os.replace(self.path / src, self.path / dst)
+
+    def unlink(self, name: str) -> None:
+        if self.fd is not None:
+            os.unlink(name, dir_fd=self.fd)
+        else:
+            os.unlink(self.path / name)
+
+    def fsync(self) -> None:
+        """Make a rename in this directory durable (POSIX; some file systems refuse it)."""
+        if self.fd is not None:
+            try:
+                os.fsync(self.fd)
+            except OSError:
+                pass
+
+
+def _enter(parent: OpenDir, name: str, *, create: bool) -> OpenDir:
+    path = parent.path / name
+    made = False
+    if create and parent.lstat(name) is None:
+        try:
+            os.mkdir(name, PRIVATE_DIR, dir_fd=parent.fd) if parent.fd is not None else os.mkdir(path, PRIVATE_DIR)
+            made = True
+        except FileExistsError:
+            pass  # made meanwhile: entered as it is, below
+    if parent.fd is None:
+        _check_not_link(path, directory=True)
+        if made:
+            chmod_quietly(path, PRIVATE_DIR)
+            if parent.owner is not None and hasattr(os, "lchown"):
+                os.lchown(path, *parent.owner)
+        return OpenDir(path, None, parent.owner)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise LinkRefused(f"{path} is a symbolic link or not a directory; the guard does not write "
+                              "through links") from exc
+        raise
+    if made:
+        os.fchmod(fd, PRIVATE_DIR)
+        chown_fd(fd, parent.owner)
+    return OpenDir(path, fd, parent.owner)
+
+
+@contextmanager
+def open_dir(directory: Path, *, home: Path | None = None, create: bool = False) -> Iterator[OpenDir]:
+    """``directory``, entered for writing in it. Under ``home`` every level below the home
+    is entered without following a link (:class:`LinkRefused` for a link or a
+    non-directory), and with ``create`` a missing level is made ``0700`` and owned by
+    the home's owner (:func:`home_owner`). Outside a home (``home`` None or ``directory``
+    not under it: an absolute ``audit.path``, ``export -o``) the directory is opened as
+    named, its missing levels made ``0700`` with ``create``."""
+    directory = Path(directory)
+    parts = _inside(Path(home), directory) if home is not None else None
+    owner = home_owner(Path(home)) if home is not None and parts is not None else None
+    if parts is None:
+        if create:
+            make_private_dirs(directory)
+        root, parts = directory, ()
+    else:
+        root = Path(home)  # type: ignore[arg-type]
+    dir_fds = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY") and hasattr(os, "fchmod")
+    top = OpenDir(root, os.open(root, os.O_RDONLY | os.O_DIRECTORY) if dir_fds else None, owner)
+    opened = [top]
+    try:
+        for name in parts:
+            opened.append(_enter(opened[-1], name, create=create))
+        yield opened[-1]
+    finally:
+        for level in opened:
+            if level.fd is not None:
+                os.close(level.fd)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .audit import AuditLog
+from .audit import AuditLog, audit_file
 from .config import GuardConfig
 from .contract.compressing import CompressingSessions
 from .contract.gateway_transcript import CompactionLog
@@ -76,7 +76,7 @@ class Runtime:
     _audit_path: tuple[tuple[str, Path], Path] | None = None
 
     def __post_init__(self) -> None:
-        self.audit = AuditLog(lambda: self.audit_path)
+        self.audit = AuditLog(lambda: self.audit_path, home=lambda: self.home)
 
     @property
     def home(self) -> Path:
@@ -90,8 +90,7 @@ class Runtime:
         key = (self.config.audit.path, self.home)
         cached = self._audit_path
         if cached is None or cached[0] != key:
-            path = Path(key[0])
-            cached = self._audit_path = (key, path if path.is_absolute() else key[1] / path)
+            cached = self._audit_path = (key, audit_file(key[1], key[0]))
         return cached[1]
 
     def store_for(self, db_path: Path) -> GuardStore:

@@ -88,3 +88,8 @@ _.run_recall_eval
 _.outside
 _.last_completion_tokens  # host/agent.py await_real_usage: Hermes's compressor attribute, reset as Hermes does
 _.__class__  # seams/buffering.py defer_cli_interrupts: switches the CLI queue's class in place
+_.maxlevel  # config.py _SHOW: reprlib.Repr's limits, read by reprlib
+_.maxlist
+_.maxstring
+_.maxother
+_.maxdict

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import host
-from ..file_modes import PRIVATE_FILE
-from ..files import atomic_write_text
+from ..files import create_file
 from ..host import facts
 from ..maintenance.state_inspection import HomeError, check, write_problem
 from ..store import GuardStore
@@ -36,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def output_problem(output: str) -> str | None:
     """Why ``-o`` cannot receive the export, checked before anything is read or written:
-    its directory must exist, and the name must be new or a regular file (never a
-    directory, device or symbolic link)."""
+    its directory must exist and the name must be new: an existing file is refused
+    (never a directory, device or symbolic link either), so an export never replaces a
+    file with other contents, owner or mode."""
     out = Path(output)
     shown = display(output)
     parent = out.parent if str(out.parent) else Path(".")
@@ -48,6 +48,7 @@ def output_problem(output: str) -> str | None:
             return f"cannot write {shown}: it is a directory; name a file in it"
         if not out.is_file():
             return f"cannot write {shown}: it is not a regular file (use `-o -` for standard output)"
+        return f"cannot write {shown}: it exists; remove it or name a new file (nothing written)"
     if not parent.exists():
         return f"cannot write {shown}: directory {display(str(parent))} does not exist"
     if not parent.is_dir():
@@ -90,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.output)
     try:
-        atomic_write_text(out, line, mode=PRIVATE_FILE)  # a new file, 0600, whatever was there before
+        create_file(out, line.encode("utf-8"))  # a new file, 0600; one created meanwhile is left alone
+    except FileExistsError:
+        return fail(f"cannot write {display(args.output)}: it exists; remove it or name a new file (nothing "
+                    "written)", False)
     except OSError as exc:
         return fail(f"cannot write {display(args.output)}: {exc.strerror or exc}; nothing written", False)
     print(f"Exported session {display(sid)} ({len(data.get('messages') or [])} live messages, "

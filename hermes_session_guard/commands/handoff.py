@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 
 from ..config import ConfigError
@@ -57,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     except LookupError as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 1
+    except sqlite3.Error as exc:  # a damaged page, a locked or unreadable state.db: as doctor/repair/export say it
+        return fail(f"cannot read {checked.db_path}: {exc}", args.json)
+    except OSError as exc:  # a link refused, a directory not writable: nothing was written
+        return fail(f"cannot write the hand-off packet: {exc}; nothing written", args.json)
     if args.json:
         print(json.dumps({"session_id": args.session_id, "packet_path": str(path)}))
     else:

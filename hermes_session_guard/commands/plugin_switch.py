@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
+from pathlib import Path
 
 from .. import dashboard_plugin
-from ..maintenance.plugin_config import PLUGIN_NAME, PluginConfigError, set_enabled, undo
+from ..maintenance.plugin_config import PLUGIN_NAME, PluginConfigError, guard_enabled, set_enabled, undo
 from ..maintenance.state_inspection import HomeError, check
 from .output import emit_json, fail
 
@@ -21,21 +23,61 @@ def _why(exc: OSError) -> str:
     return str(exc)
 
 
+def _settle(home: Path, enable: bool, prepared: Path | None) -> str:
+    """After an interrupt: the dashboard plugin made to agree with what config.yaml says
+    now, so the switch either completed or was rolled back, never half of each."""
+    try:
+        enabled_now = guard_enabled(home)[0]
+    except PluginConfigError:
+        enabled_now = not enable  # unreadable now: the plugin goes back to how it was
+    staged = prepared if prepared is not None and os.path.lexists(prepared) else None
+    present = os.path.lexists(dashboard_plugin.plugin_dir(home))
+    if enable and enabled_now:
+        if staged is not None:
+            dashboard_plugin.commit(home, staged)
+        elif not present:
+            dashboard_plugin.write(home)
+        return "completed"
+    if not enable and not enabled_now:
+        dashboard_plugin.discard(staged)
+        return "completed"
+    if enable:
+        dashboard_plugin.discard(staged)
+    elif staged is not None:
+        dashboard_plugin.reattach(home, staged)
+    elif not present:  # none to put back (interrupted inside the move): written again
+        dashboard_plugin.write(home)
+    return "rolled back"
+
+
 def switch(args: argparse.Namespace, *, enable: bool) -> int:
     """Everything that can refuse is tried before config.yaml changes: the dashboard plugin
     is built under a hidden name (enable) or moved out of sight (disable) first, then
     config.yaml is edited, then the plugin is put in place (or deleted); a failure after
-    the edit puts config.yaml back."""
-    word = "enabled" if enable else "disabled"
+    the edit puts config.yaml back. An interrupt (Ctrl-C) at any step ends with the
+    switch completed or rolled back as config.yaml then says (:func:`_settle`), one line,
+    exit 2."""
     try:
         checked = check(empty_ok=True)
     except HomeError as exc:
         return fail(str(exc), args.json)
     home = checked.home
+    steps: list[Path | None] = []
+    try:
+        return _switch(args, home, enable, steps)
+    except KeyboardInterrupt:
+        outcome = _settle(home, enable, next((s for s in reversed(steps) if s is not None), None))
+        return fail(f"interrupted; `{'enable' if enable else 'disable'}` was {outcome} (config.yaml and the "
+                    "dashboard plugin agree)", args.json)
+
+
+def _switch(args: argparse.Namespace, home: Path, enable: bool, steps: list[Path | None]) -> int:
+    word = "enabled" if enable else "disabled"
     target = dashboard_plugin.plugin_dir(home)
     try:
         dashboard_plugin.check(home, removing=not enable)
-        prepared = dashboard_plugin.stage(home) if enable else dashboard_plugin.detach(home)
+        prepared = dashboard_plugin.stage(home) if enable else dashboard_plugin.detach(home, steps)
+        steps.append(prepared)
     except OSError as exc:
         return fail(f"the dashboard plugin directory {target} could not be "
                     f"{'written' if enable else 'removed'}: {_why(exc)}; nothing changed", args.json)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import host
 from ..audit import AuditLog, new_op_id
+from ..file_modes import link_on_the_way
 from ..files import backup_path_for
 from ..hostinfo import installed_version
 from ..locks import presence, repair_lock
@@ -155,12 +156,22 @@ def _apply_exclusively(args: argparse.Namespace, home: Path, op_id: str) -> int:
     if isinstance(plan, int):
         return plan
 
-    backup = backup_state_db(state.db_path, backup_path_for(state.db_path))
-    audit_path = Path(state.config.audit.path)
-    audit = AuditLog(audit_path if audit_path.is_absolute() else state.home / audit_path)
+    linked = (link_on_the_way(state.home, state.routing_file)
+              if state.routing_file is not None and any(c.where == "file" for c in plan.routing) else None)
+    if linked is not None:
+        return fail(f"repair refused: {linked} is a symbolic link; the guard does not write through links "
+                    "(sessions.json is rewritten by the repair); nothing changed", args.json)
+    try:
+        backup = backup_state_db(state.db_path, backup_path_for(state.db_path))
+    except OSError as exc:
+        return fail(f"repair refused: cannot write the backup of {state.db_path}: {exc}; nothing changed", args.json)
+    audit = AuditLog.for_home(state.home, state.config.audit.path)
     audit.operation("-", op_id).info("repair.started", state_db=str(state.db_path), backup=str(backup),
                                      lineages=len(plan.lineages), routing=len(plan.routing), locks=len(plan.locks))
-    done = apply_repair(plan, state, op_id=op_id, audit=audit, host_version=installed_version(), backup=backup)
+    try:
+        done = apply_repair(plan, state, op_id=op_id, audit=audit, host_version=installed_version(), backup=backup)
+    except OSError as exc:  # a file the repair rewrites could not be written (a link swapped in meanwhile, a full disk)
+        return fail(f"repair stopped: {exc}; state.db as it was before is in {backup}", args.json)
     after = load_home_state(state.home)
     _, remaining = diagnose(after)
     left = [f for f in remaining if f.repaired_by]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..fail_open import failing_open
 from ..host import engines as engine_support
-from ..hostinfo import find_host, hermes_home
+from ..hostinfo import FOUND_BY_MODULE, find_host, hermes_home
 from ..maintenance.plugin_config import PluginConfigError, guard_enabled
 from ..maintenance.state_inspection import HomeError, check
 from ..maintenance.turns_elsewhere import turns_elsewhere
@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"Hermes {version or 'not installed'} at {report.get('hermes_path') or '-'}"
               + (f" (found by {report['hermes_found_by']})" if report.get("hermes_found_by") else ""))
-        print(supported.describe(version))
+        print(supported.describe(version, repackaged=None if found is None or found.found_by != FOUND_BY_MODULE
+                                 else found.distribution or ""))
         if report.get("compat_note"):
             print(f"UNTESTED RELEASE: {report['compat_note']}")
         if home is None:

@@ -18,7 +18,7 @@ from ..store import (
     read_snapshot_references,
     reference_problem,
 )
-from .output import fail
+from .output import display, fail
 
 HELP = "List a session's snapshots, or show one snapshot's messages (read-only)"
 
@@ -62,9 +62,11 @@ def run(args: argparse.Namespace) -> int:
         checked = check()
         snaps: list[SnapshotInfo] = []
         msgs: list[dict[str, Any]] = []
+        known = False
         if checked.has_db:
             with readonly_connection(checked.db_path, snapshot=True) as conn:
                 snaps = read_snapshot_infos(conn, args.session_id)
+                known = bool(snaps) or host.session_exists(conn, args.session_id)
                 if args.show and args.show in {s.snapshot_id for s in snaps}:
                     msgs = read_snapshot_messages(conn, args.session_id, args.show)
     except HomeError as exc:
@@ -72,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     except SnapshotGone as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if not known:  # a typo must not read as "this session has no snapshots"
+        fresh = "" if checked.has_db else " (no Hermes sessions in this home yet)"
+        return fail(f"no session {display(args.session_id)} in {checked.home}{fresh}", args.json)
     if args.show:
         if args.show not in {s.snapshot_id for s in snaps}:
             print(f"error: no snapshot {args.show} for session {args.session_id}", file=sys.stderr)
@@ -85,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([snapshot_dict(s) for s in snaps], indent=2))
     elif not snaps:
-        fresh = "" if checked.has_db else " (no Hermes sessions in this home yet)"
-        print(f"no snapshots for {args.session_id}{fresh}")
+        print(f"no snapshots for {args.session_id}")
     else:
         for s in snaps:
             print(f"{s.snapshot_id}  messages={s.message_count}  created={iso_utc(s.created_at)}  mode={s.host_mode}")

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..file_modes import PRIVATE_FILE, file_mode
 from ..files import atomic_write_text
 
 
@@ -85,9 +84,8 @@ class CompactionLog:
 
 def rewrite_jsonl(path: Path, messages: tuple[dict[str, Any], ...]) -> None:
     """Atomically replace a JSONL transcript (:func:`~hermes_session_guard.files.atomic_write_text`)."""
-    mode = file_mode(path)  # the replacement keeps the transcript's own mode (0600 for a new one)
-    atomic_write_text(path, "".join(json.dumps(msg, ensure_ascii=False, default=str) + "\n" for msg in messages),
-                      mode=PRIVATE_FILE if mode is None else mode)
+    # the replacement keeps the transcript's owner and mode (0600 for a new one)
+    atomic_write_text(path, "".join(json.dumps(msg, ensure_ascii=False, default=str) + "\n" for msg in messages))
 
 
 def rebase_after_compaction(

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import relative_path_problem
-from ..file_modes import PRIVATE_FILE, create_private, make_private_dirs
-from ..files import atomic_write_text
+from ..file_modes import LinkRefused
+from ..files import atomic_write_text, create_file
 from ..store import message_text
 from ..summaries.tags import is_summary_message, summary_body, text_without_summary
 from .redaction import host_pass, mask_known, masked_values, redact, redact_guard_patterns
@@ -347,16 +347,13 @@ def seed_message_text(packet: str, parent_session_id: str) -> str:
 
 # -- writing ---------------------------------------------------------------------------
 def artifact_dir(home: Path, configured: str) -> Path:
-    """``HERMES_HOME/<configured>``, refused (:class:`PathEscapeError`) unless it
-    resolves inside ``HERMES_HOME`` (symlinks included)."""
+    """``HERMES_HOME/<configured>``, refused (:class:`PathEscapeError`) unless it is a
+    relative path without ``..``; its levels are entered without following a link when
+    the packet is written (a linked directory is refused there)."""
     problem = relative_path_problem(configured)
     if problem:
         raise PathEscapeError(f"handoff.artifact_dir {configured!r} {problem}")
-    base = Path(home).resolve()
-    target = (base / configured).resolve()
-    if not target.is_relative_to(base):
-        raise PathEscapeError(f"handoff.artifact_dir {configured!r} resolves to {target}, outside {base}")
-    return target
+    return Path(home) / configured
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -373,14 +370,15 @@ def packet_filename(session_id: str, created_at: float, n: int = 1) -> str:
 MAX_NAME_ATTEMPTS = 10_000
 
 
-def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
-    """Create the first free packet name exclusively (``O_CREAT | O_EXCL``, mode 0600)
-    and return it. Anything already at a name (a packet of a concurrent run, a file,
-    a dangling symlink) makes it try the next suffix; a symlink is never followed."""
+def _claim_name(home: Path, directory: Path, session_id: str, created_at: float) -> Path:
+    """Create the first free packet name exclusively (``O_CREAT | O_EXCL``, mode 0600,
+    the home's owner's) and return it. Anything already at a name (a packet of a
+    concurrent run, a file, a dangling symlink) makes it try the next suffix; a
+    symlink is never followed."""
     for n in range(1, MAX_NAME_ATTEMPTS + 1):
         candidate = directory / packet_filename(session_id, created_at, n)
         try:
-            create_private(candidate)
+            create_file(candidate, b"", home=home)
         except FileExistsError:
             continue
         return candidate
@@ -389,19 +387,19 @@ def _claim_name(directory: Path, session_id: str, created_at: float) -> Path:
 
 def write_packet(home: Path, configured_dir: str, session_id: str, text: str, created_at: float) -> Path:
     """Claim a unique name (:func:`_claim_name`), then write ``text`` atomically
-    over it (sibling temp file, fsync, ``os.replace``) with mode 0600 and return
-    the final path; concurrent runs never overwrite each other's packet. Directories
-    created on the way are 0700. On Windows ``chmod`` only toggles read-only; the
-    file then inherits the directory's ACL (``HERMES_HOME`` is the user's)."""
-    base = Path(home).resolve()
-    directory = artifact_dir(base, configured_dir)
-    make_private_dirs(directory)
-    directory = directory.resolve()
-    if not directory.is_relative_to(base):
-        raise PathEscapeError(f"{directory} is outside {base}")
-    final = _claim_name(directory, session_id, created_at)
+    over it (sibling temp file, fsync, ``os.replace``) and return the final path;
+    concurrent runs never overwrite each other's packet. Through
+    :mod:`~hermes_session_guard.files`: no link under the home followed, the packet
+    0600 and directories created on the way 0700, all the home's owner's when root
+    writes them. On Windows ``chmod`` only toggles read-only; the file then inherits
+    the directory's ACL (``HERMES_HOME`` is the user's)."""
+    directory = artifact_dir(home, configured_dir)
     try:
-        atomic_write_text(final, text, mode=PRIVATE_FILE)
+        final = _claim_name(Path(home), directory, session_id, created_at)
+    except LinkRefused as exc:
+        raise PathEscapeError(f"{exc} (a link could lead outside {home}); nothing written") from exc
+    try:
+        atomic_write_text(final, text, home=home)
     except BaseException:
         with suppress(OSError):
             final.unlink()  # the claimed name is released again

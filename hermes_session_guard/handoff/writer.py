@@ -352,7 +352,6 @@ def write_requested_packet(
     if runtime_or_none is not None:
         audit = runtime_or_none.audit
     else:
-        audit_path = Path(cfg.audit.path)
-        audit = AuditLog(audit_path if audit_path.is_absolute() else home / audit_path)
+        audit = AuditLog.for_home(home, cfg.audit.path)
     audit.operation(session_id).info("handoff.packet_written", path=str(path), mode=MANUAL, via=via)
     return path

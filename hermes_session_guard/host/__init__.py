@@ -180,6 +180,7 @@ from .statedb import (
     routing_file_entries,
     save_routing_entry,
     session_db_for,
+    session_exists,
     set_live_transcript,
     table_columns,
     update_system_prompt,

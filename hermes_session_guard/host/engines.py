@@ -273,10 +273,9 @@ def assess(engine: Any, *, name: str | None = None, handoff: bool = False) -> En
 
 def _config_entry(home: Path, section: str, key: str) -> Any:
     """``section.key`` of ``home``/config.yaml (None when absent)."""
-    import yaml
+    from ..config import read_config_file
 
-    path = Path(home) / "config.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    data = read_config_file(Path(home) / "config.yaml")
     found = data.get(section) if isinstance(data, dict) else None
     return found.get(key) if isinstance(found, dict) else None
 

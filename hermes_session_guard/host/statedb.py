@@ -83,6 +83,11 @@ def is_live_row(row: dict[str, Any]) -> bool:
     return row.get("active", 1) in (1, None)
 
 
+def session_exists(conn: Any, sid: str) -> bool:
+    """Whether Hermes's ``sessions`` table has a row ``sid``."""
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+
+
 def read_system_prompt(conn: Any, sid: str) -> str | None:
     if "system_prompt" not in table_columns(conn, "sessions"):
         return None
@@ -149,10 +154,12 @@ def routing_file_entries(data: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def write_routing_file(path: Path, data: dict[str, Any]) -> None:
+def write_routing_file(path: Path, data: dict[str, Any], *, home: Path | None = None) -> None:
     """Rewrite sessions.json the way the gateway does: a temp file in the same
-    directory, then an atomic replace (mode 0600, fsynced, see :func:`atomic_write_text`)."""
-    atomic_write_text(path, json.dumps(data, indent=2), mode=0o600)
+    directory, then an atomic replace (fsynced, see :func:`atomic_write_text`). The file
+    keeps its owner, group and mode; under ``home`` no link is followed (a linked
+    ``sessions/`` or ``sessions.json`` is refused)."""
+    atomic_write_text(path, json.dumps(data, indent=2), home=home)
 
 
 def host_schema_version() -> int | None:

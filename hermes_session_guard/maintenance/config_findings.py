@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, OptionFallback, parse_config
+from ..config import ConfigError, OptionFallback, parse_config, read_config_file
 from ..fail_open import failing_open
 from ..host.rules import HostRules, load_host_rules
 
@@ -60,6 +60,7 @@ SEED_LINES: dict[str, str] = {
     "guard_option_invalid": "session_guard:\n  <section>:\n    <option>: <a valid value, or remove the line>",
     "turns_isolated": "plugins:\n  enabled: [session-guard]   # and no isolation: key\ndashboard:\n"
                       "  turn_isolation: false",
+    "audit_path_outside_home": "session_guard:\n  audit:\n    path: logs/session_guard.jsonl",
 }
 _OFF = {"", "none", "off", "false", "no", "0", "disabled"}
 
@@ -90,15 +91,11 @@ def merge_defaults(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 def read_config(home: Path) -> dict[str, Any]:
     """The home's config.yaml as a dict ({} when absent). Raises ValueError naming the file."""
-    import yaml
-
     path = home / "config.yaml"
-    if not path.exists():
-        return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid YAML: {exc}") from exc
+        data = read_config_file(path)
+    except ConfigError as exc:
+        raise ValueError(str(exc).split(": ", 1)[-1]) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -243,10 +240,17 @@ def guard_option_findings(raw: Mapping[str, Any]) -> list[ConfigFinding]:
     """One finding per ``session_guard`` option that runs on its default because its value
     is unusable (``enabled`` and a non-mapping section are refused by the home check)."""
     try:
-        fallbacks = parse_config(raw.get("session_guard")).fallbacks
+        parsed = parse_config(raw.get("session_guard"))
     except ConfigError:
         return []
+    fallbacks = parsed.fallbacks
     out = []
+    if Path(parsed.audit.path).is_absolute():  # allowed and documented, but outside the home's protections
+        out.append(_finding("audit_path_outside_home", "session_guard.audit.path",
+                            f"audit.path {parsed.audit.path} is outside HERMES_HOME: the audit log is written "
+                            "there (no link followed at its name, created 0600), but whose it is and who else "
+                            "can write its directory is not checked",
+                            "keep it only if that directory is the service's own; else remove the option"))
     for fb in fallbacks:
         fix = (f"remove {fb.key} (or correct its name)" if fb.unknown
                else f"set {fb.key} to a valid value ({fb.problem}) or remove it to keep the default")

@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import host
 from ..fail_open import failing_open
-from ..file_modes import PRIVATE_FILE, chmod_quietly, create_private, file_mode
+from ..files import create_file
 from ..seams.compression import snapshot_id_for
 from ..store import GuardStore
 from ..store.connection import connect
@@ -252,9 +252,10 @@ def plan_repair(state: HomeState, lineages: list[Lineage], findings: list[Findin
 
 def backup_state_db(db_path: Path, target: Path) -> Path:
     """A consistent copy through SQLite's online backup API (safe while others read).
-    The copy is created exclusively with mode 0600 before SQLite writes to it, then
-    given state.db's own mode (never wider than state.db; never a symlink followed)."""
-    create_private(target)
+    The copy is created exclusively beside state.db before SQLite writes to it
+    (:func:`~hermes_session_guard.files.create_file`: never a link followed, ``0600``
+    whatever state.db's mode, the home's owner's when root runs the repair)."""
+    create_file(target, b"", home=Path(db_path).parent)
     try:
         src = connect(db_path, read_only=True)
         try:
@@ -271,8 +272,6 @@ def backup_state_db(db_path: Path, target: Path) -> Path:
         except OSError:
             pass
         raise
-    mode = file_mode(db_path)
-    chmod_quietly(target, PRIVATE_FILE if mode is None else mode)
     return target
 
 
@@ -344,7 +343,7 @@ def apply_repair(plan: RepairPlan, state: HomeState, *, op_id: str, audit: Any, 
             data = dict(state.routing_file_data)
             for change in file_changes:
                 data[change.session_key] = {**data[change.session_key], "session_id": change.new}
-            host.write_routing_file(state.routing_file, data)
+            host.write_routing_file(state.routing_file, data, home=state.home)
         done["routing"] = len(plan.routing)
 
         for lock in plan.locks:

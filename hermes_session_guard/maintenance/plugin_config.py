@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..file_modes import create_private_file
+from ..config import ConfigError, load_yaml, read_config_bytes
+from ..file_modes import create_private_file, home_owner
 from ..files import BACKUP_INFIX, atomic_write_bytes, backup_path_for
 
 PLUGIN_NAME = "session-guard"
@@ -67,22 +68,18 @@ class Change:
 
 def _read_text(path: Path) -> str:
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PluginConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    return _decode(data, path)
+        found = read_config_bytes(path)
+    except ConfigError as exc:
+        raise PluginConfigError(f"{str(exc).split(': ', 1)[-1]}; nothing changed") from exc
+    return _decode(found[0] if found is not None else b"", path)
 
 
 def _safe_load(text: str, path: Path) -> Any:
-    import yaml
-
+    """PyYAML's reading of ``text`` (as Hermes reads it), within the alias bound of :func:`load_yaml`."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise PluginConfigError(f"{path} is not valid YAML ({problem}{where}); nothing changed") from exc
+        return load_yaml(text, path)
+    except ConfigError as exc:
+        raise PluginConfigError(f"{str(exc).split(': ', 1)[-1]}; nothing changed") from exc
 
 
 def _lists(data: Any, path: Path) -> tuple[list[Any], list[Any]]:
@@ -112,7 +109,7 @@ def _lists(data: Any, path: Path) -> tuple[list[Any], list[Any]]:
 def guard_enabled(home: Path) -> tuple[bool, str]:
     """Whether Hermes would load the guard in ``home`` (``plugins.disabled`` wins), and where that is said."""
     path = Path(home) / "config.yaml"
-    if not path.exists():
+    if not os.path.lexists(path):
         return False, f"there is no {path}; run `hermes-session-guard enable`"
     enabled, disabled = _lists(_safe_load(_read_text(path).removeprefix(_BOM), path), path)
     if PLUGIN_NAME in disabled:
@@ -295,29 +292,15 @@ class _Seen:
 
 
 def _read(path: Path) -> _Seen:
-    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:  # a new file: the directory's owner's when root writes it (a service's home)
-        owner = None
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            parent = os.stat(path.parent)
-            owner = (parent.st_uid, parent.st_gid)
-        return _Seen(b"", None, owner, 0o600)
-    except OSError as exc:
-        raise PluginConfigError(f"cannot read {path}: {exc.strerror or exc}; nothing changed") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise PluginConfigError(f"{path} is not a regular file; edit it by hand")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
+        found = read_config_bytes(path, follow=False)
+    except ConfigError as exc:
+        raise PluginConfigError(f"{str(exc).split(': ', 1)[-1]}; nothing changed") from exc
+    if found is None:  # a new file: the home's owner's when root writes it (a service's home)
+        return _Seen(b"", None, home_owner(path.parent), 0o600)
+    data, st = found
     owner = (st.st_uid, st.st_gid) if os.name == "posix" else None
-    return _Seen(b"".join(chunks), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), owner,
-                 stat.S_IMODE(st.st_mode))
+    return _Seen(data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), owner, stat.S_IMODE(st.st_mode))
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -372,14 +355,15 @@ def _prune_backups(path: Path, keep: Path | None) -> None:
 
 
 def _replace(path: Path, data: bytes, seen: _Seen) -> None:
-    """Replace ``path`` with ``data`` (owner, group and mode of the file as read) only if it
+    """Replace ``path`` with ``data`` (owner, group and mode kept; a new file the home
+    owner's, 0600) only if it
     is still the file ``seen`` describes; else :class:`_ChangedMeanwhile`."""
     def unchanged() -> None:
         now = _read(path)
         if now.identity != seen.identity or now.data != seen.data:
             raise _ChangedMeanwhile
 
-    atomic_write_bytes(path, data, mode=seen.mode, owner=seen.owner, before_replace=unchanged)
+    atomic_write_bytes(path, data, home=path.parent, before_replace=unchanged)  # owner, group and mode kept
 
 
 def _state(data: bytes, path: Path) -> bool | None:

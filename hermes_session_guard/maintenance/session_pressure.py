@@ -170,9 +170,7 @@ def _pct(tokens: int, limit: int | None) -> float | None:
 
 def build_sessions(state: HomeState, session_ids: list[str] | None = None) -> tuple[Thresholds, list[dict[str, Any]]]:
     """The per-session report, most pressed first."""
-    audit_path = Path(state.config.audit.path)
-    audit_path = audit_path if audit_path.is_absolute() else state.home / audit_path
-    history = compression_history(audit_path)
+    history = compression_history(audit.audit_file(state.home, state.config.audit.path))
     sizes = snapshot_sizes(state.db_path) if state.has_db else {}
     locks: dict[str, list[Any]] = defaultdict(list)
     for lk in state.locks:

@@ -145,7 +145,11 @@ def check_home(home: Path | None = None) -> tuple[Path, GuardConfig]:
     """The home exists and its ``session_guard:`` section is valid."""
     home = Path(home) if home is not None else hermes_home()
     if not home.exists():
-        raise HomeError(f"HERMES_HOME {home} does not exist; set HERMES_HOME to the Hermes home to inspect")
+        which = ("HERMES_HOME" if os.environ.get("HERMES_HOME", "").strip()
+                 else "the default Hermes home (HERMES_HOME is unset)")
+        raise HomeError(f"{which} {home} does not exist: Hermes creates it the first time it runs; run `hermes setup` "
+                        "(or `hermes` once) as the user Hermes runs as, then run this command again; if Hermes "
+                        "runs with another home, set HERMES_HOME to it")
     if not home.is_dir():
         raise HomeError(f"HERMES_HOME {home} is not a directory")
     try:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..fail_open import failing_open
-from ..file_modes import create_private, make_private_dirs
+from ..file_modes import make_private_dirs
+from ..files import create_file
 from .schema import _FTS_SCHEMA, _SCHEMA, LEGACY_INDEX, SCHEMA_VERSION, add_missing_columns
 
 log = logging.getLogger("hermes_session_guard")
@@ -110,9 +111,9 @@ class StoreConnection:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
             make_private_dirs(self.db_path.parent)
-            if not self.db_path.exists():  # a state.db the guard creates is 0600 (its -wal/-shm follow)
+            if not self.db_path.exists():  # a state.db the guard creates is 0600, the home owner's (-wal/-shm follow)
                 try:
-                    create_private(self.db_path)
+                    create_file(self.db_path, b"", home=self.db_path.parent)
                 except OSError:
                     pass  # created meanwhile, or not creatable: SQLite says which below
             conn = connect(self.db_path, timeout=self._timeout, autocommit=True, any_thread=True)

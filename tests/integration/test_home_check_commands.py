@@ -177,7 +177,7 @@ def test_a_writer_holding_a_transaction_blocks_only_the_writing_commands(writer:
     home = writer
     sid = next(iter(_manifest(HOST_FIXTURES[0])["lineages"]))
     for argv in READ_ONLY_COMMANDS:
-        proc = run_cli(argv, home)
+        proc = run_cli([str(sid) if a == "S" else a for a in argv], home)  # snapshots of a session it has
         assert proc.returncode in (0, 1) and "error" not in proc.stderr, (argv, proc.stderr[-2000:])
     before = listing(home)
     for argv in (["handoff", str(sid)], ["repair", "--apply"]):
@@ -228,7 +228,8 @@ def test_read_only_home_serves_the_read_only_commands(read_only_home: tuple[Path
     planted = _manifest(HOST_FIXTURES[0])["planted"]
     assert proc.returncode == (1 if planted else 0), proc.stderr[-2000:]
     assert "doctor:" in proc.stdout and proc.stderr == ""
-    for argv in (["status"], ["snapshots", "S"], ["repair"]):
+    sid = str(next(iter(_manifest(HOST_FIXTURES[0])["lineages"])))
+    for argv in (["status"], ["snapshots", sid], ["repair"]):
         proc = run_cli(argv, home, read_only_mount=mount, extra_env=env)
         assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr[-2000:])
     for argv in WRITING_COMMANDS:
@@ -358,12 +359,16 @@ def test_export_and_handoff_refuse_bad_arguments_with_one_line(case: str, tmp_pa
 
 
 @requires_fixture
-def test_export_replaces_an_existing_file_with_a_private_one(tmp_path: Path) -> None:
+def test_export_refuses_an_existing_file_and_writes_a_new_one_private(tmp_path: Path) -> None:
     home = _real_home(tmp_path)
     sid = next(iter(_manifest(HOST_FIXTURES[0])["lineages"]))
     out = tmp_path / "export.json"
     out.write_text("old\n", encoding="utf-8")
     out.chmod(0o644)
+    proc = run_cli(["export", sid, "-o", str(out)], home)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "exists" in proc.stderr, proc.stderr
+    assert out.read_text(encoding="utf-8") == "old\n" and (out.stat().st_mode & 0o777) == 0o644
+    out.unlink()
     proc = run_cli(["export", sid, "-o", str(out)], home)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out.stat().st_mode & 0o777) == 0o600

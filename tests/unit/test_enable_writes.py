@@ -130,6 +130,7 @@ def test_the_dashboard_plugin_is_private(home: Path) -> None:
 @root_only
 def test_config_and_plugin_keep_the_home_owner_when_root_runs_enable(home: Path) -> None:
     cfg = home / "config.yaml"
+    os.chown(home, 12345, 23456)  # a service user's home: what the guard creates in it is that user's
     os.chown(cfg, 12345, 23456)
     cfg.chmod(0o600)
     (home / "plugins").mkdir()

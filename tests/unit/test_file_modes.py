@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hermes_session_guard.contract.gateway_transcript import rewrite_jsonl
-from hermes_session_guard.file_modes import create_private, make_private_dirs, open_private_append
+from hermes_session_guard.file_modes import make_private_dirs
+from hermes_session_guard.files import append_bytes, create_file
 from hermes_session_guard.selftest.probe import write_config
 from hermes_session_guard.store import GuardStore
 
@@ -39,19 +40,18 @@ def test_created_directories_are_0700_and_existing_ones_untouched(tmp_path: Path
 
 
 def test_append_creates_0600_with_its_directory(tmp_path: Path) -> None:
-    fd = open_private_append(tmp_path / "logs" / "x.jsonl")
-    os.close(fd)
+    append_bytes(tmp_path / "logs" / "x.jsonl", b"{}\n", home=tmp_path)
     assert _mode(tmp_path / "logs" / "x.jsonl") == 0o600 and _mode(tmp_path / "logs") == 0o700
 
 
 def test_exclusive_create_refuses_anything_there_and_never_follows_a_link(tmp_path: Path) -> None:
-    create_private(tmp_path / "f")
+    create_file(tmp_path / "f", b"", home=tmp_path)
     assert _mode(tmp_path / "f") == 0o600
     with pytest.raises(FileExistsError):
-        create_private(tmp_path / "f")
+        create_file(tmp_path / "f", b"", home=tmp_path)
     (tmp_path / "link").symlink_to(tmp_path / "nowhere")
     with pytest.raises(FileExistsError):
-        create_private(tmp_path / "link")
+        create_file(tmp_path / "link", b"", home=tmp_path)
     assert not (tmp_path / "nowhere").exists()
 
 

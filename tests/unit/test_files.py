@@ -43,7 +43,7 @@ def test_a_failed_replace_keeps_the_old_file_and_removes_the_temp(tmp_path: Path
     target = tmp_path / "config.yaml"
     target.write_text("old\n")
 
-    def refuse(src: str, dst: Path) -> None:
+    def refuse(src: str, dst: Path, **_dir_fds: int) -> None:
         raise OSError(13, "refused")
 
     monkeypatch.setattr(files.os, "replace", refuse)

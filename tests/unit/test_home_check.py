@@ -207,8 +207,8 @@ def test_a_fresh_home_is_not_an_error(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "status: nothing yet" in capsys.readouterr().out
     assert cli.main(["repair"]) == 0
     assert "nothing to repair" in capsys.readouterr().out
-    assert cli.main(["snapshots", "x"]) == 0
-    assert "no snapshots for x" in capsys.readouterr().out
+    assert cli.main(["snapshots", "x"]) == 2  # no such session (a fresh home has none)
+    assert "no session x" in capsys.readouterr().err
     assert cli.main(["handoff", "x"]) == 1
     assert "no Hermes sessions yet" in capsys.readouterr().err
     assert listing(home) == before

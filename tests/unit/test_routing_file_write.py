@@ -29,25 +29,25 @@ def test_routing_file_goes_through_the_shared_helper(tmp_path: Path, monkeypatch
     calls: list[tuple[Path, int]] = []
     real = files.atomic_write_text
 
-    def spy(path: Path, text: str, *, mode: int = 0o600) -> None:
+    def spy(path: Path, text: str, *, mode: int | None = None, home: Path | None = None) -> None:
         calls.append((path, mode))
-        real(path, text, mode=mode)
+        real(path, text, mode=mode, home=home)
 
     monkeypatch.setattr(statedb, "atomic_write_text", spy)
     path = _routing_path(tmp_path)
     host.write_routing_file(path, ROUTING)
-    assert calls == [(path, 0o600)]
+    assert calls == [(path, None)]  # the file's own mode kept
     assert path.read_text(encoding="utf-8") == json.dumps(ROUTING, indent=2)
     assert host.read_routing_file(tmp_path) == (path, ROUTING)
 
 
 @posix_only
-def test_routing_file_is_private_and_leaves_no_temp_file(tmp_path: Path) -> None:
+def test_routing_file_keeps_its_mode_and_leaves_no_temp_file(tmp_path: Path) -> None:
     path = _routing_path(tmp_path)
     path.write_text("{}", encoding="utf-8")
-    path.chmod(0o644)
+    path.chmod(0o644)  # the gateway's file: its mode is the gateway's business
     host.write_routing_file(path, ROUTING)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert sorted(p.name for p in path.parent.iterdir()) == ["sessions.json"]
 
 
@@ -55,7 +55,7 @@ def test_a_failed_rewrite_keeps_the_old_routing_file(tmp_path: Path, monkeypatch
     path = _routing_path(tmp_path)
     path.write_text('{"old": {}}', encoding="utf-8")
 
-    def refuse(*_args: Any) -> None:
+    def refuse(*_args: Any, **_dir_fds: Any) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", refuse)

@@ -37,12 +37,12 @@ def test_lists_dates_not_epoch_seconds(home: Path, capsys: pytest.CaptureFixture
     assert "created=1970-01-01T00:00:01.000Z" in out and "created_at=1.0" not in out
 
 
-def test_a_fresh_home_has_no_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fresh_home_has_no_such_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [session-guard]\n", encoding="utf-8")
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    assert main(["snapshots", "S"]) == 0
-    assert "no snapshots for S" in capsys.readouterr().out
+    assert main(["snapshots", "S"]) == 2
+    assert "no session S" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
