@@ -20,6 +20,7 @@ ADR 0026 records the choices (where the record lives, who owns it, what the fing
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -164,10 +165,12 @@ def write_record(record: dict[str, Any], path: Path | None = None) -> Path:
     parent = os.lstat(path.parent)
     if stat.S_ISLNK(parent.st_mode) or not stat.S_ISDIR(parent.st_mode):
         raise LinkRefused(f"{path.parent} is not a directory (a link?); nothing written")
-    geteuid = getattr(os, "geteuid", None)
-    owner = (parent.st_uid, parent.st_gid) if geteuid is not None and geteuid() == 0 else None
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            os.unlink(path)  # the link itself goes; what it points at is never touched
+    # the directory counts as the "home" of the shared writer: a new record takes its owner as root
     atomic_write_bytes(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), mode=RECORD_MODE,
-                       owner=owner)
+                       home=path.parent)
     return path
 
 
