@@ -2,34 +2,33 @@
 
 ``guarded_compression`` knows nothing about wrapt; the seam wrapper hands it the
 agent, the message list and a ``call_host`` callable that runs Hermes's own
-compression. How the host is kept from rotating the id is a *strategy* named by
-the seam table row for the installed version:
+compression. This module is the one sequence every release runs (below); how the host
+is kept from rotating the id is a *strategy* named by the seam table row for the
+installed version, and each strategy is one module supplying the steps where Hermes's
+designs differ (:mod:`.compaction_steps`, chosen through :data:`STEPS`):
 
-``detach_db``
-    (0.13-0.17) the host runs with its SessionDB detached, so its rotation block
-    cannot run; the guard then persists the compacted transcript under the same
-    id, re-bases the flush cursor (the row's ``flush_cursor``; on 0.17, whose
-    transcript loads ``ORDER BY timestamp``, with timestamps that keep it first)
-    and sends the boundary notifications. On 0.16-0.17 the lock it holds is the
-    host's own ``compression_locks`` row, which the detached host never asks for.
-``host_in_place``
-    (0.18.2+) the host's own in-place path is forced on; it keeps the id and
-    archives the old rows. The guard holds the host's native lock for the whole
-    operation and the host's own acquire of it re-enters. The snapshot names the rows
-    the host archives when they hold exactly the list being compacted, and is a copy
-    otherwise (ADR 0003).
-``host_native``
-    (0.20+, ADR 0002) the host compacts in place under its own holder-checked lock: the
-    guard takes no lock (the row's ``lock`` is ``host``), keeps the generation check and
-    adoption, and records the snapshot as a reference to the rows Hermes keeps (the ids
-    live when the engine returned) instead of a copy.
+``detach_db`` (:mod:`.detached_compaction`, 0.13-0.17)
+    the host runs with its SessionDB detached; the guard persists the compacted
+    transcript under the same id and sends the boundary notifications.
+``host_in_place`` (:mod:`.in_place_compaction`, 0.18-0.19)
+    the host's own in-place path is forced on, under the guard's hold of the host's
+    native lock; the snapshot is written ahead when the context engine returns.
+``host_native`` (:mod:`.native_compaction`, 0.20+, ADR 0002)
+    the host compacts in place under its own holder-checked lock (the row's ``lock``
+    is ``host``: the guard takes none); the snapshot references the rows Hermes keeps.
+
+The sequence: pin the log context to the session; write the phase row; lock (or defer
+to Hermes's own lock); generation check, or adopt; fix the snapshot id; call Hermes
+(the strategy's scope), tagging the summaries its engine returns; keep or refuse the
+result; snapshot (unless written ahead) and persist where Hermes does not; carry over
+other writers' turns; record tags, generation and outcome in one commit; release.
 
 In every case the pre-compression transcript is kept verbatim as a snapshot
 ``<id>.snapshot.<UTC ts>`` in the guard's own tables, as its messages or as a reference
 to Hermes's rows holding them (it enters the recall index on the first recall after it),
 and the audit log gets one ``compression.*`` event per step, all naming the same session id.
-The snapshot is written before the live transcript changes (write-ahead): on 0.14
-the guard writes both itself, in that order; on 0.18.2+ it is written when the context
+The snapshot is written before the live transcript changes (write-ahead): detached, the
+guard writes both itself, in that order; in place, it is written when the context
 engine returns its compaction, before the host's ``archive_and_compact``. A process
 killed between the two writes leaves the history live and in (or referenced by) the
 snapshot. If the host then compacts nothing (it raised, made no progress, or its own
@@ -69,10 +68,6 @@ Clients, traces and metrics learn of each compaction through one hook,
 (docs/events.md). The row's phase times (lock taken, summary call started and ended)
 are written as they happen, so ``status --session`` can tell where a compaction killed
 midway stopped.
-
-Why one module of ~880 lines: it is the contract's order of steps for one compression (pin,
-lock, generation check, snapshot write-ahead, strategy, tags, outcome row, release) and the
-helpers each step needs; split, the order the ADR specifies could no longer be read in one place.
 """
 
 from __future__ import annotations
@@ -123,7 +118,6 @@ from ..locks.session_lock import (
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
 from ..store import SnapshotGone, SnapshotInfo, content_digest, message_text, text_hash
-from ..store.connection import Rider, board
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -132,9 +126,17 @@ from ..summaries.tags import (
     summary_indices,
     tag,
 )
+from .compaction_steps import CompactionSteps
+from .detached_compaction import DetachedCompaction
+from .in_place_compaction import InPlaceCompaction
+from .native_compaction import NativeCompaction
 
-# the host keeps the id itself: stepping aside cannot rotate
-IN_PLACE_STRATEGIES = (Strategy.HOST_IN_PLACE, Strategy.HOST_NATIVE)
+# Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps).
+STEPS: Mapping[str, type[CompactionSteps]] = {
+    Strategy.DETACH_DB: DetachedCompaction,
+    Strategy.HOST_IN_PLACE: InPlaceCompaction,
+    Strategy.HOST_NATIVE: NativeCompaction,
+}
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -211,12 +213,12 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
     return candidate
 
 
-def _lease_table(runtime: Runtime, mode: str, agent: Any, store: Any, strategy: str) -> LeaseTable:
+def _lease_table(mode: str, agent: Any, store: Any, steps: CompactionSteps) -> LeaseTable:
     """Hermes's own lock where the row says so and the host either can re-enter it
-    (0.18.2+, which takes it itself inside the call) or never asks for it (0.16-0.17:
-    the detached host skips its lock); otherwise (0.13-0.15, or an agent without a
-    SessionDB) the guard's table."""
-    if mode == LockMode.NATIVE and (strategy == Strategy.DETACH_DB or runtime.seam_patched("native_lock_reentry")):
+    (0.18+, which takes it itself inside the call) or never asks for it (0.16-0.17:
+    the detached host skips its lock): the strategy's ``native_lock_usable``; otherwise
+    (0.13-0.15, or an agent without a SessionDB) the guard's table."""
+    if mode == LockMode.NATIVE and steps.native_lock_usable():
         native = host.native_leases(agent)
         if native is not None:
             return native
@@ -256,17 +258,17 @@ def guarded_compression(
 class _Operation:
     """One guarded compression of one session: every audit line names ``sid``."""
 
-    # Slots: an operation has more attributes (39) than CPython keeps in a shared-key instance
+    # Slots: an operation has more attributes (40) than CPython keeps in a shared-key instance
     # dict (30); with a dict, building one took 0.76 ms median in bench_compression's setting,
     # with slots 0.25 ms (Python 3.11, docs/performance.md).
     __slots__ = (
         "runtime", "strategy", "agent", "sid", "messages", "call_host", "system_message",
         "native_summary_key", "behaviour", "op_id", "audit", "pm",
         "before", "started", "cooldown_before", "db_path", "store", "grant", "lock_fields", "done",
-        "persisted", "written_ahead", "phase_error", "phase_warned", "last", "produced", "referenced",
+        "persisted", "written_ahead", "phase_error", "phase_warned", "last", "produced",
         "engine_returned_at", "lock_acquired_at", "summary_started_at", "summary_ended_at", "error_type",
         "end_emitted", "live_ids", "live_digest", "live_is_before", "_mine", "started_wall", "begun",
-        "outcome_written", "row_rider", "reference_rider",
+        "outcome_written", "steps",
     )
 
     def __init__(
@@ -300,7 +302,7 @@ class _Operation:
         # Set once the compaction stands: (snapshot id, the list the conversation continues with).
         self.done: tuple[str | None, list[Any]] | None = None
         self.persisted: list[Any] | None = None  # the list state.db holds live once the compaction is written
-        # 0.18.2+: the snapshot id once stored ahead of the host's own live write (never written twice).
+        # In place: the snapshot id once stored ahead of the host's own live write (never written twice).
         self.written_ahead: str | None = None
         self.phase_error: str | None = None  # the first failure to write this operation's phase row
         self.phase_warned = False
@@ -308,21 +310,15 @@ class _Operation:
         # The phase row: written (see begin) and the outcome it holds (see settle).
         self.begun = False
         self.outcome_written: CompressionOutcome | None = None
-        # Native mode: the phase row and the snapshot reference carried by Hermes's own commits
-        # (its lease, its archive_and_compact) instead of commits of the guard's (store.connection.Rider).
-        self.row_rider: Rider | None = None
-        self.reference_rider: Rider | None = None
         # Content hashes of the summaries an engine of its own produced (known by position).
         self.produced: set[str] = set()
-        # Native mode: the ids of the rows live when the engine returned (the snapshot's reference).
-        self.referenced: list[tuple[int, int]] = []
         self.engine_returned_at: float | None = None  # wall clock: Hermes's context engine returned
         self.lock_acquired_at: float | None = None  # wall clock: the guard's lock taken (recorded with the next)
         self.summary_started_at: float | None = None  # wall clock: Hermes's compression called
         self.summary_ended_at: float | None = None
         self.error_type: str | None = None  # the exception class that failed it, if one did
         self.end_emitted = False
-        # 0.18.2-0.19: the live row ids read just before the generation check's read of the
+        # In place: the live row ids read just before the generation check's read of the
         # live transcript (None when that check did not run or failed).
         self.live_ids: list[tuple[int, int]] | None = None
         # The row count and content digest of the rows ``live_ids`` names, as the generation
@@ -330,6 +326,7 @@ class _Operation:
         self.live_digest: tuple[int, str] | None = None
         self.live_is_before = False  # ... and those rows hold exactly ``before`` (roles and texts)
         self._mine: Keyed | None = None
+        self.steps = STEPS[strategy](self)  # what the row's Hermes design does at each step
 
     # -- audit ----------------------------------------------------------------------
     def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
@@ -354,10 +351,10 @@ class _Operation:
 
     def _insert_row(self, steps: dict[str, float]) -> None:
         """The phase row, ``started`` at the operation's start (tried once: a failure is the caller's)."""
-        self._write_row(steps)
+        self.write_row(steps)
         self.begun = True
 
-    def _write_row(self, steps: dict[str, float]) -> None:
+    def write_row(self, steps: dict[str, float]) -> None:
         self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
                                      strategy=self.strategy, started_at=self.started_wall, steps=steps)
 
@@ -366,33 +363,6 @@ class _Operation:
         assert self.summary_started_at is not None
         return {"summary_started_at": self.summary_started_at,
                 **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {})}
-
-    def row_aboard(self) -> None:
-        """Native mode: the phase row was given to Hermes's next commit. Committed with it:
-        written. Otherwise (no commit of Hermes's on this thread yet, a failed one, or the
-        guard's write in it failed) it rides no later one and is written now, on its own: before
-        the summary starts, or once Hermes returned without reaching it (its lease not taken:
-        a failure of that write says state.db refuses writes)."""
-        rider, self.row_rider = self.row_rider, None
-        if rider is None:
-            return
-        if rider.alight():
-            self.begun = True
-        else:
-            self.begin(**self.summary_steps())
-
-    def reference_aboard(self, snapshot_id: str) -> None:
-        """Native mode, Hermes's compression returned: the snapshot reference given to its
-        archive_and_compact commit was committed with it (the snapshot stands exactly when the
-        compaction does), or not; a guard write that failed inside it is written after
-        Hermes's commit (settle), said as deferred."""
-        rider, self.reference_rider = self.reference_rider, None
-        if rider is None:
-            return
-        if rider.alight():
-            self.written_ahead = snapshot_id
-        elif rider.state == "failed":
-            self.audit.info("snapshot.deferred", reason="the guard's write inside Hermes's commit failed")
 
     def final_steps(self) -> dict[str, float]:
         """The step times not written yet, written with the outcome."""
@@ -579,7 +549,7 @@ class _Operation:
         cfg = self.runtime.config.lock
         self.begin()  # the wait for the lease may be long: the row says the operation is waiting
         try:
-            lease = _lease_table(self.runtime, lock.mode, self.agent, self.store, self.strategy)
+            lease = _lease_table(lock.mode, self.agent, self.store, self.steps)
             taken = self.runtime.locks_for(self.db_path).acquire(
                 self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
                 lease=lease,
@@ -618,7 +588,7 @@ class _Operation:
                 taken.release()
 
     def compress_locked(self) -> tuple[list[Any], str]:
-        sid, agent, strategy, store = self.sid, self.agent, self.strategy, self.store
+        sid, agent, steps, store = self.sid, self.agent, self.steps, self.store
         self.pm.hook.session_guard_before_compression(session_id=sid, op_id=self.op_id, messages=self.messages)
 
         foreign, adopted = self.check_generation()
@@ -626,7 +596,7 @@ class _Operation:
             return adopted
 
         # The snapshot id is fixed before the host runs: the summary's recall line names
-        # it, and on 0.18.2+ the host persists the summary itself. Under the lock, so
+        # it, and in place the host persists the summary itself. Under the lock, so
         # no other compression of this session can take the same id meanwhile.
         created_at = time.time()
         snapshot_id = snapshot_id_for(sid, created_at, store.snapshot_exists)
@@ -638,54 +608,8 @@ class _Operation:
         def decorate(engine_input: list[Any], engine_output: list[Any], found: list[int] | None) -> None:
             if self.engine_returned_at is None:
                 self.engine_returned_at = time.time()
-            compacted = bool(engine_output) and engine_output != engine_input
-            if strategy == Strategy.HOST_NATIVE and compacted:
-                # Hermes took its lease and watermark before calling the engine: the rows live
-                # now are the transcript its commit replaces (the snapshot references them).
-                runs = self.referenced = host.live_row_ranges(self.db_path, sid)
-                if runs and self.written_ahead is None and host.session_db(agent) is not None:
-                    # Hermes archives those rows right after this and keeps them: the reference rides
-                    # its archive_and_compact commit (not an earlier one), so the snapshot stands exactly
-                    # when the compaction does (reference_aboard); written after it if it could not ride.
-                    # Without the seams that carry it, it is written ahead of that commit, as on 0.19.
-                    # On failure, written once Hermes returned (write_reference).
-                    riding = self.runtime.seam_patched("compaction_commit") and self.runtime.seam_patched("host_commit")
-                    with failing_open("the snapshot reference written ahead", "written after Hermes's commit",
-                                      level=None) as failed:
-                        # the rows' digest is read now, never inside Hermes's transaction
-                        read = self.rows_read(runs)
-                        if riding:
-                            self.reference_rider = board(
-                                store, "the snapshot reference",
-                                lambda: self.store_reference(snapshot_id, created_at, runs, read=read), compaction=True)
-                        else:
-                            self.store_reference(snapshot_id, created_at, runs, read=read)
-                            self.written_ahead = snapshot_id
-                    if failed:
-                        self.audit.info("snapshot.deferred", reason=failed.reason)
-            if strategy == Strategy.HOST_IN_PLACE and compacted:
-                # Hermes archives every live row of the session right after its engine
-                # returns, including what other writers stored during the summary call:
-                # those are carried over after the compacted block like the ones found before.
-                # The same live row ids as before the generation check's read: nothing arrived,
-                # and the transcript is not read a second time.
-                live_now = host.live_row_ranges(self.db_path, sid) if host.session_db(agent) is not None else []
-                if not live_now or live_now != self.live_ids:
-                    arrived[0] = self.arrived_meanwhile(arrived[0])
-                if self.written_ahead is None:
-                    # Write-ahead: the host archives the old rows and writes the compacted ones
-                    # right after its engine returns, so the snapshot goes first. A process
-                    # killed between the two writes then leaves the history in the snapshot and
-                    # still live, never only in Hermes's archived rows.
-                    # On failure, retried once the host returned. Not a problem yet: if the retry fails
-                    # (snapshot.failed) or Hermes's own write fails too (compression.failed,
-                    # usually the same state.db fault), that event is the one loud line.
-                    with failing_open("the snapshot written ahead", "retried after Hermes's commit",
-                                      level=None) as failed:
-                        self.write_snapshot_ahead(snapshot_id, created_at, live_now)
-                        self.written_ahead = snapshot_id
-                    if failed:
-                        self.audit.info("snapshot.deferred", reason=failed.reason)
+            if engine_output and engine_output != engine_input:  # compacted: before Hermes writes it
+                steps.engine_returned(snapshot_id, created_at, arrived)
             span[0] = compacted_range(engine_input, engine_output)
             # An engine of its own (not Hermes's compressor family) writes summaries in its
             # own format: the guard knows them by position, as what the engine produced.
@@ -699,28 +623,13 @@ class _Operation:
 
         engine = host.context_engine(agent)
         unreachable = engine is not None and engine_support.compress_shape(engine) is not None
-        if strategy == Strategy.HOST_NATIVE and unreachable:
-            # An engine the shim cannot reach never reports its return: the rows live before Hermes's
-            # call are then the ones its commit replaces (Hermes keeps them after it, inactive).
-            self.referenced = host.live_row_ranges(self.db_path, sid)
+        steps.before_summary(unreachable)
         self.summary_started_at = time.time()
-        if strategy == Strategy.HOST_NATIVE and engine is not None and not unreachable \
-                and host.session_db(agent) is not None and self.runtime.seam_patched("host_commit"):
-            # Hermes commits its lease before the summary and the shim asks the generation check
-            # right after it (stale_under_host_lock): the row rides that commit, or is written then.
-            steps = self.summary_steps()
-            self.row_rider = board(store, "the compression's phase row", lambda: self._write_row(steps))
-        else:
-            self.begin(**self.summary_steps())
+        steps.record_summary_start(engine, unreachable)
         try:
-            stale = self.stale_under_host_lock if strategy == Strategy.HOST_NATIVE else None
-            with compressing_scope(sid), host.watching_engine(agent, decorate, stale) as verdict:
-                if strategy == Strategy.DETACH_DB:
-                    with host.detached_session_db(agent):
-                        compressed, system_prompt = self.call_host()
-                else:
-                    with host.forced_in_place(agent):
-                        compressed, system_prompt = self.call_host()
+            with compressing_scope(sid), host.watching_engine(agent, decorate, steps.stale_check()) as verdict, \
+                    steps.host_call():
+                compressed, system_prompt = self.call_host()
         except BaseException as exc:
             self.host_returned(snapshot_id)
             self.error_type = type(exc).__name__
@@ -743,46 +652,28 @@ class _Operation:
         return self.guard_failed_after_host(failed.exc, compressed, system_prompt)
 
     def host_returned(self, snapshot_id: str) -> None:
-        """Hermes's compression call returned or raised: what rode its commits is settled
-        (row_aboard, reference_aboard), and the summary call's end is noted. When the summary
+        """Hermes's compression call returned or raised: what the strategy left riding on its
+        commits is settled, and the summary call's end is noted. When the summary
         call ended: its context engine returned (seen by the shim), else Hermes's compression
         call returned. Written with the outcome (``run_locked``)."""
-        self.row_aboard()
-        self.reference_aboard(snapshot_id)
+        self.steps.host_returned(snapshot_id)
         self.summary_ended_at = time.time()
 
     def settle(self, compressed: list[Any], system_prompt: str, failure: str | None, planned_id: str,
                created_at: float, span: tuple[int, int] | None, foreign: list[Any]) -> tuple[list[Any], str]:
         """Everything after the host's compression returned: keep or refuse its result,
-        snapshot (unless it was written ahead), persist (0.14), record. ``planned_id``: the
+        snapshot (unless it was written ahead), persist (detached), record. ``planned_id``: the
         snapshot id the summary's recall line names; None below when no snapshot was kept."""
         snapshot_id: str | None = planned_id
-        sid, agent, strategy, before, store = self.sid, self.agent, self.strategy, self.before, self.store
+        sid, agent, steps, before, store = self.sid, self.agent, self.steps, self.before, self.store
         native_key = self.native_summary_key
         if failure:
             return self.leave_unchanged("failed", failure, "warning", system_prompt=system_prompt)
-        skipped_for = (getattr(agent, "_compression_skipped_due_to_lock", None)
-                       if strategy == Strategy.HOST_NATIVE else None)
-        if skipped_for:
-            if isinstance(skipped_for, str) and self.phase_error is None:
-                return self.leave_unchanged("skipped", "another compression of this session holds Hermes's lock",
-                                            system_prompt=system_prompt, holder=skipped_for)
-            if isinstance(skipped_for, str):
-                # state.db refuses the guard's writes too: a lease an earlier attempt could not release
-                # under the same fault may be the holder. A problem, said once (the outcome).
-                return self.leave_unchanged(
-                    "skipped", f"Hermes's lock is held and state.db refuses writes ({self.phase_error}); the "
-                    "conversation continues uncompressed", "warning", system_prompt=system_prompt, holder=skipped_for,
-                )
-            # Hermes found no holder: its own acquire failed (state.db locked, read-only or full)
-            return self.leave_unchanged(
-                "skipped", "Hermes could not take its compression lock: state.db refused the write (see its "
-                "warning); the conversation continues uncompressed", "warning", system_prompt=system_prompt,
-            )
+        refused = steps.refused(system_prompt)
+        if refused is not None:
+            return refused
         if _no_progress(before, compressed, self.messages):
-            if strategy == Strategy.HOST_NATIVE and host.commit_failed_since(agent, self.cooldown_before):
-                # 0.21+: Hermes's commit failed (state.db locked, read-only or full) and it handed
-                # the list back unchanged, arming its split-failure cooldown. A problem, said once.
+            if steps.commit_failed():  # a problem, said once
                 return self.leave_unchanged("failed", _NOT_WRITTEN, "warning", system_prompt=system_prompt)
             cooling = host.failure_cooldown_class(agent) if self.cooldown_before > time.monotonic() else None
             if cooling:  # already said when the failure that armed it happened
@@ -791,22 +682,14 @@ class _Operation:
             # Nothing was persisted (detached) or the host left the rows alone.
             return self.leave_unchanged("skipped", "host made no progress (cooldown or nothing to compress)",
                                         system_prompt=system_prompt)
-        if strategy in IN_PLACE_STRATEGIES and host.session_db(agent) is not None \
-                and not host.compacted_in_place(agent):
-            # Hermes logs a failed archive_and_compact (locked, read-only or full state.db) and still
-            # returns the compacted list; continuing with it would append the summary and tail after
-            # the uncompressed rows at the next flush. Fail closed: state.db still has every turn.
-            # A snapshot written ahead stays (the outcome names it): a verbatim copy of what is live.
+        if not steps.host_wrote(compressed):
             return self.leave_unchanged("failed", _NOT_WRITTEN, "warning", system_prompt=system_prompt)
-        if strategy in IN_PLACE_STRATEGIES:
-            self.persisted = compressed
 
         if self.grant is not None and not self.grant.still_held():
             reason = "the compression lease lapsed while the summary ran (process stalled longer than lease_seconds)"
-            if strategy == Strategy.DETACH_DB:
-                # Fail closed: another process may own the session now; write nothing.
-                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
-            self.audit.warning("lock.lost", reason=reason)
+            refused = steps.lease_lapsed(reason, system_prompt)
+            if refused is not None:
+                return refused
 
         # The host may have copied the dicts after the engine returned them.
         # The summaries are what the compressor wrote (or what was tagged already), not
@@ -820,49 +703,17 @@ class _Operation:
             marks.append((i, text_hash(message_text(compressed[i]))))
         block = list(compressed)  # what this compaction wrote; carried-over turns follow it
         final = compressed
-        if strategy == Strategy.DETACH_DB:
-            foreign = self.arrived_meanwhile(foreign)
+        foreign = steps.before_persisting(foreign)
         with failing_open("the guard's persistence", "reported below", level=None) as failed:
-            if strategy == Strategy.HOST_NATIVE and host.session_db(agent) is not None:
-                snapshot_id = self.written_ahead or self.write_reference(planned_id, created_at)
-            elif self.written_ahead is None:
-                # 0.14, a deferred write-ahead, an engine the shim did not reach, or native
-                # mode without a SessionDB (Hermes keeps no rows to reference): a copy
-                self.write_snapshot(planned_id, created_at)
-            if strategy == Strategy.DETACH_DB:
-                final = compressed + foreign
-                host.commit_memory(agent, before)
-                host.persist_compacted(agent, sid, final, system_prompt, flush_cursor=self.behaviour.flush_cursor,
-                                      transcript_order=self.behaviour.transcript_order)
-                self.persisted = final
+            snapshot_id = steps.keep_snapshot(planned_id, created_at)
+            final = steps.persist(compressed, foreign, system_prompt)
         if failed:
-            reason = f"guard persistence failed: {failed.reason}"
-            if strategy == Strategy.DETACH_DB:
-                self.error_type = type(failed.exc).__name__
-                # Fail closed: nothing reached the live transcript, so keep the
-                # uncompressed conversation rather than a compaction that was never stored.
-                return self.leave_unchanged("failed", reason, "warning", system_prompt=system_prompt)
-            # The host already compacted in place and archived the old rows itself.
-            self.audit.warning("snapshot.failed", reason=reason)
-            snapshot_id = None
-        if strategy == Strategy.HOST_NATIVE:
-            # What Hermes kept live after the compacted block that the returned list lacks
-            # (messages stored during the summary, re-sequenced after its watermark; on 0.22
-            # rows its compressor did not hold): the agent continues with what is stored.
-            # Turns other writers stored before this compression that the agent's list lacks
-            # and that Hermes did not keep live (0.20 archives every live row up to its
-            # watermark) are carried over like on 0.18-0.19. One read of the live transcript.
-            kept, foreign = self.kept_and_lost(compressed, foreign)
-            if kept:
-                compressed.extend(kept)
-                host.rebase_flush(agent, sid, compressed, self.behaviour.flush_cursor)
-        if strategy in IN_PLACE_STRATEGIES and foreign:
-            with failing_open("carrying over", "the messages stay where they were", level=None) as failed:
-                host.append_messages(agent, sid, foreign)
-                compressed.extend(foreign)
-                host.rebase_flush(agent, sid, compressed, self.behaviour.flush_cursor)
-            if failed:
-                self.audit.warning("carry_over.failed", reason=failed.reason, messages=len(foreign))
+            refused = steps.persistence_failed(f"guard persistence failed: {failed.reason}", failed.exc,
+                                               system_prompt)
+            if refused is not None:
+                return refused
+            snapshot_id = None  # the host already compacted in place and archived the old rows itself
+        foreign = steps.carry_over(compressed, foreign)
         # Turns that other agents of the session persisted meanwhile stay after the
         # compacted block in state.db (in arrival order), but in the list this agent
         # continues with they go before its own turn in progress, which it is answering.
@@ -874,8 +725,7 @@ class _Operation:
                                    start=len(block) - ongoing)
             host.rebase_flush(agent, sid, final, self.behaviour.flush_cursor)
             block = block[:-ongoing]  # the generation's block: what both lists start with
-        if strategy == Strategy.DETACH_DB:
-            host.notify_boundary(agent, sid)
+        steps.announce_boundary()
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
         # In one commit, with the outcome's phase row. On failure the tags stay on the live list
@@ -907,7 +757,7 @@ class _Operation:
         """Other writers of the session may store messages while the summary runs
         (another agent finishing a turn, another process storing a platform message).
         The live transcript is read again right before the compacted one replaces it
-        (detached hosts, 0.13-0.17: before the guard persists; in place, 0.18.2+: when
+        (detached hosts, 0.13-0.17: before the guard persists; in place, 0.18+: when
         the engine returns, before Hermes archives), so whatever arrived during the
         summary call stays live after the compacted block, in order. On a failed read
         the messages found before the summary call are kept as they were."""
@@ -924,66 +774,6 @@ class _Operation:
         if self._mine is None:
             self._mine = Keyed(self.before)
         return self._mine
-
-    def write_reference(self, snapshot_id: str, created_at: float) -> str | None:
-        """Native mode: the snapshot names the rows Hermes keeps (read when the engine
-        returned), instead of a second copy; None when they were not seen."""
-        if not self.referenced:
-            self.audit.warning("snapshot.failed", reason="the rows Hermes compacted were not seen when its context "
-                               "engine returned (an engine the shim did not reach)")
-            return None
-        self.store_reference(snapshot_id, created_at, self.referenced)
-        return snapshot_id
-
-    def kept_and_lost(self, compressed: list[Any], foreign: list[Any]) -> tuple[list[Any], list[Any]]:
-        """After Hermes compacted in place: the live messages ``compressed`` does not carry
-        (in stored order), and the ``foreign`` messages that are not live. On a failed read
-        nothing is added and nothing carried over."""
-        with failing_open("reading the live transcript", "nothing is added or carried over", level=None) as failed:
-            if not foreign and self.holds_every_live_row(compressed):
-                return [], []
-            mine = set(Keyed(compressed).keys)
-            brief = host.live_brief(self.agent, self.sid)
-            if brief is not None:  # every live row is one of the list's and every foreign message is live
-                stored = set(keys_of(brief))
-                if stored <= mine and stored.issuperset(keys_of(foreign)):
-                    return [], []
-            live = Keyed(host.live_transcript(self.agent, self.sid))
-        if failed:
-            self.audit.warning("generation.check_failed", reason=failed.reason, stage="after Hermes compacted")
-            return [], []
-        stored = set(live.keys)
-        theirs = Keyed(foreign)
-        kept = [m for m, key in zip(live.messages, live.keys, strict=True) if key not in mine]
-        lost = [m for m, key in zip(theirs.messages, theirs.keys, strict=True) if key not in stored]
-        return kept, lost
-
-    def holds_every_live_row(self, compressed: list[Any]) -> bool:
-        """Every live row of the session is one of ``compressed``, by the row id Hermes stamped on
-        each message it wrote (``_row_id``; 0.20+ stamps the compacted set): an id-only read
-        instead of the transcript's texts. Any message without one, or any other live row, says no."""
-        stamped = [m.get("_row_id") if isinstance(m, dict) else None for m in compressed]
-        ids = [row_id for row_id in stamped if type(row_id) is int]
-        if not ids or len(ids) < len(stamped):
-            return False
-        return host.runs_of(sorted(ids)) == host.live_row_ranges(self.db_path, self.sid)
-
-    def write_snapshot_ahead(self, snapshot_id: str, created_at: float,
-                             runs: list[tuple[int, int]]) -> None:
-        """0.18.2-0.19, when the engine returned: Hermes is about to archive every live row
-        (``active = 0, compacted = 1``) and keeps them verbatim under the same id, so the
-        snapshot names those rows when they hold exactly the transcript being replaced
-        (ADR 0003). A copy otherwise: turns the agent never flushed (Hermes's in-place path
-        does not flush them before archiving), rows other writers stored meanwhile, or
-        content Hermes stores differently from the agent's list, and always on a release whose
-        own flows delete archived rows right after an in-place compaction (0.18: ``snapshot:
-        copy``). ``runs``: the live row ids read when the engine returned."""
-        if self.behaviour.snapshot == SnapshotStorage.REFERENCE and host.session_db(self.agent) is not None:
-            exact = self.live_is_before and runs == self.live_ids  # compared already: no digest of the list
-            if runs and self.store_reference(snapshot_id, created_at, runs,
-                                             matching=None if exact else self.before) is not None:
-                return
-        self.write_snapshot(snapshot_id, created_at)
 
     def rows_read(self, runs: list[tuple[int, int]]) -> tuple[int, str]:
         """The count and digest of Hermes's rows ``runs``: as the generation check read them
@@ -1028,12 +818,8 @@ class _Operation:
         self.error_type = type(exc).__name__
         hint = "Run `hermes-session-guard selftest`."
         persisted = self.persisted
-        if persisted is None and self.strategy in IN_PLACE_STRATEGIES:
-            # failed before the guard looked: whether Hermes wrote in place decides
-            with failing_open("asking whether Hermes compacted in place", "taken as not", level=logging.DEBUG,
-                              advice=None):
-                if host.session_db(self.agent) is not None and host.compacted_in_place(self.agent):
-                    persisted = compressed
+        if persisted is None:
+            persisted = self.steps.persisted_after_guard_error(compressed)
         # the audit itself is what failed: still say so once
         with failing_open(f"auditing a {reason}", "the caller continues with what state.db holds"):
             if persisted is None:
@@ -1057,10 +843,7 @@ class _Operation:
         # on failure, compress as before, under the lock, without the generation check
         with failing_open("the generation check", "compressed without it", level=None) as failed:
             # the live rows as stored and, in place, their ids (as host.live_row_ranges gives them): one read
-            if self.strategy in IN_PLACE_STRATEGIES:
-                brief, ids = host.live_brief_and_runs(self.agent, self.sid)
-            else:
-                brief, ids = host.live_brief(self.agent, self.sid), None
+            brief, ids = self.steps.live_rows()
             mine = self.mine()
             if self.holds_live(mine, brief, ids):  # the live rows are this list's own, in order: nothing foreign
                 self.live_ids = ids
@@ -1095,22 +878,6 @@ class _Operation:
                 isinstance(m, dict) and m.get("role") == row["role"] and m.get("content") == row["content"]
                 for m, row in zip(self.before, brief, strict=True))
         return True
-
-    def stale_under_host_lock(self) -> bool:
-        """Native mode, asked by the engine shim once Hermes holds its lease: does the list
-        predate a compaction committed since :meth:`check_generation` (which ran before
-        Hermes's lease)? The same live row ids as that check read say no without reading the
-        transcript again (any commit archives rows and writes new ones). A failed read says
-        no: Hermes compacts as it would alone. Asked before the summary starts: the phase row is
-        written by then (row_aboard)."""
-        self.row_aboard()
-        with failing_open("the generation check", "Hermes compacts as it would alone", level=None) as failed:
-            if self.live_ids and host.live_row_ranges(self.db_path, self.sid) == self.live_ids:
-                return False
-            live = Keyed(host.live_transcript(self.agent, self.sid))
-            return assess(self.mine(), live, self.store.generation(self.sid), has_summary_block).stale
-        self.audit.warning("generation.check_failed", reason=failed.reason, stage="under Hermes's compression lease")
-        return False
 
     def adopt(self, mine: Keyed, live: Keyed, standing: Assessment) -> tuple[list[Any], str]:
         """The list predates the latest compaction: take the live transcript plus the
@@ -1152,8 +919,7 @@ class _Operation:
                                         "warning", generation=standing.generation)
         host.rebase_flush(self.agent, sid, adopted, self.behaviour.flush_cursor)
         host.await_real_usage(self.agent)
-        if self.strategy in IN_PLACE_STRATEGIES:
-            host.mark_compacted_in_place(self.agent)
+        self.steps.adopted()
         # The conversation continues with a different list: on 0.14 the gateway's own
         # transcript bookkeeping (JSONL copy, history offset) must follow it, as after a compaction.
         self.runtime.compactions.record(sid, adopted)

@@ -14,7 +14,7 @@ from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
 from ..store.connection import arrived, carry, compaction_commit, take_riders
-from .compression import IN_PLACE_STRATEGIES, LockPolicy, guarded_compression
+from .compression import STEPS, LockPolicy, guarded_compression
 from .row import HostCall, SeamRow, Wrapper, agent_call
 from .turns import held_for_compaction
 
@@ -32,6 +32,8 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         raise ValueError(f"seam row {row.seam} {row.range_text} names no strategy")
     lock = LockPolicy(mode=row.behaviour.lock or LockMode.GUARD,
                       on_failure=row.behaviour.lock_failure or FailurePolicy.CLOSED)
+    # Hermes alone keeps the id (in place): a guard error before it runs steps aside
+    steps_aside = strategy in STEPS and STEPS[strategy].host_keeps_id
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_host = HostCall(wrapped, *args, **kwargs)
@@ -46,7 +48,7 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         except Exception as exc:
             if call_host.ran:
                 raise
-            if strategy in IN_PLACE_STRATEGIES:
+            if steps_aside:
                 return stepped_aside(runtime, row, agent, args, kwargs, exc, wrapped)
             return skipped_before_host(runtime, row, agent, messages, system_message, exc)
 

@@ -160,7 +160,7 @@ def _compression(ctx: Ctx) -> None:
     (failed,) = [e for e in audit.read_events(ctx.guard.audit_path)
                  if e.get("session_id") == SID and e["event"] == "compression.failed"]
     assert failed["stage"] == "before_host" and "InjectedFault" in failed["reason"]
-    if ctx.row.behaviour.strategy in compression.IN_PLACE_STRATEGIES:
+    if compression.STEPS[ctx.row.behaviour.strategy].host_keeps_id:
         assert "stepping aside" in line and failed["stepped_aside"] is True
         assert len(out) < len(messages)  # Hermes compacted, as it does without the guard
         assert [m["content"] for m in probe.live_messages(ctx.home / "state.db", SID)] == \

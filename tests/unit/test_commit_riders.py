@@ -185,9 +185,9 @@ def test_a_phase_row_no_commit_carried_is_written_before_the_summary(runtime: An
     from hermes_session_guard import host
 
     op = _native(runtime, db)
-    op.row_rider = board(op.store, "the phase row", lambda: op._write_row(op.summary_steps()))
+    op.steps.row_rider = board(op.store, "the phase row", lambda: op.write_row(op.summary_steps()))
     mocker.patch.object(host, "live_row_ranges", return_value=[(1, 10)])
-    assert op.stale_under_host_lock() is False  # asked by the shim before the summary starts
+    assert op.steps.stale_under_host_lock() is False  # asked by the shim before the summary starts
     assert op.begun and _phase_rows(op) == [("started", 5.0)]
     assert take_riders() == []  # it rides no later commit
 
@@ -196,10 +196,10 @@ def test_a_phase_row_hermes_committed_is_not_written_again(runtime: Any, db: Any
     from hermes_session_guard import host
 
     op = _native(runtime, db)
-    op.row_rider = board(op.store, "the phase row", lambda: op._write_row(op.summary_steps()))
+    op.steps.row_rider = board(op.store, "the phase row", lambda: op.write_row(op.summary_steps()))
     _write(_wrapper(), Host(op.store.db_path), "lease")  # Hermes's commit of its lease carries it
     mocker.patch.object(host, "live_row_ranges", return_value=[(1, 10)])
-    assert op.stale_under_host_lock() is False
+    assert op.steps.stale_under_host_lock() is False
     assert op.begun and _phase_rows(op) == [("started", 5.0)]
 
 
@@ -209,11 +209,11 @@ def test_a_reference_whose_write_failed_in_hermes_commit_is_deferred(runtime: An
     def broken() -> None:
         raise RuntimeError("the guard's write failed")
 
-    op.reference_rider = board(op.store, "the snapshot reference", broken, compaction=True)
+    op.steps.reference_rider = board(op.store, "the snapshot reference", broken, compaction=True)
     with compaction_commit():
         _write(_wrapper(), Host(op.store.db_path), "compacted")
-    op.reference_aboard("S1.snapshot.1")
-    assert op.written_ahead is None  # written after Hermes's commit (settle's write_reference)
+    op.steps.reference_aboard("S1.snapshot.1")
+    assert op.written_ahead is None  # written after Hermes's commit (keep_snapshot's write_reference)
     events = [e["event"] for e in audit.read_events(runtime.audit_path) if e.get("op_id") == op.op_id]
     assert events == ["snapshot.deferred"]
 

@@ -12,6 +12,7 @@ from hermes_session_guard import host
 from hermes_session_guard.runtime import Runtime
 from hermes_session_guard.seam_behaviour import Behaviour, Strategy
 from hermes_session_guard.seams.compression import _Operation
+from hermes_session_guard.seams.native_compaction import NativeCompaction
 
 from .test_compression_contract import Agent, Engine, _messages
 
@@ -23,6 +24,11 @@ def _op(runtime: Runtime, db: Any) -> _Operation:
                       Behaviour.of(None))
 
 
+def _native(op: _Operation) -> NativeCompaction:
+    assert isinstance(op.steps, NativeCompaction)
+    return op.steps
+
+
 def test_unchanged_live_rows_answer_not_stale_without_reading_the_transcript(
     runtime: Runtime, db: Any, mocker: Any
 ) -> None:
@@ -30,7 +36,7 @@ def test_unchanged_live_rows_answer_not_stale_without_reading_the_transcript(
     op.live_ids = [(1, 10)]
     mocker.patch.object(host, "live_row_ranges", return_value=[(1, 10)])
     read = mocker.patch.object(host, "live_transcript", side_effect=AssertionError("read again"))
-    assert op.stale_under_host_lock() is False
+    assert _native(op).stale_under_host_lock() is False
     read.assert_not_called()
 
 
@@ -43,9 +49,9 @@ def test_changed_live_rows_read_the_transcript_and_find_a_newer_compaction(
     summary = {"role": "user", "content": "[CONTEXT COMPACTION] earlier turns summarised"}
     compacted = [_messages()[0], summary, *_messages()[8:]]
     mocker.patch.object(host, "live_transcript", return_value=compacted)
-    mocker.patch("hermes_session_guard.seams.compression.has_summary_block",
+    mocker.patch("hermes_session_guard.seams.native_compaction.has_summary_block",
                  side_effect=lambda text: bool(text) and text.startswith("[CONTEXT COMPACTION]"))
-    assert op.stale_under_host_lock() is True
+    assert _native(op).stale_under_host_lock() is True
 
 
 def test_without_ids_from_the_generation_check_the_transcript_is_read(
@@ -55,7 +61,7 @@ def test_without_ids_from_the_generation_check_the_transcript_is_read(
     assert op.live_ids is None
     ranges = mocker.patch.object(host, "live_row_ranges", return_value=[(1, 10)])
     read = mocker.patch.object(host, "live_transcript", return_value=_messages())
-    assert op.stale_under_host_lock() is False
+    assert _native(op).stale_under_host_lock() is False
     read.assert_called_once()
     ranges.assert_not_called()
 
@@ -70,7 +76,7 @@ def test_after_hermes_compacted_its_row_ids_on_the_list_answer_without_reading_t
     op = _op(runtime, db)
     mocker.patch.object(host, "live_row_ranges", return_value=[(5, 7)])
     brief = mocker.patch.object(host, "live_brief", side_effect=AssertionError("texts read"))
-    assert op.kept_and_lost(_stamped(5), []) == ([], [])
+    assert _native(op).kept_and_lost(_stamped(5), []) == ([], [])
     brief.assert_not_called()
 
 
@@ -95,7 +101,7 @@ def test_anything_the_row_ids_do_not_settle_reads_the_live_rows(
     mocker.patch.object(host, "live_row_ranges", return_value=runs)
     brief = mocker.patch.object(host, "live_brief", return_value=live)
     mocker.patch.object(host, "live_transcript", return_value=live)
-    kept, lost = op.kept_and_lost(compressed, foreign)
+    kept, lost = _native(op).kept_and_lost(compressed, foreign)
     brief.assert_called_once()
     assert kept == ([arrived] if case in ("another live row", "foreign") else [])
     assert lost == []
