@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,6 @@ from typing import Any
 import pytest
 
 from hermes_session_guard import dashboard_plugin
-from hermes_session_guard.file_modes import file_mode
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 from hermes_session_guard.summaries.tags import is_summary_text
@@ -107,7 +107,8 @@ def test_enable_puts_the_guard_in_the_dashboard_process_and_disable_takes_it_out
     plugin = Path(json.loads(enabled.stdout)["dashboard_plugin"])
     assert plugin == dashboard_plugin.plugin_dir(home)
     assert not (plugin / "plugin.yaml").exists()  # not an agent plugin: Hermes's discovery passes over it
-    assert file_mode(plugin / "dashboard" / "api.py") == 0o600 and file_mode(plugin) == 0o700
+    assert stat.S_IMODE(os.stat(plugin / "dashboard" / "api.py").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(plugin).st_mode) == 0o700
 
     on = _dashboard(home, TOKEN)
     assert on["guard_loaded"] and on["guard_route"] and on["guard"]["guard"] == "on"
