@@ -227,7 +227,8 @@ def test_the_tab_opens_a_compaction_to_its_original_turns_with_secrets_masked(
     assert f"Compaction {op}: the original turns it replaced" in shown, shown[:2000]
     turns = [int(t) for t in re.findall(r'data-turn="(\d+)"', opened)]
     assert turns and REPLACED_TURN + 1 in turns, turns  # 1-based turns of the snapshot
-    assert "turn-9:" in shown and "OPENAI_API_KEY=***" in shown and "node-7" in shown, shown[:3000]
+    assert "turn-9:" in shown and "node-7" in shown, shown[:3000]
+    assert re.search(r"OPENAI_API_KEY=(\[REDACTED\]|\*\*\*)", shown), shown[:3000]  # the guard's mask or Hermes's
     assert KEY not in dom  # masked as in hand-off packets
     assert "turn-46:" not in shown  # a kept turn is not among those the compaction replaced
     assert shot.is_file() and shot.stat().st_size > 10_000
