@@ -61,7 +61,8 @@ WRONG = [
     ("seams/verification.py", "def _peek():\n    from .. import __version__  # noqa\n",
      "Nothing in the package imports its root"),
     ("selftest/gateway.py", "def _peek():\n    from . import probe  # noqa\n",
-     "No two modules of selftest/, hooks/ or host/"),
+     "No circle of imports"),
+    ("store/rows.py", "def _peek():\n    from ..locks import liveness  # noqa\n", "No circle of imports"),
 ]
 
 
