@@ -12,12 +12,12 @@ import logging
 from typing import Any
 
 from . import host as _host
-from .config import ConfigError, GuardConfig, load_config, parse_config
+from .config import ConfigError, GuardConfig, load_config
 from .fail_open import failing_open
-from .hostinfo import hermes_home
+from .hostinfo import GUARD_VERSION, hermes_home
 from .runtime import current_runtime
-from .seams.apply import install as _install
 from .seams.apply import is_installed, uninstall
+from .seams.apply import switch_on as _switch_on
 from .store.snapshots import bind_archived_reader as _bind_archived_reader
 from .summaries import host_port as _host_port
 
@@ -27,29 +27,16 @@ _host_port.bind(_host)
 # store/ reads snapshots by reference (Hermes's archived rows, native mode) through host/.
 _bind_archived_reader(_host.referenced_messages)
 
-__version__ = "0.1.0"
+__version__ = GUARD_VERSION
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]
 
 log = logging.getLogger("hermes_session_guard")
-_warned: set[str] = set()
 
 
 def install(config: GuardConfig | dict[str, Any] | None = None) -> Any:
     """Patch the installed Hermes. ``config`` is a :class:`GuardConfig`, the raw
     ``session_guard`` mapping, or ``None`` for the defaults. Idempotent."""
-    if not isinstance(config, GuardConfig):
-        config = parse_config(config)
-    for fallback in config.fallbacks:
-        if fallback.describe() in _warned:  # Hermes may load the plugin more than once per process
-            continue
-        _warned.add(fallback.describe())
-        log.warning("session guard: config.yaml option %s; the guard stays on, fix or remove the option",
-                    fallback.describe())
-    if not config.enabled:
-        log.info("session guard: disabled by session_guard.enabled: false")
-        uninstall()
-        return None
-    return _install(config)
+    return _switch_on(config)
 
 
 def register(ctx: Any) -> None:

@@ -301,10 +301,10 @@ def activate() -> Any:
     with failing_open("switching the guard on in the dashboard", "its search and export hold the live transcript "
                       "only"):
         router = _router()
-        from . import install
         from .config import ConfigError, load_config
         from .hostinfo import hermes_home
         from .maintenance.plugin_config import guard_enabled
+        from .seams.apply import switch_on
 
         home = hermes_home()
         enabled, why = guard_enabled(home)
@@ -318,7 +318,7 @@ def activate() -> Any:
                       "and export hold the live transcript only. Fix the option and restart the dashboard.",
                       exc.key, exc)
             return router
-        runtime = install(config)
+        runtime = switch_on(config)
         if runtime is not None:
             from .seams.summaries import hide_in_dashboard
 

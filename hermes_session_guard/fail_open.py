@@ -1,7 +1,16 @@
-"""The one way the guard catches a broad exception: ``failing_open``.
+"""The one way the guard catches a broad exception and carries on: ``failing_open``.
 
-Every ``except Exception`` in the package lives here (ruff's blind-except rule, BLE001,
-holds everywhere else). A guard step that hits an unexpected error lets the host go on
+Ruff's blind-except rule (BLE001) holds everywhere else in the package, and it lets through
+only a broad handler that re-raises (or logs the traceback). Those few sit where an error
+must be told apart or undone, not swallowed: the seams' wrappers
+(``seams/compression_entry.py``, ``seams/gateway.py``, ``seams/buffering.py``,
+``seams/summaries.py``) re-raise Hermes's own error unchanged and decide the guard's by the
+row's failure policy (re-raised where it fails closed, else :func:`report` and the
+fallback); ``locks/session_lock.py`` turns a failed acquire into ``LockUnavailable``; and
+``except BaseException: ...; raise`` blocks undo a half-done step (a file, a connection, a
+shim). ``grep -rnE "except (Exception|BaseException)" hermes_session_guard`` lists them all.
+
+A guard step that hits an unexpected error lets the host go on
 as it would without the guard and says so, always in the same shape: what failed, the
 exception, what that means for this call, and the command that shows more::
 

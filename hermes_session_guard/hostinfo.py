@@ -1,4 +1,5 @@
-"""Facts about the installed Hermes: its version, its home, its state.db."""
+"""Facts about the install: the guard's own version; the installed Hermes's version, its
+home, its state.db."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from types import ModuleType
 
 from .fail_open import failing_open
 
+# The guard's version (pyproject.toml's): the package's ``__version__``, the telemetry scope's
+# and the verification fingerprint's, kept here at the bottom so none of them imports the package.
+GUARD_VERSION = "0.1.0"
 HOST_DISTRIBUTION = "hermes-agent"
 
 Version = tuple[int, ...]

@@ -30,8 +30,9 @@ import logging
 import threading
 from typing import Any
 
+from .compaction_event import COMPACTION_FAILED, COMPACTION_STARTED, CompactionEvent
 from .fail_open import failing_open
-from .hooks.specs import COMPACTION_FAILED, COMPACTION_STARTED, CompactionEvent
+from .hostinfo import GUARD_VERSION
 
 SCOPE = "hermes_session_guard"
 SPAN_NAME = "session_guard.compaction"
@@ -47,9 +48,7 @@ def _seconds(ms: float | None) -> float | None:
 
 
 def scope_version() -> str:
-    from . import __version__
-
-    return __version__
+    return GUARD_VERSION
 
 
 class _Instruments:

@@ -13,6 +13,13 @@ from typing import Any
 
 import pluggy
 
+from ..compaction_event import COMPACTION_COMPLETED as COMPACTION_COMPLETED
+from ..compaction_event import COMPACTION_EVENTS as COMPACTION_EVENTS
+from ..compaction_event import COMPACTION_FAILED as COMPACTION_FAILED
+from ..compaction_event import COMPACTION_SKIPPED as COMPACTION_SKIPPED
+from ..compaction_event import COMPACTION_STARTED as COMPACTION_STARTED
+from ..compaction_event import CompactionEvent as CompactionEvent
+
 PROJECT = "hermes_session_guard"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -43,48 +50,6 @@ class BufferTable:
     table: str
     session_column: str = "session_id"
     pending_where: str = "1"
-
-
-# The names of the compaction events (docs/events.md): one at the start of each guarded
-# compaction, one at its end.
-COMPACTION_STARTED = "compaction.started"
-COMPACTION_COMPLETED = "compaction.completed"
-COMPACTION_FAILED = "compaction.failed"
-COMPACTION_SKIPPED = "compaction.skipped"
-COMPACTION_EVENTS = (COMPACTION_STARTED, COMPACTION_COMPLETED, COMPACTION_FAILED, COMPACTION_SKIPPED)
-
-
-@dataclass(frozen=True)
-class CompactionEvent:
-    """What clients, traces and metrics are told about one guarded compaction: ids,
-    counts, durations and reasons, never message text. ``name`` is one of
-    ``COMPACTION_EVENTS``; ``outcome`` the recorded one at the end (``done``,
-    ``adopted``, ``skipped``, ``failed``), None at the start. Durations in ms."""
-
-    name: str
-    session_id: str
-    op_id: str
-    strategy: str
-    release: str | None
-    messages_before: int
-    messages_after: int | None = None
-    summary_chars: int | None = None
-    snapshot_id: str | None = None
-    outcome: str | None = None
-    reason: str | None = None
-    error_type: str | None = None
-    duration_ms: float | None = None
-    summary_ms: float | None = None
-    lock_wait_ms: float | None = None
-    messages_buffered: int | None = None  # messages that arrived meanwhile and were held back (end)
-
-    @property
-    def ended(self) -> bool:
-        return self.name != COMPACTION_STARTED
-
-    def fields(self) -> dict[str, Any]:
-        """The event as a dict without the fields that do not apply (None)."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 @hookspec(firstresult=True)

@@ -62,7 +62,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ..hooks.specs import COMPACTION_EVENTS, COMPACTION_STARTED, CompactionEvent
+from ..compaction_event import COMPACTION_EVENTS, COMPACTION_STARTED, CompactionEvent
 
 TOOL_NAME = "session_guard.compaction"
 API_PLATFORM = "api_server"

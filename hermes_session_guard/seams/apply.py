@@ -36,7 +36,7 @@ from typing import Any
 
 import wrapt
 
-from ..config import GuardConfig
+from ..config import GuardConfig, parse_config
 from ..fail_open import failing_open
 from ..host import close_readers, unshim_adapters, unshim_dashboards, unshim_engines
 from ..hostinfo import installed_version, parse_version
@@ -440,6 +440,29 @@ def install(config: GuardConfig | None = None, *, version: str | None = None) ->
             seams={s.name: s.state for s in runtime.seams},
         )
         return runtime
+
+
+_warned: set[str] = set()  # the fallback options already logged in this process
+
+
+def switch_on(config: GuardConfig | dict[str, Any] | None = None) -> Runtime | None:
+    """The entry points' install (the package's :func:`~hermes_session_guard.install`, the
+    dashboard plugin): ``config`` is a :class:`GuardConfig`, the raw ``session_guard`` mapping,
+    or ``None`` for the defaults. Each option that kept its default is logged once per process;
+    ``enabled: false`` uninstalls and returns None; otherwise :func:`install`. Idempotent."""
+    if not isinstance(config, GuardConfig):
+        config = parse_config(config)
+    for fallback in config.fallbacks:
+        if fallback.describe() in _warned:  # Hermes may load the plugin more than once per process
+            continue
+        _warned.add(fallback.describe())
+        log.warning("session guard: config.yaml option %s; the guard stays on, fix or remove the option",
+                    fallback.describe())
+    if not config.enabled:
+        log.info("session guard: disabled by session_guard.enabled: false")
+        uninstall()
+        return None
+    return install(config)
 
 
 def _untested_note(host_version: str, statuses: list[SeamStatus], unverified: set[str] | frozenset[str] = frozenset()

@@ -20,8 +20,10 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
 
 ``strategy``
     how the host is kept from rotating the id (:mod:`hermes_session_guard.seams.compression`):
-    ``detach_db`` (0.13-0.17: every rotation step sits under ``if agent._session_db:``)
-    or ``host_in_place`` (0.18+: ``agent.compression_in_place`` -> ``archive_and_compact``).
+    ``detach_db`` (0.13-0.17: every rotation step sits under ``if agent._session_db:``),
+    ``host_in_place`` (0.18-0.19: ``agent.compression_in_place`` -> ``archive_and_compact``)
+    or ``host_native`` (0.20+: Hermes compacts in place under its own holder-checked lock;
+    the guard tags, references the archived rows and records; ADR 0002).
 ``flush_cursor``
     how the host remembers which messages already reached state.db, i.e. what
     the guard re-bases after persisting a compacted transcript itself:
@@ -37,10 +39,11 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
 ``lock``
     which cross-process lease serialises compressions of one session
     (see :mod:`..locks.session_lock`): ``guard`` (0.13-0.15, no native lock: the guard's
-    ``session_guard_locks``) or ``native`` (0.16+: Hermes's ``compression_locks``,
+    ``session_guard_locks``), ``native`` (0.16-0.19: Hermes's ``compression_locks``,
     held by the guard for the whole operation; the detached host of 0.16-0.17
-    never asks for it, the in-place host of 0.18+ re-enters it through the
-    ``native_lock_reentry`` seam; 0.16-0.17 cannot refresh a lease).
+    never asks for it, the in-place host of 0.18-0.19 re-enters it through the
+    ``native_lock_reentry`` seam; 0.16-0.17 cannot refresh a lease) or ``host``
+    (0.20+: Hermes takes and checks its own lease; the guard holds none).
 ``lock_failure``
     ``closed``: when the lease table itself fails, the compression is skipped
     (transcript unchanged, Hermes retries on a later turn) instead of running
@@ -48,6 +51,10 @@ Behaviour keys of the ``compression`` rows (every value read off the release's w
 ``native_summary_key``
     ``""`` or ``_compressed_summary`` (0.17+: the host tags its summary message
     in memory; no DB column).
+``snapshot``
+    how the snapshot keeps the replaced transcript: ``copy`` (0.13-0.18: the guard's own
+    copy) or ``reference`` (0.19+: Hermes's archived rows, named by id, when they hold the
+    transcript exactly; a copy otherwise).
 
 Failure policies (ADR 0008 explains each choice):
 
@@ -64,10 +71,11 @@ A Hermes release outside every row's range is handled by
 rows) get, per seam, the newest row whose target and ``requires`` verify by
 signature; releases older than the table are not patched.
 
-Why one module of ~690 lines: the table is data (``SEAMS``, about 450 lines, one entry per
-seam across eleven releases) and it is read whole: "what is patched on Hermes X" is this
-file. The row type is :mod:`.row`; the wrappers it names live by area (:mod:`.compression_entry`,
-:mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.search`).
+Why one module: the table is data (``SEAMS``, one entry per seam across every release in
+``TESTED_RELEASES``, most of the file) and it is read whole: "what is patched on Hermes X" is
+this file; ``docs/compatibility.md``'s seam map is generated from it
+(``scripts/gen_seam_map.py``). The row type is :mod:`.row`; the wrappers it names live by
+area (:mod:`.compression_entry`, :mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.search`).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from typing import Any
 from ..fail_open import failing_open
 from ..file_modes import LinkRefused
 from ..files import atomic_write_bytes
+from ..hostinfo import GUARD_VERSION
 from . import capabilities
 from .row import SeamRow
 from .table import fallback_rows, rows_for
@@ -89,9 +90,7 @@ def checked_seams() -> list[str]:
 # -- the fingerprint ------------------------------------------------------------------------
 
 def guard_version() -> str:
-    from .. import __version__
-
-    return __version__
+    return GUARD_VERSION
 
 
 def module_file(name: str) -> Path | None:

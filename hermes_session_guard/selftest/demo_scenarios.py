@@ -275,7 +275,7 @@ def anomaly_b(llm: Any, home: Path, runtime: Any, in_place: bool | None) -> dict
 # -- one process, four runs -----------------------------------------------------------------
 def _run(name: str, guard_on: bool, root: Path, llm: Any, in_place: bool | None,
          body: Callable[[Path, Any], dict[str, Any]]) -> dict[str, Any]:
-    import hermes_session_guard
+    from ..seams.apply import switch_on, uninstall
 
     home = root / f"{name}-{'on' if guard_on else 'off'}"
     # Guard off: the plugin is not enabled in that home either (Hermes 0.20+ loads plugins again for
@@ -284,9 +284,9 @@ def _run(name: str, guard_on: bool, root: Path, llm: Any, in_place: bool | None,
     os.environ["HERMES_HOME"] = str(home)
     os.environ.pop("HERMES_SESSION_ID", None)
     if guard_on:
-        runtime = hermes_session_guard.install({"lock": {"wait_seconds": 30.0}})
+        runtime = switch_on({"lock": {"wait_seconds": 30.0}})
     else:
-        hermes_session_guard.uninstall()
+        uninstall()
         runtime = None
     started = time.perf_counter()
     _phase(f"{name} guard {'on' if guard_on else 'off'}: start")

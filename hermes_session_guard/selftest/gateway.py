@@ -179,7 +179,7 @@ def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
 
     from .. import host
     from ..inbox.repository import DELIVERED, Inbox
-    from . import probe
+    from .seeds import seed_messages
 
     def reply(body: dict[str, Any]) -> str:
         users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
@@ -190,7 +190,7 @@ def check_buffered_delivery(result: Any, llm: Any, runtime: Any) -> bool:
         await gw.send_text("hi")
         await gw.drain()
         sid = gw.bound_session_id() or ""
-        for m in probe.seed_messages(tag="probe"):
+        for m in seed_messages(tag="probe"):
             gw.runner.session_store.append_to_transcript(sid, m)
         gate = threading.Event()
         llm.configure(reply_fn=reply, summary_gate=gate, gate_timeout=30.0)

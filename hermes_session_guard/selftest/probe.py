@@ -4,8 +4,9 @@ Used by ``selftest`` (in a subprocess with its own ``HERMES_HOME``) and by the
 integration tests. Nothing here imports Hermes at module import time:
 ``HERMES_HOME`` must be set before the first Hermes import.
 
-Why one module of ~530 lines: the probe is one scenario (seed, compress, verify) whose
-checks share one context object; the gateway side lives in :mod:`.gateway`.
+Why one module: the probe is one scenario (seed, compress, verify) whose
+checks share one context object; the gateway side lives in :mod:`.gateway`, the seeded
+conversation both start from in :mod:`.seeds` (the probe re-exports it).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from .. import host
 from ..fail_open import failing_open
 from ..file_modes import make_private_dirs, write_private_text
 from ..store.connection import connect
-
-MESSAGE_CHARS = 14_000
-SEED_MESSAGES = 48
+from .seeds import MESSAGE_CHARS as MESSAGE_CHARS
+from .seeds import SEED_MESSAGES as SEED_MESSAGES
+from .seeds import seed_messages as seed_messages
 
 
 def write_config(
@@ -60,18 +61,6 @@ def write_config(
     path = home / "config.yaml"
     write_private_text(path, yaml.safe_dump(cfg, sort_keys=False))
     return path
-
-
-def seed_messages(n: int = SEED_MESSAGES, chars: int = MESSAGE_CHARS, tag: str = "turn") -> list[dict[str, Any]]:
-    """``n`` alternating user/assistant messages of ~``chars`` characters, each
-    starting with a unique marker ``<tag>-<i>:`` so tests can find them."""
-    out = []
-    for i in range(n):
-        role = "user" if i % 2 == 0 else "assistant"
-        head = f"{tag}-{i}: "
-        body = (f"{role} line {i} about the deployment plan. " * (chars // 40 + 1))[: max(0, chars - len(head))]
-        out.append({"role": role, "content": head + body})
-    return out
 
 
 def discover_guard() -> Any:

@@ -161,7 +161,7 @@ def test_an_invalid_option_patches_with_its_default_and_warns(
     host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     _fake_version(monkeypatch, "0.19.0")
-    monkeypatch.setattr(hermes_session_guard, "_warned", set())
+    monkeypatch.setattr(instrumentation, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="hermes_session_guard"):
         runtime = hermes_session_guard.install({"lock": {"wait_seconds": -1}})
     assert runtime is not None and runtime.config.lock.wait_seconds == 2.0
