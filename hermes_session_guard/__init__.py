@@ -12,8 +12,12 @@ import logging
 from typing import Any
 
 from . import host as _host
+from . import redaction_core as _redaction_core
 from .config import ConfigError, GuardConfig, load_config
 from .fail_open import failing_open
+from .handoff import extension as _handoff_extension
+from .handoff.redaction import redact_guard_patterns as _guard_patterns
+from .hooks.manager import switch_extension as _switch_extension
 from .hostinfo import GUARD_VERSION, hermes_home
 from .runtime import current_runtime
 from .seams.apply import is_installed, uninstall
@@ -26,6 +30,9 @@ from .summaries import host_port as _host_port
 _host_port.bind(_host)
 # store/ reads snapshots by reference (Hermes's archived rows, native mode) through host/.
 _bind_archived_reader(_host.referenced_messages)
+# The secret mask below every part (the audit log, the compaction events, the dashboard)
+# runs the hand-off extension's full pattern pass; its own pass stands in without it.
+_redaction_core.bind(_guard_patterns)
 
 __version__ = GUARD_VERSION
 __all__ = ["ConfigError", "GuardConfig", "install", "uninstall", "register", "is_installed", "current_runtime"]
@@ -35,8 +42,13 @@ log = logging.getLogger("hermes_session_guard")
 
 def install(config: GuardConfig | dict[str, Any] | None = None) -> Any:
     """Patch the installed Hermes. ``config`` is a :class:`GuardConfig`, the raw
-    ``session_guard`` mapping, or ``None`` for the defaults. Idempotent."""
-    return _switch_on(config)
+    ``session_guard`` mapping, or ``None`` for the defaults. The hand-off extension
+    (``handoff/``) is registered on the guard's hooks when ``handoff.enabled`` is true
+    and unregistered otherwise. Idempotent."""
+    runtime = _switch_on(config)
+    _switch_extension(_handoff_extension.NAME, _handoff_extension,
+                      runtime is not None and runtime.config.handoff.enabled)
+    return runtime
 
 
 def register(ctx: Any) -> None:

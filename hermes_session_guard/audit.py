@@ -23,7 +23,7 @@ from typing import Any
 
 from .fail_open import failing_open
 from .files import append_bytes
-from .handoff.redaction import redact_guard_patterns
+from .redaction_core import mask_secrets
 
 
 def _import_structlog() -> Any:
@@ -123,7 +123,7 @@ def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         if value in _clean_values:
             return value
-        out = redact_guard_patterns(value)
+        out = mask_secrets(value)
         if out == value and len(value) <= _CLEAN_MAX_CHARS:
             if len(_clean_values) >= _CLEAN_MAX_VALUES:
                 _clean_values.clear()

@@ -15,7 +15,7 @@ and only when, the home's config.yaml enables the guard (the same rule Hermes
 applies to the agent plugin), and serves ``GET /api/plugins/session-guard/status``,
 ``/compactions`` (the records ``status --session`` prints, for the "Compactions" tab,
 whose page is ``dashboard_page/index.js``) and ``/compaction?session=&op=`` (one compaction
-opened: the original turns it replaced, from its snapshot, masked by the hand-off redaction).
+opened: the original turns it replaced, from its snapshot, masked as hand-off packets are).
 Hermes's dashboard puts its own auth in front of every plugin route; 0.19+ mounts them when
 ``session-guard`` is in ``plugins.enabled``, as ``enable`` leaves it.
 ``disable`` removes the directory. The directory holds no ``plugin.yaml``, so
@@ -263,12 +263,13 @@ def originals_of(session: str, op: str) -> dict[str, Any]:
     """One recorded compaction of ``session`` and the original turns it replaced, read from
     its snapshot through the guard's store: the turns its summary stands for (the range
     recorded with the summary; the whole snapshot when none was recorded), each text masked
-    as in hand-off packets (``handoff.redaction.redact`` with Hermes's own pass). Nothing of
+    as in hand-off packets (the guard's secret rules, :func:`~.redaction_core.mask_secrets`, then
+    Hermes's own pass under its bounds). Nothing of
     it is logged; the dashboard's auth guards the route like every plugin route."""
     from . import host
-    from .handoff.redaction import redact
     from .hostinfo import hermes_home
     from .maintenance.compaction_records import record_of
+    from .redaction_core import host_pass, mask_secrets
     from .runtime import current_runtime
     from .store import message_text
 
@@ -289,7 +290,8 @@ def originals_of(session: str, op: str) -> dict[str, Any]:
     first, last = store.compacted_ranges([session]).get(
         info.snapshot_id, (info.first_turn or 1, info.last_turn or (info.first_turn or 1) + info.message_count - 1))
     masker = host.host_redactor()
-    turns = [{"turn": n, "role": str(m.get("role") or ""), "content": redact(message_text(m) or "", masker)}
+    turns = [{"turn": n, "role": str(m.get("role") or ""),
+              "content": host_pass(mask_secrets(message_text(m) or ""), masker)}
              for n, m in store.snapshot_turns(info.snapshot_id, first, last)]
     return {"guard": "on", "compaction": record, "first_turn": first, "last_turn": last, "turns": turns}
 

@@ -32,54 +32,18 @@ import re
 from collections.abc import Callable
 
 from ..fail_open import failing_open
+
+# The shared part lives below every part: the audit log's mask uses it too (re-exported here)
+from ..redaction_core import HOST_PASS_MAX_CHARS as HOST_PASS_MAX_CHARS
+from ..redaction_core import HOST_PASS_MAX_LINE as HOST_PASS_MAX_LINE
+from ..redaction_core import MASK as MASK
+from ..redaction_core import PRIVATE_KEY as _PRIVATE_KEY
+from ..redaction_core import TOKEN_TRIGGERS as _TOKEN_TRIGGERS
+from ..redaction_core import TOKENS as _TOKENS
+from ..redaction_core import host_pass as host_pass
+from ..redaction_core import normalise as normalise
 from . import rule_set
 
-MASK = "[REDACTED]"
-
-# Invisible characters people (or a paste) leave inside a token.
-_INVISIBLE = re.compile("[\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff]")
-
-
-def normalise(text: str) -> str:
-    """``text`` without zero-width characters and soft hyphens."""
-    return _INVISIBLE.sub("", text) if text else text
-
-
-# Known key / token shapes: the whole match is the secret.
-_TOKEN_PATTERNS = [
-    r"sk-(?:ant-|proj-|or-|svcacct-|admin-)?[A-Za-z0-9_\-]{12,}",  # OpenAI / Anthropic / OpenRouter
-    r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}",  # Stripe
-    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
-    r"github_pat_[A-Za-z0-9_]{20,}",
-    r"glpat-[A-Za-z0-9_\-]{16,}",  # GitLab
-    r"xox[abeoprs]-[A-Za-z0-9\-]{10,}",  # Slack
-    r"xapp-\d+-[A-Za-z0-9\-]{10,}",
-    r"AIza[0-9A-Za-z_\-]{30,}",  # Google API key
-    r"ya29\.[0-9A-Za-z_\-]{20,}",  # Google OAuth access token
-    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}",  # AWS access key id
-    r"hf_[A-Za-z0-9]{20,}",  # Hugging Face
-    r"npm_[A-Za-z0-9]{30,}",
-    r"pypi-[A-Za-z0-9_\-]{30,}",
-    r"(?:gsk|xai|tvly|pplx|fw)[_-][A-Za-z0-9]{20,}",
-    r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",  # SendGrid
-    r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
-    r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]+",  # Slack webhook
-    r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]+",  # Discord webhook
-    r"ntn_[A-Za-z0-9]{40,}",  # Notion integration token
-    r"secret_[A-Za-z0-9]{40,}",  # Notion internal integration secret (the older form)
-    r"access_token\$(?:production|sandbox|development|qa)\$[a-z0-9]{16}\$[a-f0-9]{32}",  # Braintree
-]
-
-_PRIVATE_KEY = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-    re.DOTALL,
-)
-_TOKENS = re.compile("|".join(f"(?:{p})" for p in _TOKEN_PATTERNS))
-# The literal starts of _TOKEN_PATTERNS (the pattern runs only near them)
-_TOKEN_TRIGGERS = ("sk-", "sk_", "rk_", "pk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
-                   "xapp-", "aiza", "ya29.", "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa", "abia",
-                   "acca", "hf_", "npm_", "pypi-", "gsk", "xai", "tvly", "pplx", "fw_", "fw-", "sg.", "eyj",
-                   "https://", "ntn_", "secret_", "access_token$")
 _TELEGRAM = re.compile(r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b")  # Telegram bot token
 _TELEGRAM_SECRET = re.compile(r":[A-Za-z0-9_\-]{35}")  # its secret half, found from the literal ":"
 _TWILIO_SID = re.compile(r"\b(?:SK|AC)[0-9a-fA-F]{32}\b")  # Twilio API key / account SIDs
@@ -460,43 +424,6 @@ def redact(text: str, host_redactor: Callable[[str], str] | None = None,
     if not text:
         return text
     return host_pass(mask_known(redact_guard_patterns(text), known), host_redactor)
-
-
-# Hermes's redactor takes time quadratic in a long run of letters and digits (18 s for a
-# 120 KB token on 0.19): it sees at most HOST_PASS_MAX_CHARS characters of a text (a
-# hand-off packet, whose fields are clipped before, is far shorter), in pieces of at most
-# HOST_PASS_MAX_LINE characters.
-HOST_PASS_MAX_CHARS = 65_536
-HOST_PASS_MAX_LINE = 2_048
-
-
-def host_pass(text: str, host_redactor: Callable[[str], str] | None) -> str:
-    """Hermes's own ``redact_sensitive_text`` last, when there is one, line by line (a
-    rule of it that runs over a line end, like its connection-string rule, can never
-    delete a line, so never a section of a packet), on at most
-    :data:`HOST_PASS_MAX_CHARS` characters in pieces of at most
-    :data:`HOST_PASS_MAX_LINE`. Fails open: the guard's passes already ran, so a failing
-    host pass is logged and the text kept."""
-    if host_redactor is None or not text:
-        return text
-    with failing_open("Hermes's redaction pass", "the guard's own passes still applied", advice=None,
-                      level=logging.WARNING):
-        return _by_line(text, host_redactor)
-    return text
-
-
-def _by_line(text: str, host_redactor: Callable[[str], str]) -> str:
-    bounded, rest = text[:HOST_PASS_MAX_CHARS], text[HOST_PASS_MAX_CHARS:]
-    out = []
-    for line in bounded.split("\n"):
-        if not line.strip():
-            out.append(line)
-        elif len(line) <= HOST_PASS_MAX_LINE:
-            out.append(host_redactor(line))
-        else:
-            out.append("".join(host_redactor(line[i:i + HOST_PASS_MAX_LINE])
-                               for i in range(0, len(line), HOST_PASS_MAX_LINE)))
-    return "\n".join(out) + rest
 
 
 # -- values seen with their context, masked wherever they are echoed -------------------

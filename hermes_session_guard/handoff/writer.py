@@ -21,8 +21,9 @@ At most ``handoff.max_auto_handoffs`` automatic hand-offs happen per lineage
 guard's ``session_guard_handoffs`` table inside one sqlite transaction, so it
 holds across processes sharing a state.db.
 
-Runs from the built-in ``session_guard_after_compression`` hook, after the
-compression itself succeeded. Nothing here raises into the host.
+Runs from the hand-off extension's ``session_guard_after_compression`` hook
+(:mod:`.extension`), after the compression itself succeeded. Nothing here raises
+into the host.
 """
 
 from __future__ import annotations

@@ -41,17 +41,6 @@ def session_guard_buffer_tables() -> list[BufferTable]:
 
 
 @hookimpl
-def session_guard_after_compression(session_id: str, op_id: str, compressed: list[Any], agent: Any) -> None:
-    """Bounded hand-off to a fresh session after repeated compressions (``handoff:``)."""
-    from ..handoff.writer import after_compression
-    from ..runtime import current_runtime
-
-    runtime = current_runtime()
-    if runtime is not None and runtime.config.handoff.enabled:
-        after_compression(runtime, agent, session_id, op_id, compressed)
-
-
-@hookimpl
 def session_guard_compaction_event(event: CompactionEvent, agent: Any) -> None:
     """The compaction events on the client streams and chats, and as OpenTelemetry
     span and metrics when its API is importable (docs/events.md)."""

@@ -15,6 +15,9 @@ from . import specs as hookspecs
 
 _manager: pluggy.PluginManager | None = None
 _manager_lock = threading.Lock()
+# The extensions switched on inside the package (by name): registered on the manager
+# now, or when it is built (switch_extension)
+_switched_on: dict[str, object] = {}
 log = logging.getLogger("hermes_session_guard")
 
 
@@ -35,9 +38,31 @@ def _build() -> pluggy.PluginManager:
             pm = pluggy.PluginManager(hookspecs.PROJECT)
             pm.add_hookspecs(hookspecs)
             pm.register(builtin_hooks, name="builtin")
+            for name, plugin in _switched_on.items():
+                pm.register(plugin, name=name)
             load_extensions(pm, _entry_points())
             _manager = pm
         return _manager
+
+
+def switch_extension(name: str, plugin: object, on: bool) -> None:
+    """Register the extension ``plugin`` under ``name`` (``on``) or unregister it: the
+    composition root's switch for an extension inside the package, as its option says.
+    A manager not built yet registers it when it is built, after the built-in hooks
+    and before the installed extensions. Idempotent."""
+    with _manager_lock:
+        if on:
+            _switched_on[name] = plugin
+        else:
+            _switched_on.pop(name, None)
+        pm = _manager
+        if pm is None:
+            return
+        registered = pm.get_plugin(name)
+        if on and registered is None:
+            pm.register(plugin, name=name)
+        elif not on and registered is plugin:
+            pm.unregister(name=name)
 
 
 def _entry_points() -> Iterable[metadata.EntryPoint]:

@@ -71,9 +71,9 @@ def session_guard_after_compression(
     once the session's compression lock is released and outside the operation's
     pinned log context. ``agent`` is the host's agent
     object. ``compressed`` is the list the conversation continues with: an
-    implementation that forks the conversation explicitly (the built-in
-    hand-off) replaces its contents in place. Exceptions are logged, never
-    raised into the host."""
+    implementation that forks the conversation explicitly (the hand-off
+    extension, ``handoff/extension.py``) replaces its contents in place.
+    Exceptions are logged, never raised into the host."""
 
 
 @hookspec

@@ -95,7 +95,6 @@ from ..contract.generations import (
     turn_last,
 )
 from ..fail_open import failing_open
-from ..handoff.redaction import redact_guard_patterns
 from ..hooks.manager import get_plugin_manager
 from ..hooks.specs import (
     COMPACTION_COMPLETED,
@@ -115,6 +114,7 @@ from ..locks.session_lock import (
     LockUnavailable,
     holder_id,
 )
+from ..redaction_core import mask_secrets
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
 from ..store import SnapshotGone, SnapshotInfo, content_digest, message_text, text_hash
@@ -450,7 +450,7 @@ class _Operation:
                 event = replace(
                     event, name=_EVENT_OF.get(outcome.status, COMPACTION_FAILED), messages_after=outcome.messages_after,
                     summary_chars=outcome.summary_chars, snapshot_id=outcome.snapshot_id, outcome=outcome.status,
-                    reason=redact_guard_patterns(reason)[:300] if reason else None, error_type=self.error_type,
+                    reason=mask_secrets(reason)[:300] if reason else None, error_type=self.error_type,
                     duration_ms=round((time.perf_counter() - self.started) * 1000, 2), summary_ms=summary_ms,
                     lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
                     messages_buffered=self.buffered_meanwhile(),

@@ -71,7 +71,7 @@ def test_ids_are_written_unscanned_and_other_strings_go_through_the_secret_rules
     from hermes_session_guard import audit
 
     scanned: list[str] = []
-    monkeypatch.setattr(audit, "redact_guard_patterns", lambda value: scanned.append(value) or "[masked]")
+    monkeypatch.setattr(audit, "mask_secrets", lambda value: scanned.append(value) or "[masked]")
     monkeypatch.setattr(audit, "_clean_values", set())
     out = audit.scrubbed({"event": "compression.done", "session_id": "S-1", "session_id_after": "S-2",
                           "snapshot_id": "S-1.snapshot.1", "lock_holder": "pid:1:op", "reason": "why"})
