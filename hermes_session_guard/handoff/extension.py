@@ -13,7 +13,6 @@ from typing import Any
 
 from ..hooks.specs import hookimpl
 from ..runtime import current_runtime
-from .writer import after_compression
 
 NAME = "handoff"
 
@@ -23,6 +22,8 @@ def session_guard_after_compression(session_id: str, op_id: str, compressed: lis
     """Bounded hand-off to a fresh session after repeated compressions (``handoff:``); it
     runs after the other extensions' implementations of the hook, as it may replace
     ``compressed`` (the conversation's continuation) in place."""
+    from .writer import after_compression  # the writer and the packet load at the first compaction, not at start
+
     runtime = current_runtime()
     if runtime is not None:
         after_compression(runtime, agent, session_id, op_id, compressed)

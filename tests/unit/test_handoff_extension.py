@@ -13,7 +13,7 @@ import pytest
 import hermes_session_guard
 from hermes_session_guard import audit, redaction_core
 from hermes_session_guard.config import parse_config
-from hermes_session_guard.handoff import extension
+from hermes_session_guard.handoff import extension, writer
 from hermes_session_guard.handoff.redaction import redact_guard_patterns
 from hermes_session_guard.hooks import manager
 from hermes_session_guard.hooks.manager import get_plugin_manager
@@ -42,7 +42,7 @@ def handoff_runtime(tmp_path: Path) -> Iterator[Runtime]:
 def handed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """The calls the extension makes to the hand-off writer."""
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(extension, "after_compression", lambda *args: calls.append(args))
+    monkeypatch.setattr(writer, "after_compression", lambda *args: calls.append(args))
     return calls
 
 
