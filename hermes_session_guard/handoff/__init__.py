@@ -1,1 +1,2 @@
-"""Hand-off to a fresh session: packets, their writer, redaction."""
+"""Hand-off to a fresh session, an extension on the guard's hooks (:mod:`.extension`):
+packets, their writer, redaction."""
