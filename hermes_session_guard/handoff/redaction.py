@@ -248,11 +248,11 @@ def _mask_blob(m: re.Match[str]) -> str:
     return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT.search(run) else run
 
 
-# A bare token (no spaces, quotes, ``=`` or ``:`` inside; base64 padding at its end) of
+# A bare token (no spaces, quotes, ``%``, ``=`` or ``:`` inside; base64 padding at its end) of
 # 12+ characters: masked when it looks generated (:mod:`.shape`)
-_TOKEN_CHARS = r"A-Za-z0-9+/_\-.$~"
+_TOKEN_CHARS = r"A-Za-z0-9+/_\-.$~!@#&*"
 _BARE_TOKEN = re.compile(rf"(?<![{_TOKEN_CHARS}])[{_TOKEN_CHARS}]{{12,}}={{0,2}}(?![{_TOKEN_CHARS}])")
-_TOKEN_EDGES = "._-~$/+"
+_TOKEN_EDGES = "._-~$/+*!#"
 _TOKEN_PART = re.compile(r"[^/._\-]+")
 
 

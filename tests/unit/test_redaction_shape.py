@@ -72,7 +72,12 @@ ORDINARY = [
     '<img src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAC">',
     "the token count was 41442 and the API key name is ProdKey2024Main",
     "version 1.2.3-beta.4+build.20240101, ticket JIRA-1234, ARN arn:aws:iam::123456789012:role/Deploy",
+    "strftime %Y%m%d%H%M%S, colour #FFD700/#FFBF00, mail devops.team2024@company.com, 2>&1 && $HOME/.config",
 ]
+
+
+def test_a_password_with_symbols_is_one_token() -> None:
+    assert redact("the vpn: use Tr0ub4dor&3xQ9z today") == f"the vpn: use {MASK} today"
 
 
 @pytest.mark.parametrize("text", ORDINARY)
