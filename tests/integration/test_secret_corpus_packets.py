@@ -26,7 +26,8 @@ CONTROLS: list[str] = CORPUS["controls"]
 ORDINARY: list[str] = CORPUS["ordinary"]
 # each held-out set and the fraction masked in the note and the request it is held at
 # (tests/unit/test_secret_corpus.py, docs/redaction.md)
-HELD_OUT_SETS = {"held_out": 0.97, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 0.97}
+HELD_OUT_SETS = {"held_out": 0.97, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 0.97,
+                 "held_out_5": 44 / 45}
 SID = "20260604_100000_eeeeee"
 
 

@@ -5,8 +5,9 @@ before they are clipped) and audit events; the non-secret controls come out unch
 The corpus's held-out sets were written before the rules that catch them and are not
 tuned on: ``held_out`` (same kinds, other spellings and contexts), ``held_out_2`` (the
 kinds reported missed and others) and ``held_out_3`` (connection strings, flags, config;
-the forms each missed when first measured moved to the tuned set), and ``held_out_4``
-(written before the last tuning round, never tuned on). Each is held at its measured
+the forms each missed when first measured moved to the tuned set), ``held_out_4``
+(written before the last tuning round) and ``held_out_5`` (written without sight of the
+rules, measured once after the generic detectors were committed). Each is held at its measured
 fraction of forms masked in every field of a packet; the 97 % target is not met on a
 set's first measurement (docs/redaction.md)."""
 
@@ -32,8 +33,11 @@ HELD_OUT: list[dict[str, str]] = CORPUS["held_out"]
 # after the forms they missed when first measured (8 of 47, 9 of 33) moved to the tuned set.
 # The generic detectors (a value beside a secret name, a bare generated-looking token) mask
 # all four sets whole; they were written with these sets in view, so each is held at the
-# 97 % target, and only a set measured once after them tells how they generalise.
-HELD_OUT_SETS = {"held_out": 0.97, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 0.97}
+# 97 % target, and only a set measured once after them tells how they generalise:
+# held_out_5 (45 forms, written without sight of the rules, first measured after the
+# detectors were committed: 44 of 45) is held at that measurement.
+HELD_OUT_SETS = {"held_out": 0.97, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 0.97,
+                 "held_out_5": 44 / 45}
 IDS = [e["name"] for e in SECRETS]
 # Provider token forms only the shipped rule sets know: hex after a prefix, which neither the
 # guard's own rules nor its shape detector take for a secret (age, Heroku, Terraform Cloud,
