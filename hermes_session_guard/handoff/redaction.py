@@ -248,12 +248,18 @@ def _mask_blob(m: re.Match[str]) -> str:
     return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT.search(run) else run
 
 
-# A bare token (no spaces, quotes, ``%``, ``=`` or ``:`` inside; base64 padding at its end) of
+# A bare token (no spaces, quotes, ``%``, ``&``, ``=`` or ``:`` inside; base64 padding at its end) of
 # 12+ characters: masked when it looks generated (:mod:`.shape`)
-_TOKEN_CHARS = r"A-Za-z0-9+/_\-.$~!@#&*"
+_TOKEN_CHARS = r"A-Za-z0-9+/_\-.$~!@#*"
 _BARE_TOKEN = re.compile(rf"(?<![{_TOKEN_CHARS}])[{_TOKEN_CHARS}]{{12,}}={{0,2}}(?![{_TOKEN_CHARS}])")
 _TOKEN_EDGES = "._-~$/+*!#"
 _TOKEN_PART = re.compile(r"[^/._\-]+")
+
+
+# A digest named by its algorithm, in base64 of that digest's length: a Subresource
+# Integrity value (``sha512-…``), a go.sum ``h1:`` line; like a hex digest, a record, not a key
+_NAMED_DIGEST = re.compile(r"(?i)(?:sha1[-:][A-Za-z0-9+/]{27}=|(?:sha256[-:]|h1:)[A-Za-z0-9+/]{43}="
+                           r"|sha384[-:][A-Za-z0-9+/]{64}|sha512[-:][A-Za-z0-9+/]{86}==)")
 
 
 def _mask_generated(m: re.Match[str]) -> str:
@@ -261,6 +267,8 @@ def _mask_generated(m: re.Match[str]) -> str:
     path (a token that starts with ``/``, ``~/`` or ``./``) only its generated parts."""
     token = m.group(0)
     if not shape.looks_generated(token):
+        return token
+    if _NAMED_DIGEST.fullmatch(m.string, max(0, m.start() - 3), m.end()) or _NAMED_DIGEST.fullmatch(token):
         return token
     before = max(0, m.start() - 160)
     if m.string.find("base64,", before, m.start()) >= 0 and _DATA_URI.search(m.string, before, m.start()):
@@ -276,14 +284,14 @@ def _mask_generated(m: re.Match[str]) -> str:
 # …``, ``define('AUTH_KEY', '…')``, ``api key -> …``, ``--token …``, ``"signature" => "…"``,
 # ``the dsn is …``. Tried where the word occurs; the value is masked when it looks like a
 # credential (:func:`.shape.value_looks_secret`), so ``primary_key: id`` stays.
-_CONTEXT_WORD = (r"(?i:password|passwd|passphrase|passcode|pass|pwd|keys|key|auth|signature|sig|dsn|credentials"
+_CONTEXT_WORD = (r"(?i:password|passwd|passphrase|passcode|pass|pwd|keys|key|oauth|auth|signature|sig|dsn|credentials"
                  r"|credential|creds|cred|salt|seed|secret|token|psk|private)")
 _CONTEXT_VALUE = re.compile(
     _CONTEXT_WORD + r"(?P<suffix>[A-Za-z0-9_.\-]{0,32})[\"'`]?"
     r"(?P<sep>[ \t]{0,8}(?:=>|:=|->|\u2192|==|[=:\uff1a\uff1d]|,)[ \t]{0,8}|[ \t]{1,8}(?:(?:is|was|are)[ \t]{1,8})?)"
     r"(?P<q>[\"'`]?)(?P<value>[^\s\"'`,;)}\]<>|]{8,256})")
-_CONTEXT_TRIGGERS = ("pass", "pwd", "key", "auth", "sig", "dsn", "cred", "salt", "seed", "secret", "token", "psk",
-                     "private")
+_CONTEXT_TRIGGERS = ("pass", "pwd", "key", "oauth", "auth", "sig", "dsn", "cred", "salt", "seed", "secret", "token",
+                     "psk", "private")
 # What may follow the word in the name: nothing, digits, or a new part (``KEY_PROD``,
 # ``Key2``, ``-key-v2``), never more of a longer word (``keyboard``, ``tokenizer``, ``passage``)
 _NAME_SUFFIX = re.compile(r"(?:[0-9]{0,4}(?:[_.\-][A-Za-z0-9_.\-]{0,28})?|[A-Z][A-Za-z0-9_.\-]{0,31})")

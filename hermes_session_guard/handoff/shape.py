@@ -9,7 +9,7 @@ by its first :data:`MAX_JUDGED` characters) looks generated when:
 
 - it mixes capitals, small letters and digits and holds at least
   :data:`MIN_THREE_CLASS` of them, or mixes two of the three and holds at least
-  :data:`MIN_TWO_CLASS` (symbols such as ``!@#$&*`` join a password's pieces but are
+  :data:`MIN_TWO_CLASS` (symbols such as ``!@#$*`` join a password's pieces but are
   not counted);
 - it is not hex (with or without ``0x``: git and image digests, ids, checksums, UUIDs
   cut at their dashes) and has at least 4 letters;
@@ -109,10 +109,23 @@ _LONG_HEX = re.compile(r"(?=[0-9a-fA-F]{0,255}[a-fA-F])[0-9a-f]{16,256}|(?=[0-9A
 
 def value_looks_secret(value: str) -> bool:
     """Whether a value given beside a secret-ish name (``Subscription-Key: …``, ``api key -> …``,
-    ``--token …``) looks like a credential: 16+ hex digits with a letter among them, or
+    ``--token …``) looks like a credential: 16+ hex digits with a letter among them,
     generated-looking at :data:`CONTEXT_MIN_THREE_CLASS` / :data:`CONTEXT_MIN_TWO_CLASS`
-    characters. A word, a path, a number or a version is not."""
+    characters, or letters and digits interleaved (:func:`_interleaved`). A word, a path,
+    a number or a version is not."""
     if value.startswith(("/", "~/", "./")) or "://" in value:
         return False
-    return _LONG_HEX.fullmatch(value) is not None or looks_generated(value, CONTEXT_MIN_THREE_CLASS,
-                                                                     CONTEXT_MIN_TWO_CLASS)
+    return (_LONG_HEX.fullmatch(value) is not None
+            or looks_generated(value, CONTEXT_MIN_THREE_CLASS, CONTEXT_MIN_TWO_CLASS)
+            or any(_interleaved(p) for p in _SEPARATORS.split(value)))
+
+
+_DIGIT_RUN = re.compile(r"[0-9]+")
+
+
+def _interleaved(part: str) -> bool:
+    """12+ letters and digits with digits in 3+ places among 4+ letters (``2jywq5dr9p15ng``):
+    generated, where words with a number (``created_at_2024``, ``user2admin``) have one or two."""
+    classes, size = _classes(part[:MAX_JUDGED])
+    return (size >= CONTEXT_MIN_TWO_CLASS and classes >= 2 and len(_DIGIT_RUN.findall(part[:MAX_JUDGED])) >= 3
+            and size - sum(c.isdigit() for c in part[:MAX_JUDGED]) >= 4)
