@@ -12,7 +12,9 @@ what it finds with ``[REDACTED]``:
    credentials, headers, cookies, command-line passwords, ``.pgpass`` and ``.netrc``
    lines, Docker ``"auth"``, webhook URLs, PuTTY and header-less key bodies, YAML
    block scalars, assignments (full-width separators too) and prose, the rest of a
-   value split over two lines;
+   value split over two lines; then the generic detectors (ADR 0030): a value beside a
+   secret-ish name in any common syntax, and a bare token that looks generated
+   (:mod:`.shape`);
 4. values masked with their context elsewhere (:func:`masked_values`), wherever they
    are echoed bare (:func:`mask_known`);
 5. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
