@@ -123,6 +123,19 @@ def alnum_token(n: int) -> str:
     return "".join(rng.choice(B64[:62]) for _ in range(n))
 
 
+def generated_tokens(n: int) -> str:
+    """Random 12-24 character letter-and-digit tokens separated by spaces (each one goes
+    through the shape detector)."""
+    rng = _rng()
+    out = []
+    size = 0
+    while size < n:
+        token = "".join(rng.choice(B64[:62]) for _ in range(rng.randint(12, 24)))
+        out.append(token)
+        size += len(token) + 1
+    return " ".join(out)[:n]
+
+
 KINDS: dict[str, Callable[[int], str]] = {
     "prose": prose,
     "conversation+secrets": conversation_with_secrets,
@@ -139,6 +152,12 @@ KINDS: dict[str, Callable[[int], str]] = {
     "AAAA": repeated("A"),
     "curl -u ": repeated("curl -u "),
     "x=\"": repeated('x="'),
+    "generated tokens": generated_tokens,
+    "key ": repeated("key "),
+    "token -> ": repeated("token -> "),
+    " -p ": repeated(" -p "),
+    "a-": repeated("a-"),
+    "Ab1.": repeated("Ab1."),
 }
 
 

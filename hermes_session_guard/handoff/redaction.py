@@ -12,7 +12,9 @@ what it finds with ``[REDACTED]``:
    credentials, headers, cookies, command-line passwords, ``.pgpass`` and ``.netrc``
    lines, Docker ``"auth"``, webhook URLs, PuTTY and header-less key bodies, YAML
    block scalars, assignments (full-width separators too) and prose, the rest of a
-   value split over two lines;
+   value split over two lines; then the generic detectors (ADR 0031): a value beside a
+   secret-ish name in any common syntax, and a bare token that looks generated
+   (:mod:`.shape`);
 4. values masked with their context elsewhere (:func:`masked_values`), wherever they
    are echoed bare (:func:`mask_known`);
 5. Hermes's own ``redact_sensitive_text`` (forced on), where the installed release
@@ -42,7 +44,7 @@ from ..redaction_core import TOKEN_TRIGGERS as _TOKEN_TRIGGERS
 from ..redaction_core import TOKENS as _TOKENS
 from ..redaction_core import host_pass as host_pass
 from ..redaction_core import normalise as normalise
-from . import rule_set
+from . import rule_set, shape
 
 _TELEGRAM = re.compile(r"\b\d{8,10}:[A-Za-z0-9_\-]{35}\b")  # Telegram bot token
 _TELEGRAM_SECRET = re.compile(r":[A-Za-z0-9_\-]{35}")  # its secret half, found from the literal ":"
@@ -212,6 +214,77 @@ def _mask_blob(m: re.Match[str]) -> str:
     return MASK if _SMALL.search(run) and _CAPITAL.search(run) and _DIGIT.search(run) else run
 
 
+# A bare token (no spaces, quotes, ``%``, ``&``, ``=`` or ``:`` inside; base64 padding at its end) of
+# 12+ characters: masked when it looks generated (:mod:`.shape`)
+_TOKEN_CHARS = r"A-Za-z0-9+/_\-.$~!@#*"
+_BARE_TOKEN = re.compile(rf"(?<![{_TOKEN_CHARS}])[{_TOKEN_CHARS}]{{12,}}={{0,2}}(?![{_TOKEN_CHARS}])")
+_TOKEN_EDGES = "._-~$/+*!#"
+_TOKEN_PART = re.compile(r"[^/._\-]+")
+
+
+# A digest named by its algorithm, in base64 of that digest's length: a Subresource
+# Integrity value (``sha512-…``), a go.sum ``h1:`` line; like a hex digest, a record, not a key
+_NAMED_DIGEST = re.compile(r"(?i)(?:sha1[-:][A-Za-z0-9+/]{27}=|(?:sha256[-:]|h1:)[A-Za-z0-9+/]{43}="
+                           r"|sha384[-:][A-Za-z0-9+/]{64}|sha512[-:][A-Za-z0-9+/]{86}==)")
+
+
+def _mask_generated(m: re.Match[str]) -> str:
+    """A generated-looking token masked (its edge punctuation kept); in a path or a URL's
+    path (a token that starts with ``/``, ``~/`` or ``./``) only its generated parts."""
+    token = m.group(0)
+    if not shape.looks_generated(token):
+        return token
+    if _NAMED_DIGEST.fullmatch(m.string, max(0, m.start() - 3), m.end()) or _NAMED_DIGEST.fullmatch(token):
+        return token
+    before = max(0, m.start() - 160)
+    if m.string.find("base64,", before, m.start()) >= 0 and _DATA_URI.search(m.string, before, m.start()):
+        return token  # the content of a data: URI (an image, a font), not a key
+    if token.startswith(("/", "~/", "./")):
+        return _TOKEN_PART.sub(lambda p: MASK if shape.part_looks_generated(p.group(0)) else p.group(0), token)
+    core = token.strip(_TOKEN_EDGES).rstrip("=") or token
+    start = token.find(core)
+    return token[:start] + MASK + token[start + len(core):]
+
+
+# A name that says its value is a credential, in any common syntax: ``Subscription-Key:
+# …``, ``define('AUTH_KEY', '…')``, ``api key -> …``, ``--token …``, ``"signature" => "…"``,
+# ``the dsn is …``. Tried where the word occurs; the value is masked when it looks like a
+# credential (:func:`.shape.value_looks_secret`), so ``primary_key: id`` stays.
+_CONTEXT_WORD = (r"(?i:password|passwd|passphrase|passcode|pass|pwd|keys|key|oauth|auth|signature|sig|dsn|credentials"
+                 r"|credential|creds|cred|salt|seed|secret|token|psk|private)")
+_CONTEXT_VALUE = re.compile(
+    _CONTEXT_WORD + r"(?P<suffix>[A-Za-z0-9_.\-]{0,32})[\"'`]?"
+    r"(?P<sep>[ \t]{0,8}(?:=>|:=|->|\u2192|==|[=:\uff1a\uff1d]|,)[ \t]{0,8}|[ \t]{1,8}(?:(?:is|was|are)[ \t]{1,8})?)"
+    r"(?P<q>[\"'`]?)(?P<value>[^\s\"'`,;)}\]<>|]{8,256})")
+_CONTEXT_TRIGGERS = ("pass", "pwd", "key", "oauth", "auth", "sig", "dsn", "cred", "salt", "seed", "secret", "token",
+                     "psk", "private")
+# What may follow the word in the name: nothing, digits, or a new part (``KEY_PROD``,
+# ``Key2``, ``-key-v2``), never more of a longer word (``keyboard``, ``tokenizer``, ``passage``)
+_NAME_SUFFIX = re.compile(r"(?:[0-9]{0,4}(?:[_.\-][A-Za-z0-9_.\-]{0,28})?|[A-Z][A-Za-z0-9_.\-]{0,31})")
+# Short command-line options that take a password or a key: -p, -P, -w, -N, -k (after a space)
+_SHORT_FLAG = re.compile(r"-[pPwNk](?:[ \t]{1,8}|=)?(?P<q>[\"'`]?)(?P<value>[^\s\"'`,;)}\]<>|]{8,256})")
+
+
+def _mask_context_value(m: re.Match[str]) -> str:
+    value = m.group("value").rstrip(".!?:")
+    if value.startswith("[REDACTED") or MASK in value or rule_set.is_placeholder(value):
+        return m.group(0)
+    if "suffix" in m.groupdict():
+        suffix = m.group("suffix")
+        if not _NAME_SUFFIX.fullmatch(suffix) or (suffix and _NOT_SECRET_SUFFIX.search(suffix)):
+            return m.group(0)  # keyboard, tokenizer, keyName, token_uri
+        start = m.start()
+        if start and (m.string[start - 1].isalpha() and m.string[start - 1].islower()
+                      and m.group(0)[0].islower()):
+            return m.group(0)  # monkey, turnkey: the word inside a longer one
+    elif m.start() and not m.string[m.start() - 1].isspace():
+        return m.group(0)  # an option only after a space
+    if not shape.value_looks_secret(value):
+        return m.group(0)
+    head = m.group(0)[: m.start("value") - m.start()]
+    return head + MASK + m.group(0)[m.start("value") - m.start() + len(value):]
+
+
 def redact_block_scalars(text: str) -> str:
     """The indented lines of a YAML block scalar (``>``/``|``) under a secret key."""
     if ">" not in text and "|" not in text:
@@ -233,9 +306,14 @@ def redact_block_scalars(text: str) -> str:
     return "\n".join(lines)
 
 
+def _mask_continuation(m: re.Match[str]) -> str:
+    """The rest of a split value when it looks like one (a word with a number, ``release2024``, is not)."""
+    return f"{m.group(1)}{MASK}" if shape.value_looks_secret(m.group(2).rstrip("=")) else m.group(0)
+
+
 def redact_continuations(text: str) -> str:
     """A value split over two lines: the token-only line after a masked line end."""
-    return rule_set.sub_near(_CONTINUATION, _keep_head, text, _MASK_TRIGGERS, before=16, after=600)
+    return rule_set.sub_near(_CONTINUATION, _mask_continuation, text, _MASK_TRIGGERS, before=16, after=600)
 
 
 _MASK_TRIGGERS = ("[redacted]", "***")
@@ -294,11 +372,17 @@ def _keep_head(m: re.Match[str]) -> str:
     return f"{m.group(1)}{MASK}"
 
 
+# A word between the keyword and "is" that makes the sentence about something else than the
+# secret's value: "the token count was 41442", "the API key name is ProdKey2024Main"
+_PROSE_ABOUT = re.compile(r"(?i)\b(?:names?|ids?|counts?|length|size|limit|budget|usage|type|format|expiry|ttl"
+                          r"|file|path|url|prefix|policy|version)\b")
+
+
 def _redact_prose_password(m: re.Match[str]) -> str:
     value = m.group(2)
     if (value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value) or _CODE_VALUE.match(value)
-            or rule_set.is_placeholder(value.rstrip(".,;:!?"))):
-        return m.group(0)  # "the secret to good BPE is merges", "the token is invalid"
+            or rule_set.is_placeholder(value.rstrip(".,;:!?")) or _PROSE_ABOUT.search(m.group(1))):
+        return m.group(0)  # "the secret to good BPE is merges", "the token is invalid", "the token count was 4"
     return m.group(1) + MASK
 
 
@@ -378,9 +462,12 @@ _GUARD_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str],
     (_PROSE_PASSWORD, _redact_prose_password, ("password", "passphrase", "passwd", "passcode", "pin", "secret",
                                                "api key", "token", "pre-shared", "psk")),
     (_PASSWORD_VALUE, _redact_secretish, ("password", "passwd", "passphrase", "pw")),
+    (_CONTEXT_VALUE, _mask_context_value, _CONTEXT_TRIGGERS),
+    (_SHORT_FLAG, _mask_context_value, ("-p", "-P", "-w", "-N", "-k")),
+    (_BARE_TOKEN, _mask_generated, ()),
 ]
 
-_ANCHORED_RULES = {_TOKENS, _NETRC, _ASSIGNMENT, _PROSE_PASSWORD}
+_ANCHORED_RULES = {_TOKENS, _NETRC, _ASSIGNMENT, _PROSE_PASSWORD, _CONTEXT_VALUE, _SHORT_FLAG}
 
 
 def redact_guard_patterns(text: str, with_rule_sets: bool = True) -> str:

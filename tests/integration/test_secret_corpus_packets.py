@@ -26,7 +26,8 @@ CONTROLS: list[str] = CORPUS["controls"]
 ORDINARY: list[str] = CORPUS["ordinary"]
 # each held-out set and the fraction masked in the note and the request it is held at
 # (tests/unit/test_secret_corpus.py, docs/redaction.md)
-HELD_OUT_SETS = {"held_out": 32 / 33, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 13 / 30}
+HELD_OUT_SETS = {"held_out": 0.97, "held_out_2": 0.97, "held_out_3": 0.97, "held_out_4": 0.97,
+                 "held_out_5": 0.97}
 SID = "20260604_100000_eeeeee"
 
 
@@ -92,7 +93,7 @@ def test_held_out_forms_in_a_note_and_a_request_are_masked(guard: Any, db: Any, 
 
 def test_ordinary_texts_reach_the_packet_nearly_unchanged(guard: Any, db: Any, home: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """At most 1 of the 20 ordinary technical texts is changed in the note, Hermes's pass included."""
+    """At most 1 of the 22 ordinary technical texts is changed in the note, Hermes's pass included."""
     from hermes_session_guard.commands.cli import main
 
     probe.seed_session(db, SID, probe.seed_messages(4))
