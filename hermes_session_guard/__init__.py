@@ -64,15 +64,42 @@ def register(ctx: Any) -> None:
     with failing_open("registering the session_guard_recall tool",
                       "the agent runs without the session_guard_recall tool; the guard itself stays on",
                       advice=None, level=logging.WARNING):
-        from .summaries.recall_tool import register_recall_tool
+        from .summaries.recall_tool import register_after_toolset_keys, register_recall_tool
 
-        register_recall_tool(ctx)
+        # On Hermes's background discovery thread (0.20), after Hermes writes this launch's
+        # plugin toolset keys (the ``toolset_keys`` seam); any other way, now.
+        if _host.discovering_in_background():
+            register_after_toolset_keys(ctx)
+        else:
+            register_recall_tool(ctx)
     with failing_open("registering the /handoff-packet slash command",
                       "Hermes runs without /handoff-packet; the guard itself stays on", advice=None,
                       level=logging.WARNING):
         from .commands.cli import register_slash_commands
 
         register_slash_commands(ctx)
+    try:
+        _configure_and_install()
+    finally:
+        with failing_open("registering the session_guard_recall tool",
+                          "the agent runs without the session_guard_recall tool; the guard itself stays on",
+                          advice=None, level=logging.WARNING):
+            _register_recall_unless_waiting()
+
+
+def _register_recall_unless_waiting() -> None:
+    """The recall tool held back for Hermes's plugin toolset keys registers now unless the
+    ``toolset_keys`` seam is patched to register it after Hermes writes them."""
+    from .seam_behaviour import SeamState
+    from .summaries.recall_tool import register_waiting
+
+    runtime = current_runtime()
+    if runtime is None or not any(s.name == "toolset_keys" and s.state == SeamState.PATCHED for s in runtime.seams):
+        register_waiting()
+
+
+def _configure_and_install() -> None:
+    """Read ``session_guard:`` from config.yaml and patch the seams (one ERROR line when it cannot)."""
     try:
         config = load_config(hermes_home())
     except ConfigError as exc:

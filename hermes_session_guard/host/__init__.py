@@ -23,6 +23,7 @@ imports are the list: ruff's unused-import rule is off for this file only).
 - :mod:`.engines`: which promises hold for the active context engine
 - :mod:`.facts`: small facts off the installed release for the operator commands
 - :mod:`.rules`: the release's compression rules (defaults, thresholds) for doctor and status
+- :mod:`.toolsets`: the background plugin-discovery thread and toolset resolution (0.20)
 """
 
 from __future__ import annotations
@@ -186,4 +187,5 @@ from .statedb import (
     update_system_prompt,
     write_routing_file,
 )
+from .toolsets import discovered_in_background, discovering_in_background, platform_toolsets
 from .turn_leases import HostTurnLeases, host_turn_leases, in_host_turn

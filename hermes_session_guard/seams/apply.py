@@ -120,6 +120,8 @@ def _signature_matches(func: Any, params: tuple[str, ...]) -> bool:
         names = list(inspect.signature(inspect.unwrap(func)).parameters)
     except (TypeError, ValueError):
         return False
+    if not params:  # declared as taking none (toolset_keys): it still takes none
+        return not names
     return names[: len(params)] == list(params)
 
 

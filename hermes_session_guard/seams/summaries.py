@@ -8,6 +8,7 @@ through, with one ERROR line) except ``wire``, which fails closed.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from contextlib import ExitStack
@@ -19,7 +20,15 @@ from ..fail_open import failing_open, report
 from ..hostinfo import state_db_path
 from ..runtime import Runtime
 from ..store import message_text, text_hash
-from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, has_compacted_history, offered
+from ..summaries.recall_tool import (
+    RECALL_TOOL,
+    SYSTEM_RULE,
+    TOOLSET,
+    calling_session,
+    has_compacted_history,
+    offered,
+    register_waiting,
+)
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
@@ -178,6 +187,48 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
             return wrapped(*args, **kwargs)
 
     return wrapper
+
+
+def toolset_keys_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``hermes_cli.plugins._persist_plugin_toolset_keys`` (0.20): Hermes writes the plugin
+    toolset keys its background discovery registered, then the recall tool registers. The
+    next launch's CLI then never lists ``session_guard`` before its plugins have loaded (its
+    unknown-toolset check printed a warning on stdout); ``agent_toolsets`` gives the
+    toolset back to the agents it belongs to."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            with failing_open(row, "the agent runs without the session_guard_recall tool"):
+                register_waiting()
+
+    return wrapper
+
+
+def agent_toolsets_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``AIAgent.__init__`` (0.20): an agent whose toolsets Hermes resolved from the plugin
+    toolset keys of the last launch (written before the recall tool registered) gets
+    ``session_guard`` when Hermes's own resolution for its platform, with the plugins loaded
+    now, is exactly its list plus ``session_guard``; any other list is left as it is."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with failing_open(row, "the agent keeps the toolsets Hermes gave it"):
+            _with_recall_toolset(kwargs)
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def _with_recall_toolset(kwargs: dict[str, Any]) -> None:
+    toolsets, platform = kwargs.get("enabled_toolsets"), kwargs.get("platform")
+    if (not isinstance(toolsets, list) or TOOLSET in toolsets or not isinstance(platform, str) or not platform
+            or not host.discovered_in_background()):
+        return
+    resolved = host.platform_toolsets(platform)
+    if TOOLSET in resolved and resolved - {TOOLSET} == set(toolsets):
+        # the caller's own list (the CLI keeps it for its banner and /reload-mcp), kept sorted as Hermes sorts it
+        bisect.insort(toolsets, TOOLSET)
 
 
 # -- what people see ------------------------------------------------------------------

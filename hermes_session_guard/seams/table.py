@@ -251,6 +251,11 @@ def _adapter_shim(name: str, attribute: str, params: tuple[str, ...], *, module:
 _NO_SESSION_CHAT = "the API server of 0.13-0.14 has no session chat endpoint"
 _NATIVE_FROM_0_20 = {"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))}
 
+# The recall tool's toolset and the CLI's check of its toolsets (toolset_keys, agent_toolsets).
+_FOREGROUND_DISCOVERY = ("plugins load before the CLI resolves its toolsets, so session_guard is registered when "
+                         "the CLI checks them")
+_NO_EARLY_CHECK = "the CLI no longer checks its toolsets before plugins have loaded (0.22.2)"
+
 SEAMS: tuple[SeamRow, ...] = (
     *seam(
         "compression",
@@ -489,6 +494,33 @@ SEAMS: tuple[SeamRow, ...] = (
             "0.21.0+": {"module": "model_tools",
                         "note": "tool dispatch (agent_runtime_helpers.invoke_tool) calls "
                                 "model_tools.handle_function_call; run_agent's name is a compat alias (0.21+)"},
+        },
+    ),
+    *seam(
+        "toolset_keys",
+        module="hermes_cli.plugins",
+        attribute="_persist_plugin_toolset_keys",
+        wrapper=ss.toolset_keys_wrapper,
+        ranges={
+            "0.13.0-0.20.0": not_needed(_FOREGROUND_DISCOVERY),
+            "0.20.0-0.21.0": {"note": "the recall tool registers after Hermes's background plugin discovery "
+                                      "writes cache/plugin_toolset_keys.json: the CLI's check of the toolsets it "
+                                      "read there never meets session_guard before the guard has loaded"},
+            "0.21.0+": not_needed(_NO_EARLY_CHECK),
+        },
+    ),
+    *seam(
+        "agent_toolsets",
+        module="run_agent",
+        attribute="AIAgent.__init__",
+        params=("self",),
+        wrapper=ss.agent_toolsets_wrapper,
+        ranges={
+            "0.13.0-0.20.0": not_needed(_FOREGROUND_DISCOVERY),
+            "0.20.0-0.21.0": {"note": "an agent whose toolsets came from the plugin toolset keys of the last "
+                                      "launch gets session_guard when Hermes's own resolution for its platform "
+                                      "is that list plus session_guard"},
+            "0.21.0+": not_needed(_NO_EARLY_CHECK),
         },
     ),
     *seam(

@@ -78,7 +78,7 @@ COMPACTION = PROMISES[0].name
 UNCHECKED: tuple[str, ...] = (
     "turn_order", "turn_history", "api_session_chat_turns", "api_session_chat_stream_turns",
     "api_chat_completions_turns", "api_responses_turns", "api_runs_turns", "tui_busy_interrupt",
-    "cli_busy_interrupt", "tui_prompt_enqueue", "tui_prompt_drain",
+    "cli_busy_interrupt", "tui_prompt_enqueue", "tui_prompt_drain", "toolset_keys", "agent_toolsets",
 )
 UNCHECKED_REASON = "no live probe check covers it yet"
 

@@ -224,6 +224,22 @@ def handler(args: Any, **kwargs: Any) -> str:
     return json.dumps({"error": f"session_guard_recall failed: {type(failed.exc).__name__}"})
 
 
+# The plugin context whose recall tool waits for Hermes to write its plugin toolset keys (0.20).
+_waiting: list[Any] = []
+
+
+def register_after_toolset_keys(ctx: Any) -> None:
+    """Register the tool once Hermes's background discovery has written the plugin toolset
+    keys of this launch (the ``toolset_keys`` seam calls :func:`register_waiting`)."""
+    _waiting[:] = [ctx]
+
+
+def register_waiting() -> None:
+    """Register the tool that :func:`register_after_toolset_keys` held back, if any."""
+    while _waiting:
+        register_recall_tool(_waiting.pop())
+
+
 def register_recall_tool(ctx: Any) -> None:
     ctx.register_tool(
         name=RECALL_TOOL,

@@ -112,4 +112,9 @@ HOST_NAMES: dict[str, tuple[str, ...]] = {
     "gateway.session": ("SessionSource.to_dict", "SessionSource.from_dict"),
     "tools.approval": ("has_blocking_approval",),
     "SessionDB compression lock, read by the busy-message seam (0.16+)": ("get_compression_lock_holder",),
+    # The recall tool's toolset and the CLI's toolset check (toolset_keys, agent_toolsets; 0.20).
+    "background plugin discovery and toolset resolution (0.20)": (
+        "hermes_cli.plugins._background_discovery_thread", "hermes_cli.plugins._persist_plugin_toolset_keys",
+        "hermes_cli.tools_config._get_platform_tools", "hermes_cli.config.load_config",
+    ),
 }

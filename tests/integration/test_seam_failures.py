@@ -429,6 +429,27 @@ def _tool_session(ctx: Ctx) -> None:
     ctx.real_turn()
 
 
+@case("toolset_keys", policy="open")
+def _toolset_keys(ctx: Ctx) -> None:
+    from hermes_cli import plugins
+
+    ctx.inject(summary_seams, "register_waiting")
+    plugins._persist_plugin_toolset_keys()  # Hermes's writer still writes this launch's keys
+    written = json.loads((ctx.home / "cache" / "plugin_toolset_keys.json").read_text(encoding="utf-8"))
+    assert isinstance(written.get("toolset_keys"), list), written
+    ctx.assert_said("open")
+    ctx.real_turn(**GUARD_TOOLS)
+
+
+@case("agent_toolsets", policy="open")
+def _agent_toolsets(ctx: Ctx) -> None:
+    ctx.inject(summary_seams, "_with_recall_toolset")
+    agent = ctx.agent(SID, enabled_toolsets=["memory"])
+    assert agent.enabled_toolsets == ["memory"]  # the toolsets Hermes gave it
+    ctx.assert_said("open")
+    ctx.real_turn(**GUARD_TOOLS)
+
+
 def _cli_screens(sid: str) -> tuple[str, str]:
     from .test_summary_visibility import _cli_screens as screens
 
