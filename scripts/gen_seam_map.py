@@ -29,7 +29,7 @@ AREAS = (
     ("hermes_session_guard.seams.gateway", "gateway and buffering"),
     ("hermes_session_guard.seams.buffering", "gateway and buffering"),
     ("hermes_session_guard.seams.summaries", "summaries, recall, display"),
-    ("hermes_session_guard.seams.search", "search and export"),
+    ("hermes_session_guard.seams.legacy.search", "search and export"),
     ("hermes_session_guard.host", "instance shims"),
 )
 

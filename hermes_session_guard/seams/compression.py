@@ -127,8 +127,8 @@ from ..summaries.tags import (
     tag,
 )
 from .compaction_steps import CompactionSteps
-from .detached_compaction import DetachedCompaction
 from .in_place_compaction import InPlaceCompaction
+from .legacy.detached_compaction import DetachedCompaction
 from .native_compaction import NativeCompaction
 
 # Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps).

@@ -23,8 +23,8 @@ from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, h
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
+from .legacy.search import with_snapshots_in_search
 from .row import Wrapper, agent_call, call_arg
-from .search import with_snapshots_in_search
 
 log = logging.getLogger("hermes_session_guard")
 

@@ -90,7 +90,6 @@ from ..hostinfo import Version, parse_version
 from ..locks.turn_lock import HOST_TURN_LEASES
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind, Strategy
-from . import search as search_seams
 from . import summaries as ss
 from .compression_entry import (
     compaction_commit_wrapper,
@@ -112,6 +111,7 @@ from .gateway import (
     tui_prompt_drain_wrapper,
     tui_prompt_enqueue_wrapper,
 )
+from .legacy import search as search_seams
 from .row import SeamRow, Wrapper, version_text
 from .turns import api_turn_wrapper, live_history_wrapper, run_conversation_wrapper
 

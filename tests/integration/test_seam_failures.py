@@ -516,7 +516,7 @@ def _search_messages(ctx: Ctx) -> None:
 def _search_tool(ctx: Ctx) -> None:
     from tools.session_search_tool import session_search
 
-    from hermes_session_guard.seams import search as search_seams
+    from hermes_session_guard.seams.legacy import search as search_seams
 
     _compacted_with_token(ctx)
     ctx.inject(search_seams, "_mark_whole_conversation")

@@ -106,7 +106,7 @@ def test_export_lists_each_sessions_snapshots_verbatim_and_marked(home: HermesLi
 
 
 def test_merge_orders_by_rank_or_time_and_keeps_unranked_host_rows_first() -> None:
-    from hermes_session_guard.seams.search import merge
+    from hermes_session_guard.seams.legacy.search import merge
 
     host = [{"id": 1, "timestamp": 10.0}, {"id": 2, "timestamp": 30.0}, {"id": 3, "timestamp": 5.0}]
     guard = [{"id": -1, "_rank": -5.0, "timestamp": 20.0}, {"id": -2, "_rank": -1.0, "timestamp": 1.0}]

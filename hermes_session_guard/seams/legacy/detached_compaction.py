@@ -16,8 +16,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .. import host
-from .compaction_steps import CompactionSteps, Result
+from ... import host
+from ..compaction_steps import CompactionSteps, Result
 
 
 class DetachedCompaction(CompactionSteps):

@@ -19,10 +19,10 @@ import logging
 import weakref
 from typing import Any
 
-from ..fail_open import failing_open
-from ..runtime import Runtime
-from ..summaries import search_index
-from .row import Wrapper
+from ...fail_open import failing_open
+from ...runtime import Runtime
+from ...summaries import search_index
+from ..row import Wrapper
 
 _signatures: dict[Any, inspect.Signature] = {}
 _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
