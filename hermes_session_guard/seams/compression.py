@@ -7,10 +7,10 @@ is kept from rotating the id is a *strategy* named by the seam table row for the
 installed version, and each strategy is one module supplying the steps where Hermes's
 designs differ (:mod:`.compaction_steps`, chosen through :data:`STEPS`):
 
-``detach_db`` (:mod:`.detached_compaction`, 0.13-0.17)
+``detach_db`` (:mod:`.legacy.detached_compaction`, 0.13-0.17)
     the host runs with its SessionDB detached; the guard persists the compacted
     transcript under the same id and sends the boundary notifications.
-``host_in_place`` (:mod:`.in_place_compaction`, 0.18-0.19)
+``host_in_place`` (:mod:`.legacy.in_place_compaction`, 0.18-0.19)
     the host's own in-place path is forced on, under the guard's hold of the host's
     native lock; the snapshot is written ahead when the context engine returns.
 ``host_native`` (:mod:`.native_compaction`, 0.20+, ADR 0002)
@@ -126,17 +126,12 @@ from ..summaries.tags import (
     summary_indices,
     tag,
 )
-from .compaction_steps import CompactionSteps
-from .in_place_compaction import InPlaceCompaction
-from .legacy.detached_compaction import DetachedCompaction
+from .compaction_steps import STEPS, CompactionSteps, register
 from .native_compaction import NativeCompaction
 
-# Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps).
-STEPS: Mapping[str, type[CompactionSteps]] = {
-    Strategy.DETACH_DB: DetachedCompaction,
-    Strategy.HOST_IN_PLACE: InPlaceCompaction,
-    Strategy.HOST_NATIVE: NativeCompaction,
-}
+# Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps):
+# the strategies of releases before native compaction register from seams/legacy/.
+register(Strategy.HOST_NATIVE, NativeCompaction)
 
 log = logging.getLogger("hermes_session_guard")
 

@@ -91,12 +91,9 @@ from ..locks.turn_lock import HOST_TURN_LEASES
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind, Strategy
 from . import summaries as ss
-from .compression_entry import (
-    compaction_commit_wrapper,
-    compression_wrapper,
-    host_commit_wrapper,
-    native_lock_reentry_wrapper,
-)
+from .compaction_steps import register as register_steps
+from .compression_entry import compaction_commit_wrapper, compression_wrapper, host_commit_wrapper
+from .export import export_wrapper
 from .gateway import (
     buffer_drain_wrapper,
     buffer_replay_wrapper,
@@ -112,6 +109,8 @@ from .gateway import (
     tui_prompt_enqueue_wrapper,
 )
 from .legacy import search as search_seams
+from .legacy.detached_compaction import DetachedCompaction
+from .legacy.in_place_compaction import HostInPlaceCompaction, native_lock_reentry_wrapper
 from .row import SeamRow, Wrapper, version_text
 from .turns import api_turn_wrapper, live_history_wrapper, run_conversation_wrapper
 
@@ -250,6 +249,11 @@ def _adapter_shim(name: str, attribute: str, params: tuple[str, ...], *, module:
 
 _NO_SESSION_CHAT = "the API server of 0.13-0.14 has no session chat endpoint"
 _NATIVE_FROM_0_20 = {"0.13.0-0.20.0": {}, "0.20.0+": not_needed(_NATIVE_TURNS, requires=(_TURN_LEASE,))}
+
+# The compression rows' strategies before native compaction run steps of the legacy layer
+# (seams/legacy/; compaction_steps.STEPS); host_native's are the core's own (compression.py).
+register_steps(Strategy.DETACH_DB, DetachedCompaction)
+register_steps(Strategy.HOST_IN_PLACE, HostInPlaceCompaction)
 
 SEAMS: tuple[SeamRow, ...] = (
     *seam(
@@ -407,7 +411,7 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=ss.transcript_load_wrapper,
         note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
         ranges={
-            "0.13.0-0.15.0": {"behaviour": {"native_summary_key": ""},
+            "0.13.0-0.15.0": {"behaviour": {"native_summary_key": ""}, "wrapper": search_seams.transcript_load_wrapper,
                               "note": "re-tag summaries; inside a session_search call (search_tool) the session's "
                                       "snapshot messages come first, then the live transcript"},
             "0.15.0-0.17.0": {"behaviour": {"native_summary_key": ""}},
@@ -759,7 +763,7 @@ SEAMS: tuple[SeamRow, ...] = (
         module="hermes_state",
         attribute="SessionDB.export_session",
         params=("self", "session_id"),
-        wrapper=search_seams.export_wrapper,
+        wrapper=export_wrapper,
         ranges={
             "0.13.0-0.18.0": {"note": "hermes sessions export SESSION and the dashboard's export: the session's "
                                       "snapshots under session_guard_snapshots"},
@@ -773,7 +777,7 @@ SEAMS: tuple[SeamRow, ...] = (
         module="hermes_state",
         attribute="SessionDB.export_all",
         params=("self", "source"),
-        wrapper=search_seams.export_wrapper,
+        wrapper=export_wrapper,
         note="hermes sessions export (every session): each session's snapshots under session_guard_snapshots",
         ranges=EVERY_RELEASE,
     ),
