@@ -11,17 +11,17 @@ from typing import Any
 
 from ..fail_open import failing_open
 from ..runtime import Runtime
-from ..summaries import search_index
+from ..summaries import snapshot_export
 from .row import Wrapper
 
 
 def _with_snapshots(runtime: Runtime, db: Any, sessions: list[dict[str, Any]]) -> None:
     store = runtime.store_for(db.db_path)
-    counts = search_index.snapshot_counts(store)
+    counts = snapshot_export.snapshot_counts(store)
     wanted = [s["id"] for s in sessions if isinstance(s, dict) and s.get("id") in counts]
     if not wanted:
         return
-    found = search_index.snapshots_for_export(store, wanted)
+    found = snapshot_export.snapshots_for_export(store, wanted)
     for session in sessions:
         if isinstance(session, dict) and session.get("id") in found:
             session["session_guard_snapshots"] = found[session["id"]]

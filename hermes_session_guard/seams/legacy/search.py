@@ -3,7 +3,7 @@ Hermes keeps compacted rows in its own messages table, and its search finds them
 
 ``SessionDB.search_messages`` is the one search every surface uses (the
 ``session_search`` tool, the dashboard's ``/api/sessions/search``); the wrapper
-adds hits from the guard's snapshots (see :mod:`...summaries.search_index`) to Hermes's own,
+adds hits from the guard's snapshots (see :mod:`.search_index`) to Hermes's own,
 in one ranked list cut at Hermes's ``limit`` / ``offset``. The tool of 0.13-0.14
 reads the whole conversation of a hit with ``get_messages_as_conversation``: for
 the duration of one tool call, that read puts the session's snapshots before the
@@ -22,9 +22,10 @@ from typing import Any
 
 from ...fail_open import failing_open
 from ...runtime import Runtime
-from ...summaries import search_index
+from ...summaries import snapshot_export
 from ..row import Wrapper, call_arg
 from ..summaries import transcript_load_wrapper as tagging_transcript_load_wrapper
+from . import search_index
 
 _signatures: dict[Any, inspect.Signature] = {}
 _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
@@ -187,7 +188,7 @@ def with_snapshots_in_search(runtime: Runtime, row: Any, db: Any, sid: Any, resu
         return result
     with failing_open(row, "session_search reads the live transcript only", advice="doctor", once=True):
         store = runtime.store_for(db.db_path)
-        found = search_index.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
+        found = snapshot_export.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
         if found and isinstance(result, list):
             older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
             return [*older, *result]
