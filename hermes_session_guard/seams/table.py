@@ -110,6 +110,7 @@ from .gateway import (
 )
 from .legacy import search as search_seams
 from .legacy.detached_compaction import DetachedCompaction
+from .legacy.gateway_transcript import gateway_turn_wrapper as legacy_gateway_turn_wrapper
 from .legacy.in_place_compaction import HostInPlaceCompaction, native_lock_reentry_wrapper
 from .row import SeamRow, Wrapper, version_text
 from .turns import api_turn_wrapper, live_history_wrapper, run_conversation_wrapper
@@ -325,11 +326,12 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.15.0": {
                 "behaviour": {"transcript": "jsonl_and_offset"}, "requires": (_JSONL_TRANSCRIPT,),
+                "wrapper": legacy_gateway_turn_wrapper,
                 "note": "gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a "
                 "compaction; hand-off notices and redirects",
             },
             "0.15.0-0.18.0": {
-                "behaviour": {"transcript": "offset"},
+                "behaviour": {"transcript": "offset"}, "wrapper": legacy_gateway_turn_wrapper,
                 "note": "gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset "
                 "after a compaction; hand-off notices and redirects",
             },
