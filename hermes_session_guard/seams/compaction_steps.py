@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..locks.session_lock import GuardLeases, LeaseTable, LockGrant
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour
 from ..store import GuardStore, SnapshotInfo
@@ -80,9 +81,14 @@ class CompactionSteps(ABC):
         self.op = op
 
     # -- lock and generation check ------------------------------------------------------
-    def native_lock_usable(self) -> bool:
-        """Whether Hermes's own lease table can be the guard's lock (row ``lock: native``)."""
-        return False
+    def lease_table(self, mode: str) -> LeaseTable:
+        """The lease table the guard's own lock takes (a row whose ``lock`` is not ``host``):
+        the guard's table (the legacy strategies may hold Hermes's, ``lock: native``)."""
+        return GuardLeases(self.op.store)
+
+    def host_may_reenter(self, grant: LockGrant | None) -> AbstractContextManager[None]:
+        """The scope in which Hermes's own acquire of a lock the guard holds re-enters it."""
+        return nullcontext()
 
     @abstractmethod
     def live_rows(self) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]] | None]:

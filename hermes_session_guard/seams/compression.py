@@ -76,7 +76,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,8 +108,6 @@ from ..host import engines as engine_support
 from ..inbox.repository import Inbox
 from ..locks.liveness import holder_dead
 from ..locks.session_lock import (
-    GuardLeases,
-    LeaseTable,
     LockBusy,
     LockGrant,
     LockUnavailable,
@@ -126,7 +124,7 @@ from ..summaries.tags import (
     summary_indices,
     tag,
 )
-from .compaction_steps import STEPS, CompactionSteps, register
+from .compaction_steps import STEPS, register
 from .native_compaction import NativeCompaction
 
 # Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps):
@@ -206,24 +204,6 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
         n += 1
         candidate = f"{base}-{n}"
     return candidate
-
-
-def _lease_table(mode: str, agent: Any, store: Any, steps: CompactionSteps) -> LeaseTable:
-    """Hermes's own lock where the row says so and the host either can re-enter it
-    (0.18+, which takes it itself inside the call) or never asks for it (0.16-0.17:
-    the detached host skips its lock): the strategy's ``native_lock_usable``; otherwise
-    (0.13-0.15, or an agent without a SessionDB) the guard's table."""
-    if mode == LockMode.NATIVE and steps.native_lock_usable():
-        native = host.native_leases(agent)
-        if native is not None:
-            return native
-    return GuardLeases(store)
-
-
-def _host_may_reenter(grant: LockGrant | None) -> AbstractContextManager[None]:
-    if grant is not None and isinstance(grant.lease, host.NativeLeases):
-        return host.native_lock_reentry(grant.lease, grant.session_id)
-    return nullcontext()
 
 
 def guarded_compression(
@@ -544,7 +524,7 @@ class _Operation:
         cfg = self.runtime.config.lock
         self.begin()  # the wait for the lease may be long: the row says the operation is waiting
         try:
-            lease = _lease_table(lock.mode, self.agent, self.store, self.steps)
+            lease = self.steps.lease_table(lock.mode)
             taken = self.runtime.locks_for(self.db_path).acquire(
                 self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
                 lease=lease,
@@ -576,7 +556,7 @@ class _Operation:
                 self.lock_fields["took_over_from"] = taken.took_over
                 self.audit.warning("lock.taken_over", dead_holder=taken.took_over, lock=taken.scope)
         try:
-            with _host_may_reenter(taken):
+            with self.steps.host_may_reenter(taken):
                 return self.compress_locked()
         finally:
             if taken is not None:

@@ -14,9 +14,10 @@ from ...fail_open import failing_open
 from ...runtime import Runtime
 from ..in_place_compaction import InPlaceCompaction
 from ..row import SeamRow, Wrapper
+from .held_lock import HeldNativeLock
 
 
-class HostInPlaceCompaction(InPlaceCompaction):
+class HostInPlaceCompaction(HeldNativeLock, InPlaceCompaction):
     """Hermes writes the compaction in place; the guard holds Hermes's lock and writes the snapshot ahead."""
 
     def native_lock_usable(self) -> bool:
