@@ -27,6 +27,7 @@ AREAS = (
     ("hermes_session_guard.seams.compression", "compression, Hermes's lock and commits"),
     ("hermes_session_guard.seams.legacy.in_place_compaction", "compression, Hermes's lock and commits"),
     ("hermes_session_guard.seams.turns", "turn order"),
+    ("hermes_session_guard.seams.legacy.turns", "turn order"),
     ("hermes_session_guard.seams.gateway", "gateway and buffering"),
     ("hermes_session_guard.seams.buffering", "gateway and buffering"),
     ("hermes_session_guard.seams.summaries", "summaries, recall, display"),

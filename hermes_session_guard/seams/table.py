@@ -112,8 +112,9 @@ from .legacy import search as search_seams
 from .legacy.detached_compaction import DetachedCompaction
 from .legacy.gateway_transcript import gateway_turn_wrapper as legacy_gateway_turn_wrapper
 from .legacy.in_place_compaction import HostInPlaceCompaction, native_lock_reentry_wrapper
+from .legacy.turns import run_conversation_wrapper
 from .row import SeamRow, Wrapper, version_text
-from .turns import api_turn_wrapper, live_history_wrapper, run_conversation_wrapper
+from .turns import api_turn_wrapper, live_history_wrapper
 
 log = logging.getLogger("hermes_session_guard")
 
