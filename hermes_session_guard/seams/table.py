@@ -75,7 +75,8 @@ Why one module: the table is data (``SEAMS``, one entry per seam across every re
 ``TESTED_RELEASES``, most of the file) and it is read whole: "what is patched on Hermes X" is
 this file; ``docs/compatibility.md``'s seam map is generated from it
 (``scripts/gen_seam_map.py``). The row type is :mod:`.row`; the wrappers it names live by
-area (:mod:`.compression_entry`, :mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.search`).
+area (:mod:`.compression_entry`, :mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.export`); those only
+the rows of 0.13-0.19 name live in :mod:`.legacy`, which nothing but this table imports (docs/architecture.md).
 """
 
 from __future__ import annotations
