@@ -9,8 +9,8 @@ from typing import Any
 
 from .audit import AuditLog, audit_file
 from .config import GuardConfig
+from .contract.compaction_log import CompactionLog
 from .contract.compressing import CompressingSessions
-from .contract.gateway_transcript import CompactionLog
 from .hostinfo import hermes_home, state_db_path
 from .locks import presence
 from .locks.session_lock import SessionLocks

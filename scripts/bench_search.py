@@ -133,9 +133,9 @@ def main() -> int:
 
     import hermes_session_guard
     from hermes_session_guard.hostinfo import installed_version
+    from hermes_session_guard.seams.legacy import search_index
     from hermes_session_guard.selftest import probe
     from hermes_session_guard.selftest.fake_llm import FakeLLMServer
-    from hermes_session_guard.summaries import search_index
 
     print(describe())
     print(f"Hermes {installed_version()}; unguarded compression.in_place: {args.mode} (0.13-0.17 always rotate); "

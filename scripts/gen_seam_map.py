@@ -25,17 +25,20 @@ END = "<!-- END seam map -->"
 # Where each wrapper module's seams are listed (wrapper, or the instance shim's host function).
 AREAS = (
     ("hermes_session_guard.seams.compression", "compression, Hermes's lock and commits"),
+    ("hermes_session_guard.seams.legacy.in_place_compaction", "compression, Hermes's lock and commits"),
     ("hermes_session_guard.seams.turns", "turn order"),
+    ("hermes_session_guard.seams.legacy.turns", "turn order"),
     ("hermes_session_guard.seams.gateway", "gateway and buffering"),
     ("hermes_session_guard.seams.buffering", "gateway and buffering"),
     ("hermes_session_guard.seams.summaries", "summaries, recall, display"),
-    ("hermes_session_guard.seams.search", "search and export"),
+    ("hermes_session_guard.seams.legacy.search", "search and export"),
+    ("hermes_session_guard.seams.export", "search and export"),
     ("hermes_session_guard.host", "instance shims"),
 )
 
 
 def _area(rows: list[Any]) -> str:
-    for row in rows:
+    for row in reversed(rows):  # the newest row that patches decides (older ones may name a legacy wrapper)
         made_by = row.wrapper or row.applied_by
         if made_by is not None:
             module = str(made_by.__module__)

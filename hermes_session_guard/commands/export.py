@@ -22,7 +22,7 @@ from ..files import create_file
 from ..host import facts
 from ..maintenance.state_inspection import HomeError, check, write_problem
 from ..store import GuardStore
-from ..summaries import search_index
+from ..summaries import snapshot_export
 from .output import argument_problem, display, fail
 
 HELP = "Export a session as Hermes does (JSON line), with its snapshots (the compacted history)"
@@ -114,7 +114,7 @@ def _export(db_path: Path, session_id: str) -> tuple[str, dict[str, Any], list[A
             return None
         data = dict(data)
         data.pop("session_guard_snapshots", None)  # (added already where the guard's seam is installed)
-        snapshots = search_index.snapshots_for_export(store, [sid]).get(sid, [])
+        snapshots = snapshot_export.snapshots_for_export(store, [sid]).get(sid, [])
         if snapshots:
             data["session_guard_snapshots"] = snapshots
         return sid, data, snapshots

@@ -3,12 +3,13 @@
 :mod:`.compression` runs one sequence for every release (pin, phase row, lock or defer,
 generation check or adopt, tag, record, reference, release); where Hermes's designs differ,
 it asks the strategy's :class:`CompactionSteps`, chosen by the seam row's ``strategy``
-through the mapping in :mod:`.compression`:
+through :data:`STEPS` (each strategy's module registers its steps with :func:`register`):
 
-- :mod:`.detached_compaction` (``detach_db``): Hermes compacts with its SessionDB detached;
-  the guard writes the compacted transcript under the same id.
-- :mod:`.in_place_compaction` (``host_in_place``): Hermes's own in-place compaction, forced
-  on, under the guard's lock; the snapshot is written ahead of Hermes's archive.
+- :mod:`.legacy.detached_compaction` (``detach_db``, 0.13-0.17): Hermes compacts with its
+  SessionDB detached; the guard writes the compacted transcript under the same id.
+- :mod:`.legacy.in_place_compaction` (``host_in_place``, 0.18-0.19): Hermes's own in-place
+  compaction, forced on, under the guard's lock; the snapshot is written ahead of Hermes's
+  archive (the steps both in-place designs share are :mod:`.in_place_compaction`'s).
 - :mod:`.native_compaction` (``host_native``): Hermes compacts in place under its own lock;
   the snapshot references the rows Hermes keeps, written in Hermes's own commit.
 
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..locks.session_lock import GuardLeases, LeaseTable, LockGrant
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour
 from ..store import GuardStore, SnapshotInfo
@@ -79,9 +81,14 @@ class CompactionSteps(ABC):
         self.op = op
 
     # -- lock and generation check ------------------------------------------------------
-    def native_lock_usable(self) -> bool:
-        """Whether Hermes's own lease table can be the guard's lock (row ``lock: native``)."""
-        return False
+    def lease_table(self, mode: str) -> LeaseTable:
+        """The lease table the guard's own lock takes (a row whose ``lock`` is not ``host``):
+        the guard's table (the legacy strategies may hold Hermes's, ``lock: native``)."""
+        return GuardLeases(self.op.store)
+
+    def host_may_reenter(self, grant: LockGrant | None) -> AbstractContextManager[None]:
+        """The scope in which Hermes's own acquire of a lock the guard holds re-enters it."""
+        return nullcontext()
 
     @abstractmethod
     def live_rows(self) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]] | None]:
@@ -165,3 +172,14 @@ class CompactionSteps(ABC):
     def adopted(self) -> None:
         """The live transcript was adopted instead of a compaction."""
         return  # nothing to add
+
+
+# Each Hermes design's steps, by the seam row's ``strategy`` (filled by :func:`register`: the
+# core's own strategy by :mod:`.compression`, the older releases' by the table's import of
+# :mod:`.legacy`, so the core never names them).
+STEPS: dict[str, type[CompactionSteps]] = {}
+
+
+def register(strategy: str, steps: type[CompactionSteps]) -> None:
+    """``steps`` run the compression rows whose ``strategy`` is ``strategy``."""
+    STEPS[strategy] = steps

@@ -7,10 +7,10 @@ is kept from rotating the id is a *strategy* named by the seam table row for the
 installed version, and each strategy is one module supplying the steps where Hermes's
 designs differ (:mod:`.compaction_steps`, chosen through :data:`STEPS`):
 
-``detach_db`` (:mod:`.detached_compaction`, 0.13-0.17)
+``detach_db`` (:mod:`.legacy.detached_compaction`, 0.13-0.17)
     the host runs with its SessionDB detached; the guard persists the compacted
     transcript under the same id and sends the boundary notifications.
-``host_in_place`` (:mod:`.in_place_compaction`, 0.18-0.19)
+``host_in_place`` (:mod:`.legacy.in_place_compaction`, 0.18-0.19)
     the host's own in-place path is forced on, under the guard's hold of the host's
     native lock; the snapshot is written ahead when the context engine returns.
 ``host_native`` (:mod:`.native_compaction`, 0.20+, ADR 0002)
@@ -76,7 +76,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -107,8 +107,6 @@ from ..host import engines as engine_support
 from ..inbox.repository import Inbox
 from ..locks.liveness import holder_dead
 from ..locks.session_lock import (
-    GuardLeases,
-    LeaseTable,
     LockBusy,
     LockGrant,
     LockUnavailable,
@@ -126,17 +124,12 @@ from ..summaries.tags import (
     summary_indices,
     tag,
 )
-from .compaction_steps import CompactionSteps
-from .detached_compaction import DetachedCompaction
-from .in_place_compaction import InPlaceCompaction
+from .compaction_steps import STEPS, register
 from .native_compaction import NativeCompaction
 
-# Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps).
-STEPS: Mapping[str, type[CompactionSteps]] = {
-    Strategy.DETACH_DB: DetachedCompaction,
-    Strategy.HOST_IN_PLACE: InPlaceCompaction,
-    Strategy.HOST_NATIVE: NativeCompaction,
-}
+# Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps):
+# the strategies of releases before native compaction register from seams/legacy/.
+register(Strategy.HOST_NATIVE, NativeCompaction)
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -211,24 +204,6 @@ def snapshot_id_for(session_id: str, created_at: float, exists: Callable[[str], 
         n += 1
         candidate = f"{base}-{n}"
     return candidate
-
-
-def _lease_table(mode: str, agent: Any, store: Any, steps: CompactionSteps) -> LeaseTable:
-    """Hermes's own lock where the row says so and the host either can re-enter it
-    (0.18+, which takes it itself inside the call) or never asks for it (0.16-0.17:
-    the detached host skips its lock): the strategy's ``native_lock_usable``; otherwise
-    (0.13-0.15, or an agent without a SessionDB) the guard's table."""
-    if mode == LockMode.NATIVE and steps.native_lock_usable():
-        native = host.native_leases(agent)
-        if native is not None:
-            return native
-    return GuardLeases(store)
-
-
-def _host_may_reenter(grant: LockGrant | None) -> AbstractContextManager[None]:
-    if grant is not None and isinstance(grant.lease, host.NativeLeases):
-        return host.native_lock_reentry(grant.lease, grant.session_id)
-    return nullcontext()
 
 
 def guarded_compression(
@@ -549,7 +524,7 @@ class _Operation:
         cfg = self.runtime.config.lock
         self.begin()  # the wait for the lease may be long: the row says the operation is waiting
         try:
-            lease = _lease_table(lock.mode, self.agent, self.store, self.steps)
+            lease = self.steps.lease_table(lock.mode)
             taken = self.runtime.locks_for(self.db_path).acquire(
                 self.sid, self.op_id, wait_seconds=cfg.wait_seconds, lease_seconds=cfg.lease_seconds,
                 lease=lease,
@@ -581,7 +556,7 @@ class _Operation:
                 self.lock_fields["took_over_from"] = taken.took_over
                 self.audit.warning("lock.taken_over", dead_holder=taken.took_over, lock=taken.scope)
         try:
-            with _host_may_reenter(taken):
+            with self.steps.host_may_reenter(taken):
                 return self.compress_locked()
         finally:
             if taken is not None:

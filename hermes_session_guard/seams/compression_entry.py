@@ -14,7 +14,8 @@ from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
 from ..store.connection import arrived, carry, compaction_commit, take_riders
-from .compression import STEPS, LockPolicy, guarded_compression
+from .compaction_steps import STEPS
+from .compression import LockPolicy, guarded_compression
 from .row import HostCall, SeamRow, Wrapper, agent_call
 from .turns import held_for_compaction
 
@@ -159,17 +160,3 @@ def compaction_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 
     return wrapper
 
-
-def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
-    """``SessionDB.try_acquire_compression_lock(self, session_id, holder, ...)``: True
-    without touching the table when this thread's guarded operation already holds
-    the lock on that session; otherwise Hermes's own acquire, unchanged."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "Hermes's own lock decides", advice=None):
-            sid = args[0] if args else kwargs.get("session_id")
-            if host.native_lock_held_here(instance, sid):
-                return True
-        return wrapped(*args, **kwargs)
-
-    return wrapper

@@ -12,27 +12,24 @@ from contextlib import ExitStack
 from typing import Any
 
 from .. import host
-from ..contract.gateway_transcript import rebase_after_compaction
 from ..fail_open import failing_open, report
 from ..host import client_events
 from ..runtime import Runtime
-from ..seam_behaviour import GatewayTranscript
 from . import buffering
 from .row import HostCall, SeamRow, Wrapper, call_arg
 
+# After a gateway turn: (runtime, row, runner, session id, the compaction log's mark before the turn, result).
+Rebase = Callable[[Runtime, SeamRow, Any, str, int, Any], None]
 
-def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+
+def gateway_turn_wrapper(runtime: Runtime, row: SeamRow, rebase: Rebase | None = None) -> Wrapper:
     """Around one gateway turn: a turn addressed to a session the guard handed off
     runs in its child; guard notices for the chat (hand-off packet written, fork)
     are sent as messages of their own, before the turn (decided during gateway
-    hygiene) and after it (decided during the turn); then,
-    where the row says so (``transcript``: ``jsonl_and_offset`` on 0.13-0.14,
-    ``offset`` on 0.15-0.17; ``host`` from 0.18.0, whose gateway re-baselines by
-    itself), bring the gateway's transcript bookkeeping in line after the guard
-    compacted in place (see gateway_transcript). After a hand-off fork the turn belongs to the child, and
-    the host's own split handling already writes it whole (history offset 0)."""
-    transcript = row.behaviour.transcript
-    rebase = transcript in (GatewayTranscript.JSONL_AND_OFFSET, GatewayTranscript.OFFSET)
+    hygiene) and after it (decided during the turn); then ``rebase``, where the row's
+    wrapper passes one (0.13-0.17, whose gateway does not re-baseline by itself:
+    :mod:`.legacy.gateway_transcript`), brings the gateway's transcript bookkeeping in
+    line after the guard compacted in place."""
 
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sid: Any = None
@@ -67,14 +64,10 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
             if failed:
                 after = []
             await _deliver(instance, source, sid, after)
-        if sid and rebase:
+        if sid and rebase is not None:
             with failing_open(row, f"the gateway's JSONL transcript for {sid} may still hold pre-compaction history "
                                    "(state.db is correct)", when="after the turn", advice="doctor"):
-                compaction = runtime.compactions.since(sid, mark)
-                if compaction is not None:
-                    forked = runtime.compactions.fork_since(sid, mark) is not None
-                    rebase_after_compaction(instance.session_store, sid, compaction, None if forked else result,
-                                            jsonl=transcript == GatewayTranscript.JSONL_AND_OFFSET)
+                rebase(runtime, row, instance, sid, mark, result)
         return result
 
     return wrapper

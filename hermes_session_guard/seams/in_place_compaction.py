@@ -1,6 +1,8 @@
-"""Strategy ``host_in_place`` (Hermes 0.18-0.19): Hermes's own in-place compaction, forced on,
-keeps the id and archives the old rows; the guard holds Hermes's native lock for the whole
-operation and Hermes's own acquire of it re-enters (the ``native_lock_reentry`` seam).
+"""The steps both in-place designs share: ``host_in_place`` (Hermes 0.18-0.19,
+:mod:`.legacy.in_place_compaction`: Hermes's own in-place compaction, forced on, keeps the id
+and archives the old rows; the guard holds Hermes's native lock for the whole operation and
+Hermes's own acquire of it re-enters, the ``native_lock_reentry`` seam) and ``host_native``
+(:mod:`.native_compaction`).
 
 When the context engine returns, before Hermes archives the live rows, the guard reads what other
 writers stored during the summary (carried over after the compacted block) and writes the snapshot
@@ -26,10 +28,6 @@ class InPlaceCompaction(CompactionSteps):
     """Hermes writes the compaction in place; the guard holds the lock and writes the snapshot ahead."""
 
     host_keeps_id = True
-
-    def native_lock_usable(self) -> bool:
-        # Hermes takes its lock itself inside the call: the guard may hold it only if that acquire re-enters
-        return self.op.runtime.seam_patched("native_lock_reentry")
 
     def live_rows(self) -> tuple[list[dict[str, Any]] | None, list[tuple[int, int]] | None]:
         return host.live_brief_and_runs(self.op.agent, self.op.sid)

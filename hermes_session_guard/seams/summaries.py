@@ -33,7 +33,6 @@ from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
 from .row import Wrapper, agent_call, call_arg
-from .search import with_snapshots_in_search
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -57,9 +56,9 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 
 def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.get_messages_as_conversation``: put the summary tags back (state.db
-    has no column for them; the guard's ``session_guard_summaries`` table has); inside a
-    ``session_search`` call of 0.13-0.14, the session's snapshots come first
-    (:func:`~hermes_session_guard.seams.search.with_snapshots_in_search`)."""
+    has no column for them; the guard's ``session_guard_summaries`` table has). On 0.13-0.14
+    the row's wrapper is :func:`~hermes_session_guard.seams.legacy.search.transcript_load_wrapper`,
+    which calls this one."""
     native_key = row.behaviour.native_summary_key or None
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -68,7 +67,7 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
         with failing_open(row, "summaries load untagged"):
             if isinstance(result, list):
                 _tag_loaded(runtime, instance, sid, result, native_key)
-        return with_snapshots_in_search(runtime, row, instance, sid, result)
+        return result
 
     return wrapper
 

@@ -75,7 +75,8 @@ Why one module: the table is data (``SEAMS``, one entry per seam across every re
 ``TESTED_RELEASES``, most of the file) and it is read whole: "what is patched on Hermes X" is
 this file; ``docs/compatibility.md``'s seam map is generated from it
 (``scripts/gen_seam_map.py``). The row type is :mod:`.row`; the wrappers it names live by
-area (:mod:`.compression_entry`, :mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.search`).
+area (:mod:`.compression_entry`, :mod:`.gateway`, :mod:`.turns`, :mod:`.summaries`, :mod:`.export`); those only
+the rows of 0.13-0.19 name live in :mod:`.legacy`, which nothing but this table imports (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -90,14 +91,10 @@ from ..hostinfo import Version, parse_version
 from ..locks.turn_lock import HOST_TURN_LEASES
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, Effect, FailurePolicy, LockMode, SeamKind, Strategy
-from . import search as search_seams
 from . import summaries as ss
-from .compression_entry import (
-    compaction_commit_wrapper,
-    compression_wrapper,
-    host_commit_wrapper,
-    native_lock_reentry_wrapper,
-)
+from .compaction_steps import register as register_steps
+from .compression_entry import compaction_commit_wrapper, compression_wrapper, host_commit_wrapper
+from .export import export_wrapper
 from .gateway import (
     buffer_drain_wrapper,
     buffer_replay_wrapper,
@@ -112,8 +109,13 @@ from .gateway import (
     tui_prompt_drain_wrapper,
     tui_prompt_enqueue_wrapper,
 )
+from .legacy import search as search_seams
+from .legacy.detached_compaction import DetachedCompaction
+from .legacy.gateway_transcript import gateway_turn_wrapper as legacy_gateway_turn_wrapper
+from .legacy.in_place_compaction import HostInPlaceCompaction, native_lock_reentry_wrapper
+from .legacy.turns import run_conversation_wrapper
 from .row import SeamRow, Wrapper, version_text
-from .turns import api_turn_wrapper, live_history_wrapper, run_conversation_wrapper
+from .turns import api_turn_wrapper, live_history_wrapper
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -256,6 +258,11 @@ _FOREGROUND_DISCOVERY = ("plugins load before the CLI resolves its toolsets, so 
                          "the CLI checks them")
 _NO_EARLY_CHECK = "the CLI no longer checks its toolsets before plugins have loaded (0.22.2)"
 
+# The compression rows' strategies before native compaction run steps of the legacy layer
+# (seams/legacy/; compaction_steps.STEPS); host_native's are the core's own (compression.py).
+register_steps(Strategy.DETACH_DB, DetachedCompaction)
+register_steps(Strategy.HOST_IN_PLACE, HostInPlaceCompaction)
+
 SEAMS: tuple[SeamRow, ...] = (
     *seam(
         "compression",
@@ -326,11 +333,12 @@ SEAMS: tuple[SeamRow, ...] = (
         ranges={
             "0.13.0-0.15.0": {
                 "behaviour": {"transcript": "jsonl_and_offset"}, "requires": (_JSONL_TRANSCRIPT,),
+                "wrapper": legacy_gateway_turn_wrapper,
                 "note": "gateway keeps a JSONL copy and slices new messages at len(history): rebase both after a "
                 "compaction; hand-off notices and redirects",
             },
             "0.15.0-0.18.0": {
-                "behaviour": {"transcript": "offset"},
+                "behaviour": {"transcript": "offset"}, "wrapper": legacy_gateway_turn_wrapper,
                 "note": "gateway slices new messages at len(history) (no JSONL copy any more): rebase the offset "
                 "after a compaction; hand-off notices and redirects",
             },
@@ -412,7 +420,7 @@ SEAMS: tuple[SeamRow, ...] = (
         wrapper=ss.transcript_load_wrapper,
         note="CLI resume, gateway load_transcript, TUI, ACP and the API server load through it; re-tag summaries",
         ranges={
-            "0.13.0-0.15.0": {"behaviour": {"native_summary_key": ""},
+            "0.13.0-0.15.0": {"behaviour": {"native_summary_key": ""}, "wrapper": search_seams.transcript_load_wrapper,
                               "note": "re-tag summaries; inside a session_search call (search_tool) the session's "
                                       "snapshot messages come first, then the live transcript"},
             "0.15.0-0.17.0": {"behaviour": {"native_summary_key": ""}},
@@ -791,7 +799,7 @@ SEAMS: tuple[SeamRow, ...] = (
         module="hermes_state",
         attribute="SessionDB.export_session",
         params=("self", "session_id"),
-        wrapper=search_seams.export_wrapper,
+        wrapper=export_wrapper,
         ranges={
             "0.13.0-0.18.0": {"note": "hermes sessions export SESSION and the dashboard's export: the session's "
                                       "snapshots under session_guard_snapshots"},
@@ -805,7 +813,7 @@ SEAMS: tuple[SeamRow, ...] = (
         module="hermes_state",
         attribute="SessionDB.export_all",
         params=("self", "source"),
-        wrapper=search_seams.export_wrapper,
+        wrapper=export_wrapper,
         note="hermes sessions export (every session): each session's snapshots under session_guard_snapshots",
         ranges=EVERY_RELEASE,
     ),

@@ -1,8 +1,9 @@
 """Seam wrappers that make turns of one session run one at a time, in arrival order.
 
 ``AIAgent.run_conversation`` is where every entry point starts a turn (CLI, platform
-gateway, API server, TUI gateway, ACP, cron). Its wrapper takes the session's turn
-(:mod:`..locks.turn_lock`) and, once it has it, runs against the session's *live*
+gateway, API server, TUI gateway, ACP, cron). Up to 0.19 its wrapper
+(:mod:`.legacy.turns`) takes the session's turn (:mod:`..locks.turn_lock`) and, once it has
+it, runs against the session's *live*
 transcript when state.db holds messages the caller's history lacks (a turn that
 waited behind another turn or a compression, or another process's turn, would
 otherwise answer from the history its caller read before: the pre-compression
@@ -143,50 +144,6 @@ def held_for_compaction(runtime: Runtime, agent: Any) -> Iterator[None]:
             with failing_open("the turn a compaction held", "the turn lease expires on its own",
                               when="after the compaction"):
                 held[0].release(held[1])
-
-
-def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
-    """``AIAgent.run_conversation``: one turn per session at a time (see module doc).
-    Policy ``open``: a guard error before the turn starts runs it unguarded (ERROR log);
-    only a turn that waited the whole ``turns.wait_seconds`` is refused (TurnBusy)."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        cfg = runtime.config.turns
-        try:
-            ticket: TurnTicket | None = None
-            with failing_open(row, "this turn runs without the per-session turn order", when="before the turn",
-                              lets_through=(TurnBusy,)):
-                sid = host.session_id(instance)
-                if cfg.enabled and sid and is_conversation_agent(instance):
-                    locks = _locks(runtime, host.db_path(instance))
-                    if locks.held_by_thread(sid) is None:  # else a turn inside this thread's own turn
-                        # an API request's reservation is its own run's: a gateway or CLI turn that
-                        # starts before that run claims it queues behind it instead of taking it
-                        ticket = locks.claim_delegated(sid) if host.serves_api_server(instance) else None
-                        if ticket is None:
-                            ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
-                                                retry_after(cfg.wait_seconds))
-        except TurnBusy as busy:
-            runtime.audit.operation(busy.session_id).warning("turn.refused", waited_ms=round(busy.waited * 1000),
-                                                             scope=busy.scope)
-            log.warning("session guard: %s", busy)
-            raise
-        if ticket is None:  # unordered (off, no session, nested, or the guard failed): Hermes's call, once
-            return wrapped(*args, **kwargs)
-        try:
-            # the lines below carry this session's [session] tag, whatever the thread served last
-            with host.pinned_log_context(sid):
-                with failing_open(row, f"the turn of {sid} runs on the history its caller passed",
-                                  when="reading the live transcript before the turn", advice=None):
-                    args, kwargs = _with_live_history(runtime, instance, sid, ticket, args, kwargs)
-                if ticket.queued_behind:
-                    runtime.audit.operation(sid).info("turn.dequeued", behind=ticket.queued_behind,
-                                                      waited_ms=round(ticket.waited * 1000))
-            return wrapped(*args, **kwargs)
-        finally:
-            locks.release(ticket)
-
-    return wrapper
 
 
 def live_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:

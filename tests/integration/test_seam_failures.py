@@ -330,10 +330,10 @@ def _load_untagged(ctx: Ctx) -> None:
     if ctx.row.seam == "transcript_load" and ctx.guard.seam_patched("search_tool"):
         from tools.session_search_tool import session_search
 
-        from hermes_session_guard.summaries import search_index
+        from hermes_session_guard.summaries import snapshot_export
 
         _compacted_with_token(ctx)
-        ctx.inject(search_index, "snapshots_for_export")
+        ctx.inject(snapshot_export, "snapshots_for_export")
         answer = session_search(query=SEARCH_TOKEN, db=ctx.db, current_session_id=OTHER)
         assert SID in answer and '"success": true' in answer, answer  # found, and read from the live transcript
         ctx.assert_said("open")
@@ -522,7 +522,7 @@ def _compacted_with_token(ctx: Ctx) -> None:
 
 @case("search_messages", policy="open")
 def _search_messages(ctx: Ctx) -> None:
-    from hermes_session_guard.summaries import search_index
+    from hermes_session_guard.seams.legacy import search_index
 
     _compacted_with_token(ctx)
     assert [h["session_id"] for h in ctx.db.search_messages(SEARCH_TOKEN)] == [SID]
@@ -537,7 +537,7 @@ def _search_messages(ctx: Ctx) -> None:
 def _search_tool(ctx: Ctx) -> None:
     from tools.session_search_tool import session_search
 
-    from hermes_session_guard.seams import search as search_seams
+    from hermes_session_guard.seams.legacy import search as search_seams
 
     _compacted_with_token(ctx)
     ctx.inject(search_seams, "_mark_whole_conversation")
@@ -549,7 +549,7 @@ def _search_tool(ctx: Ctx) -> None:
 
 @case("search_window", policy="open")
 def _search_window(ctx: Ctx) -> None:
-    from hermes_session_guard.summaries import search_index
+    from hermes_session_guard.seams.legacy import search_index
 
     _compacted_with_token(ctx)
     (hit,) = ctx.db.search_messages(SEARCH_TOKEN)
@@ -562,10 +562,10 @@ def _search_window(ctx: Ctx) -> None:
 
 @case("export_session", "export_all", policy="open")
 def _export(ctx: Ctx) -> None:
-    from hermes_session_guard.summaries import search_index
+    from hermes_session_guard.summaries import snapshot_export
 
     _compacted_with_token(ctx)
-    ctx.inject(search_index, "snapshots_for_export")
+    ctx.inject(snapshot_export, "snapshots_for_export")
     data = ctx.db.export_session(SID) if ctx.row.seam == "export_session" else ctx.db.export_all()[0]
     assert data["id"] == SID and data["messages"] and "session_guard_snapshots" not in data  # as Hermes exports
     ctx.assert_said("open")

@@ -384,12 +384,12 @@ def test_a_failed_compaction_span_has_error_status_and_the_metrics_count_it(otel
 
 def test_an_error_before_any_outcome_still_ends_the_event(runtime: Runtime, db: Any, recorded: list,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from hermes_session_guard.seams import compression
+    from hermes_session_guard.seams.compaction_steps import STEPS
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("lease table bug")
 
-    monkeypatch.setattr(compression, "_lease_table", broken)
+    monkeypatch.setattr(STEPS[Strategy.DETACH_DB], "lease_table", broken)
     with pytest.raises(RuntimeError):
         _compact(runtime, db)
     assert [e.name for e in recorded] == ["compaction.started", "compaction.failed"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_session_guard.contract.gateway_transcript import rewrite_jsonl
 from hermes_session_guard.file_modes import make_private_dirs
 from hermes_session_guard.files import append_bytes, create_file
+from hermes_session_guard.seams.legacy.gateway_transcript import rewrite_jsonl
 from hermes_session_guard.selftest.probe import write_config
 from hermes_session_guard.store import GuardStore
 

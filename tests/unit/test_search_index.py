@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_session_guard.seams.legacy import search_index
 from hermes_session_guard.store import GuardStore
-from hermes_session_guard.summaries import search_index
+from hermes_session_guard.summaries import snapshot_export
 
 from .hermes_like_db import HermesLikeHome
 
@@ -97,7 +98,7 @@ def test_export_lists_each_sessions_snapshots_verbatim_and_marked(home: HermesLi
     store = GuardStore(home.db_path)
     _snapshot(store, "a", "a.snapshot.1", ["one"])
     _snapshot(store, "a", "a.snapshot.2", ["two", "three"])
-    found = search_index.snapshots_for_export(store, ["a", "b"])
+    found = snapshot_export.snapshots_for_export(store, ["a", "b"])
     assert list(found) == ["a"]
     assert [s["snapshot_id"] for s in found["a"]] == ["a.snapshot.1", "a.snapshot.2"]
     assert all(s["kind"] == "session_guard_snapshot" for s in found["a"])
@@ -106,7 +107,7 @@ def test_export_lists_each_sessions_snapshots_verbatim_and_marked(home: HermesLi
 
 
 def test_merge_orders_by_rank_or_time_and_keeps_unranked_host_rows_first() -> None:
-    from hermes_session_guard.seams.search import merge
+    from hermes_session_guard.seams.legacy.search import merge
 
     host = [{"id": 1, "timestamp": 10.0}, {"id": 2, "timestamp": 30.0}, {"id": 3, "timestamp": 5.0}]
     guard = [{"id": -1, "_rank": -5.0, "timestamp": 20.0}, {"id": -2, "_rank": -1.0, "timestamp": 1.0}]

@@ -16,11 +16,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .. import host
-from .compaction_steps import CompactionSteps, Result
+from ... import host
+from ..compaction_steps import Result
+from .held_lock import HeldNativeLock
 
 
-class DetachedCompaction(CompactionSteps):
+class DetachedCompaction(HeldNativeLock):
     """The guard writes the compaction Hermes computed with its SessionDB detached."""
 
     def native_lock_usable(self) -> bool:

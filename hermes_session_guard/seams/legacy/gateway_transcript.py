@@ -5,7 +5,9 @@ Up to 0.17 Hermes's gateway slices a turn's new messages at ``len(history)``, an
 next message, load whichever of the two is longer: both assume that a compaction
 always moved the conversation to a new session (0.18.2+ re-baselines by itself
 on ``agent._last_compaction_in_place``). When the guard keeps the id, the
-gateway-turn seam calls :func:`rebase_after_compaction` so that
+gateway-turn seam's rows of 0.13-0.17 name :func:`gateway_turn_wrapper`, the gateway turn's
+wrapper (:func:`..gateway.gateway_turn_wrapper`) calling :func:`rebase_after_compaction` after the
+turn so that
 
 * the JSONL transcript of the live id holds the compacted transcript (the
   verbatim history is in the guard's snapshot), and
@@ -17,69 +19,15 @@ gateway-turn seam calls :func:`rebase_after_compaction` so that
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write_text
-
-
-@dataclass(frozen=True)
-class Compaction:
-    seq: int
-    compacted: tuple[dict[str, Any], ...]
-
-
-class CompactionLog:
-    """The latest compaction per session id in this process (a sequence number and
-    the compacted transcript as compression returned it), and the latest hand-off
-    fork per parent session."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._latest: dict[str, Compaction] = {}
-        self._forks: dict[str, tuple[int, str]] = {}
-
-    def record_fork(self, parent: str, child: str) -> None:
-        with self._lock:
-            self._seq += 1
-            self._forks[parent] = (self._seq, child)
-
-    def fork_target(self, session_id: str) -> str:
-        """Where a conversation addressed to ``session_id`` lives now (following
-        successive hand-offs); ``session_id`` itself when it was never handed off."""
-        seen = {session_id}
-        with self._lock:
-            while session_id in self._forks:
-                session_id = self._forks[session_id][1]
-                if session_id in seen:
-                    break
-                seen.add(session_id)
-        return session_id
-
-    def fork_since(self, parent: str, mark: int) -> str | None:
-        """The child ``parent`` was handed off to after ``mark``, if any."""
-        with self._lock:
-            found = self._forks.get(parent)
-        return found[1] if found is not None and found[0] > mark else None
-
-    def record(self, session_id: str, compacted: list[Any]) -> None:
-        with self._lock:
-            self._seq += 1
-            self._latest[session_id] = Compaction(
-                self._seq, tuple(dict(m) for m in compacted if isinstance(m, dict))
-            )
-
-    def mark(self) -> int:
-        with self._lock:
-            return self._seq
-
-    def since(self, session_id: str, mark: int) -> Compaction | None:
-        with self._lock:
-            found = self._latest.get(session_id)
-        return found if found is not None and found.seq > mark else None
+from ...contract.compaction_log import Compaction
+from ...files import atomic_write_text
+from ...runtime import Runtime
+from ...seam_behaviour import GatewayTranscript
+from .. import gateway
+from ..row import SeamRow, Wrapper
 
 
 def rewrite_jsonl(path: Path, messages: tuple[dict[str, Any], ...]) -> None:
@@ -107,3 +55,22 @@ def rebase_after_compaction(
             rewrite_jsonl(path, compaction.compacted[:keep])
     if isinstance(messages, list):
         result["history_offset"] = keep
+
+
+def rebase_transcript(runtime: Runtime, row: SeamRow, runner: Any, sid: str, mark: int, result: Any) -> None:
+    """After a gateway turn (``mark``: the compaction log's mark before it): the compaction
+    the guard made of ``sid`` meanwhile, if any, re-bases the gateway's transcript
+    bookkeeping (``transcript``: ``jsonl_and_offset`` on 0.13-0.14, ``offset`` on 0.15-0.17).
+    After a hand-off fork the turn belongs to the child, and the host's own split handling
+    already writes it whole (history offset 0)."""
+    compaction = runtime.compactions.since(sid, mark)
+    if compaction is not None:
+        forked = runtime.compactions.fork_since(sid, mark) is not None
+        rebase_after_compaction(runner.session_store, sid, compaction, None if forked else result,
+                                jsonl=row.behaviour.transcript == GatewayTranscript.JSONL_AND_OFFSET)
+
+
+def gateway_turn_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
+    """``GatewayRunner._run_agent`` on 0.13-0.17: the gateway turn's wrapper, which re-bases the
+    gateway's transcript after a compaction the guard made in place (:func:`rebase_transcript`)."""
+    return gateway.gateway_turn_wrapper(runtime, row, rebase=rebase_transcript)

@@ -42,10 +42,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..safe_text import searchable
-from ..store import GuardStore, SnapshotGone, _row_message, index_body
-from ..store.schema import TEXT_DOCS, TEXT_FTS, TEXT_VOCAB
-from .recall import recall_text
+from ...safe_text import searchable
+from ...store import GuardStore, _row_message, index_body
+from ...store.schema import TEXT_DOCS, TEXT_FTS, TEXT_VOCAB
+from ...summaries.recall import recall_text
 
 log = logging.getLogger("hermes_session_guard")
 
@@ -219,39 +219,6 @@ def host_ranks(store: GuardStore, fts_query: str, row_ids: Iterable[int]) -> dic
     rows = store.read_all("SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
                           f" AND rowid IN ({','.join('?' * len(ids))})", (fts_query, *ids))
     return {int(r[0]): float(r[1]) for r in rows}
-
-
-def snapshots_for_export(store: GuardStore, session_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-    """``session_id -> [snapshot, ...]``: every snapshot of these sessions with its
-    messages verbatim, oldest first, each marked as a guard snapshot."""
-    ids = list(dict.fromkeys(str(s) for s in session_ids))
-    if not ids:
-        return {}
-    out: dict[str, list[dict[str, Any]]] = {}
-    rows = store.read_all("SELECT snapshot_id, session_id, created_at, message_count, first_turn, last_turn, reason"
-                          f" FROM session_guard_snapshots WHERE {_in('session_id', ids)}"
-                          " ORDER BY created_at, snapshot_id", ids)
-    for snapshot_id, session_id, created_at, count, first, last, reason in rows:
-        entry: dict[str, Any] = {
-            "kind": "session_guard_snapshot",
-            "snapshot_id": snapshot_id,
-            "created_at": created_at,
-            "reason": reason,
-            "message_count": count,
-            "first_turn": first,
-            "last_turn": last,
-        }
-        try:
-            entry["messages"] = store.snapshot_messages(snapshot_id)
-        except SnapshotGone as exc:  # a reference whose rows Hermes no longer holds: said, not shortened
-            entry["messages"], entry["gone"] = [], str(exc)
-        out.setdefault(session_id, []).append(entry)
-    return out
-
-
-def snapshot_counts(store: GuardStore) -> dict[str, int]:
-    return {str(sid): int(n) for sid, n in store.read_all(
-        "SELECT session_id, COUNT(*) FROM session_guard_snapshots GROUP BY session_id")}
 
 
 def snapshot_window(store: GuardStore, session_id: str, anchor_id: int, window: int) -> dict[str, Any] | None:

@@ -1,14 +1,15 @@
-"""Wrappers that keep compacted history where Hermes's own search and export look (0.13-0.17).
+"""Wrappers that keep compacted history where Hermes's own search looks (0.13-0.17; from 0.18
+Hermes keeps compacted rows in its own messages table, and its search finds them).
 
 ``SessionDB.search_messages`` is the one search every surface uses (the
 ``session_search`` tool, the dashboard's ``/api/sessions/search``); the wrapper
-adds hits from the guard's snapshots (see :mod:`..summaries.search_index`) to Hermes's own,
-in one ranked list cut at Hermes's ``limit`` / ``offset``. ``export_session`` /
-``export_all`` (``hermes sessions export``, the dashboard's export) add each
-session's snapshots under ``session_guard_snapshots``. The tool of 0.13-0.14
+adds hits from the guard's snapshots (see :mod:`.search_index`) to Hermes's own,
+in one ranked list cut at Hermes's ``limit`` / ``offset``. The tool of 0.13-0.14
 reads the whole conversation of a hit with ``get_messages_as_conversation``: for
 the duration of one tool call, that read puts the session's snapshots before the
-live transcript, as the ended parent's rows were before the guard.
+live transcript, as the ended parent's rows were before the guard (the ``transcript_load``
+rows of 0.13-0.14 name :func:`transcript_load_wrapper`). Export (every release) is
+:mod:`..export`'s.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import logging
 import weakref
 from typing import Any
 
-from ..fail_open import failing_open
-from ..runtime import Runtime
-from ..summaries import search_index
-from .row import Wrapper
+from ...fail_open import failing_open
+from ...runtime import Runtime
+from ...summaries import snapshot_export
+from ..row import Wrapper, call_arg
+from ..summaries import transcript_load_wrapper as tagging_transcript_load_wrapper
+from . import search_index
 
 _signatures: dict[Any, inspect.Signature] = {}
 _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("session_guard_whole_conversation",
@@ -154,35 +157,6 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     return wrapper
 
 
-def _with_snapshots(runtime: Runtime, db: Any, sessions: list[dict[str, Any]]) -> None:
-    store = runtime.store_for(db.db_path)
-    counts = search_index.snapshot_counts(store)
-    wanted = [s["id"] for s in sessions if isinstance(s, dict) and s.get("id") in counts]
-    if not wanted:
-        return
-    found = search_index.snapshots_for_export(store, wanted)
-    for session in sessions:
-        if isinstance(session, dict) and session.get("id") in found:
-            session["session_guard_snapshots"] = found[session["id"]]
-
-
-def export_wrapper(runtime: Runtime, row: Any) -> Wrapper:
-    """``SessionDB.export_session`` / ``export_all``: each exported session carries its
-    snapshots (``session_guard_snapshots``: id, time, turns, the messages verbatim)."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result = wrapped(*args, **kwargs)
-        with failing_open(row, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` lists "
-                               "the compacted history", advice="doctor", once=True):
-            if isinstance(result, dict):
-                _with_snapshots(runtime, instance, [result])
-            elif isinstance(result, list):
-                _with_snapshots(runtime, instance, result)
-        return result
-
-    return wrapper
-
-
 def _mark_whole_conversation() -> contextvars.Token[bool]:
     return _whole_conversation.set(True)
 
@@ -209,12 +183,12 @@ def with_snapshots_in_search(runtime: Runtime, row: Any, db: Any, sid: Any, resu
     """``SessionDB.get_messages_as_conversation`` inside a ``session_search`` call only
     (0.13-0.14, see :func:`search_tool_wrapper`): the session's snapshot messages, oldest
     snapshot first, then the live transcript ``result``. Everywhere else (resume and the
-    rest) ``result`` unchanged. Called by the ``transcript_load`` seam's wrapper."""
+    rest) ``result`` unchanged. Called by :func:`transcript_load_wrapper`."""
     if not _whole_conversation.get():
         return result
     with failing_open(row, "session_search reads the live transcript only", advice="doctor", once=True):
         store = runtime.store_for(db.db_path)
-        found = search_index.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
+        found = snapshot_export.snapshots_for_export(store, [str(sid)]).get(str(sid), [])
         if found and isinstance(result, list):
             older = [m for snap in found for m in snap["messages"] if isinstance(m, dict)]
             return [*older, *result]
@@ -238,5 +212,18 @@ def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
                 if view is not None:
                     return view
         return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
+    """``SessionDB.get_messages_as_conversation`` on 0.13-0.14: the summary tags put back
+    (:func:`..summaries.transcript_load_wrapper`), and inside a ``session_search`` call the
+    session's snapshots first (:func:`with_snapshots_in_search`)."""
+    tagged = tagging_transcript_load_wrapper(runtime, row)
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = tagged(wrapped, instance, args, kwargs)
+        return with_snapshots_in_search(runtime, row, instance, call_arg(args, kwargs, 0, "session_id"), result)
 
     return wrapper
