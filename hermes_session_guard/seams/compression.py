@@ -117,7 +117,16 @@ from ..locks.session_lock import (
 )
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
-from ..store import SnapshotGone, SnapshotInfo, content_digest, message_text, text_hash
+from ..store import (
+    CompactionRows,
+    CompressionEnd,
+    CompressionStart,
+    SnapshotGone,
+    SnapshotInfo,
+    content_digest,
+    message_text,
+    text_hash,
+)
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -373,20 +382,25 @@ class _Operation:
             steps["summary_finished_at"] = self.engine_returned_at or self.summary_ended_at
         return steps
 
-    def write_outcome(self, last: CompressionOutcome | None) -> None:
+    def outcome_row(self, last: CompressionOutcome | None) -> CompressionEnd:
         """The phase row's end: ``last``'s status and what it knows (``failed``, interrupted,
-        when no outcome was recorded). In the caller's transaction when there is one."""
-        with self.store.transaction():
-            if not self.begun:
-                self._insert_row({})
-            self.store.set_compression_phase(
-                self.op_id, last.status if last else "failed",
-                snapshot_id=last.snapshot_id if last else None,
-                messages_after=last.messages_after if last else None,
-                detail=(last.reason or None) if last else "interrupted",
-                summary_chars=last.summary_chars if last else None, finished=True, steps=self.final_steps(),
-            )
-        self.outcome_written = last
+        when no outcome was recorded); the row itself too when it was never written."""
+        start = None if self.begun else CompressionStart(
+            self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id), strategy=self.strategy,
+            started_at=self.started_wall)
+        return CompressionEnd(
+            self.op_id, last.status if last else "failed",
+            snapshot_id=last.snapshot_id if last else None,
+            messages_after=last.messages_after if last else None,
+            detail=(last.reason or None) if last else "interrupted",
+            summary_chars=last.summary_chars if last else None, steps=self.final_steps(), start=start,
+        )
+
+    def write_outcome(self, last: CompressionOutcome | None) -> None:
+        """The phase row's end on its own (a compaction that stands writes it with its other
+        rows: settle)."""
+        self.store.end_compression(self.outcome_row(last))
+        self.begun, self.outcome_written = True, last
 
     def warn_phase(self) -> None:
         if self.phase_warned:
@@ -728,22 +742,19 @@ class _Operation:
         steps.announce_boundary()
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
-        # In one commit, with the outcome's phase row. On failure the tags stay on the live list
-        # (only a reload loses them) and the next contender falls back to comparing summary
-        # positions; the phase row is written on its own once the operation ends.
+        # One commit: the summary tags, the generation and the outcome's phase row. On failure the
+        # tags stay on the live list (only a reload loses them) and the next contender falls back
+        # to comparing summary positions.
         summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))
         outcome = self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars)
         generation: int | None = None
         with failing_open("recording the summaries and the generation", "said in the audit", level=None) as failed:
             first, last = span or (None, None)
-            digest = block_digest(keys_of(block))
-            with store.transaction():
-                store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
-                generation = store.record_generation(sid, block_len=len(block), block_digest=digest,
-                                                     op_id=self.op_id, snapshot_id=snapshot_id).generation
-                self.record_phase(self.write_outcome, outcome)  # its failure is its own (record_phase)
-        if failed:
-            self.outcome_written = None
+            rows = CompactionRows(sid, snapshot_id, created_at, tuple((i, h, first, last) for i, h in marks),
+                                  len(block), block_digest(keys_of(block)), self.outcome_row(outcome))
+            generation = store.record_compaction(rows).generation
+            self.begun, self.outcome_written = True, outcome
+        if failed:  # none of them written: the phase row is written on its own once the operation ends
             generation = None
             self.audit.warning("summaries.record_failed", reason=failed.reason)
             self.audit.warning("generation.failed", reason=failed.reason)
