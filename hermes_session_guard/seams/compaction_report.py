@@ -106,9 +106,15 @@ class CompactionReport:
         self.write_row(steps)
         self.begun = True
 
+    def start_row(self) -> CompressionStart:
+        """The phase row as the operation started."""
+        return CompressionStart(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
+                                strategy=self.strategy, started_at=self.started_wall)
+
     def write_row(self, steps: dict[str, float]) -> None:
-        self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
-                                     strategy=self.strategy, started_at=self.started_wall, steps=steps)
+        row = self.start_row()
+        self.store.begin_compression(row.op_id, row.session_id, row.messages_before, holder=row.holder,
+                                     strategy=row.strategy, started_at=row.started_at, steps=steps)
 
     def summary_steps(self) -> dict[str, float]:
         """The step times known when Hermes's compression is called."""
@@ -128,15 +134,13 @@ class CompactionReport:
     def outcome_row(self, last: CompressionOutcome | None) -> CompressionEnd:
         """The phase row's end: ``last``'s status and what it knows (``failed``, interrupted,
         when no outcome was recorded); the row itself too when it was never written."""
-        start = None if self.begun else CompressionStart(
-            self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id), strategy=self.strategy,
-            started_at=self.started_wall)
         return CompressionEnd(
             self.op_id, last.status if last else "failed",
             snapshot_id=last.snapshot_id if last else None,
             messages_after=last.messages_after if last else None,
             detail=(last.reason or None) if last else "interrupted",
-            summary_chars=last.summary_chars if last else None, steps=self.final_steps(), start=start,
+            summary_chars=last.summary_chars if last else None, steps=self.final_steps(),
+            start=None if self.begun else self.start_row(),
         )
 
     def write_outcome(self, last: CompressionOutcome | None) -> None:
