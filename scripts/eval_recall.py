@@ -20,27 +20,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def verdict(result: Any, target: float) -> tuple[bool, str]:
-    """``(passed, why)`` for an eval result (``rows``: ``compacted`` and ``hit`` per planted item)."""
-    rows = result.rows
-    inside = [r for r in rows if r["compacted"]]
-    if not rows:
-        return False, "nothing planted"
-    if not inside:
-        return False, "the host compacted none of the planted turns: recall of compacted turns was not measured"
-    score = sum(1 for r in rows if r["hit"]) / len(rows)
-    inside_score = sum(1 for r in inside if r["hit"]) / len(inside)
-    if score < target or inside_score < target:
-        return False, f"recall {score:.1%}, {inside_score:.1%} of the compacted ones (target {target:.0%})"
-    outside = len(rows) - len(inside)
-    return True, (f"{len(inside)} compacted planted turns recalled at {inside_score:.1%}"
-                  + (f"; {outside} left outside the host's compacted span, recalled too" if outside else ""))
 
 
 def main(argv: list[str]) -> int:
@@ -75,7 +57,7 @@ def main(argv: list[str]) -> int:
         "recall_ms_p95": round(p95, 2),
         "misses": [r for r in result.rows if not r["hit"]],
     }
-    ok, why = verdict(result, recall_eval.TARGET)
+    ok, why = recall_eval.verdict(result, recall_eval.TARGET)
     report["verdict"] = why
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))

@@ -118,11 +118,11 @@ RELEASE_HOST_TESTS: dict[str, list[str]] = {
 # commands and bounds that no native-mode seam changes; minutes of Hermes 0.20+ agent setup).
 _NATIVE_FULL_BOTH = [
     "test_operator_commands.py", "test_option_bounds.py", "test_plugin_loading.py", "test_private_files.py",
-    "test_probe_summary_check.py", "test_recall_across_handoff.py", "test_repair_exclusivity.py",
+    "test_probe_summary_check.py", "test_recall_across_handoff.py", "test_recall_eval.py", "test_repair_exclusivity.py",
     "test_routing_plan.py", "test_seam_failures.py", "test_secret_corpus_packets.py", "test_status_figures.py",
 ]
 RELEASE_HOST_TESTS_FULL: dict[str, list[str]] = {
-    "0.20.1": [*_NATIVE_FULL_BOTH, "test_recall_eval.py"],
+    "0.20.1": list(_NATIVE_FULL_BOTH),
     "0.22.2": [*_NATIVE_FULL_BOTH, "test_home_check_commands.py", "test_summary_marker_in_text.py"],
 }
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 STORE_STEPS = ("begin_compression", "try_acquire_lease", "generation", "snapshot_exists", "write_snapshot",
-               "record_summaries", "record_generation", "release_lease", "set_compression_phase")
+               "record_compaction", "release_lease")
 HOST_ADAPTER_STEPS = ("notify_boundary", "commit_memory", "rebase_flush")
 HERMES_STEPS = ("replace_messages", "get_messages_as_conversation", "update_system_prompt",
                 "try_acquire_compression_lock", "release_compression_lock")

@@ -27,7 +27,7 @@ Releasing is holder-qualified at both levels: a late holder never frees a lock
 a successor has taken. Only sqlite, threading and the standard clock are used
 (no fcntl, no signals), so this runs unchanged on Windows services.
 
-Why one module of ~400 lines: the in-process table and the cross-process lease are the
+Why one module: the in-process table and the cross-process lease are the
 two halves of one lock with one wait budget.
 """
 

@@ -23,7 +23,7 @@ rows of sessions whose messages lost their session row.
 ``apply_repair`` performs a plan through the host's SessionDB methods and the
 guard's own store; ``backup_state_db`` is taken first by the command.
 
-Why one module of ~410 lines: the plan and its application must agree row for row;
+Why one module: the plan and its application must agree row for row;
 keeping them side by side is what makes that reviewable.
 """
 

@@ -9,7 +9,7 @@ SQLite connection that creates no file, inside one read transaction, plus the
 gateway routing (``gateway_routing`` table on 0.19, ``sessions/sessions.json`` on
 every release).
 
-Why one module of ~460 lines: the home check and the read-only snapshot of a home share
+Why one module: the home check and the read-only snapshot of a home share
 one connection discipline (read-only URI, one read transaction) that every command relies on.
 """
 

@@ -18,7 +18,7 @@ A row is patched as soon as its module is fully imported. Two cases wait:
   that the guard must never import itself): it is patched by a post-import hook
   when Hermes imports the module, and stays ``pending`` in processes that never do.
 
-Why one module of ~460 lines: installing, verifying, deferring (pending and lazy rows) and
+Why one module: installing, verifying, deferring (pending and lazy rows) and
 uninstalling share one registry of what is applied (``_applied``); each needs the others'
 bookkeeping to stay idempotent and reversible.
 """

@@ -67,7 +67,8 @@ Clients, traces and metrics learn of each compaction through one hook,
 ``session_guard_compaction_event``: once when it starts, once when it ends
 (docs/events.md). The row's phase times (lock taken, summary call started and ended)
 are written as they happen, so ``status --session`` can tell where a compaction killed
-midway stopped.
+midway stopped. The phase row, the events and the outcome's audit line are written by
+:mod:`.compaction_report`.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .. import host
@@ -96,26 +97,23 @@ from ..contract.generations import (
 )
 from ..fail_open import failing_open
 from ..hooks.manager import get_plugin_manager
-from ..hooks.specs import (
-    COMPACTION_COMPLETED,
-    COMPACTION_FAILED,
-    COMPACTION_SKIPPED,
-    COMPACTION_STARTED,
-    CompactionEvent,
-)
 from ..host import engines as engine_support
-from ..inbox.repository import Inbox
 from ..locks.liveness import holder_dead
 from ..locks.session_lock import (
     LockBusy,
     LockGrant,
     LockUnavailable,
-    holder_id,
 )
-from ..redaction_core import mask_secrets
 from ..runtime import Runtime
 from ..seam_behaviour import Behaviour, FailurePolicy, LockMode, SnapshotStorage, Strategy
-from ..store import SnapshotGone, SnapshotInfo, content_digest, message_text, text_hash
+from ..store import (
+    CompactionRows,
+    SnapshotGone,
+    SnapshotInfo,
+    content_digest,
+    message_text,
+    text_hash,
+)
 from ..summaries.tags import (
     compacted_range,
     decorate_summaries,
@@ -124,14 +122,13 @@ from ..summaries.tags import (
     summary_indices,
     tag,
 )
+from .compaction_report import CompactionReport, CompressionOutcome
 from .compaction_steps import STEPS, register
 from .native_compaction import NativeCompaction
 
 # Each Hermes design's steps (the seam row's ``strategy`` chooses them; compaction_steps):
 # the strategies of releases before native compaction register from seams/legacy/.
 register(Strategy.HOST_NATIVE, NativeCompaction)
-
-log = logging.getLogger("hermes_session_guard")
 
 
 @dataclass(frozen=True)
@@ -145,16 +142,6 @@ class LockPolicy:
     on_failure: FailurePolicy = FailurePolicy.CLOSED
 
 
-@dataclass
-class CompressionOutcome:
-    session_id_after: str
-    status: str  # "done" | "adopted" | "skipped" | "failed"
-    snapshot_id: str | None
-    messages_after: int
-    reason: str = ""
-    summary_chars: int | None = None  # total length of the summaries in the compacted list (done)
-
-
 def _no_progress(before: list[Any], after: list[Any], original: list[Any]) -> bool:
     return after is original or len(after) >= len(before) and after == before
 
@@ -166,10 +153,6 @@ def _unchanged(messages: list[Any], before: list[Any]) -> list[Any]:
         messages[:] = before
     return messages
 
-
-# The end event of each recorded outcome (an adoption compacts nothing: it is a skip).
-_EVENT_OF = {"done": COMPACTION_COMPLETED, "adopted": COMPACTION_SKIPPED, "skipped": COMPACTION_SKIPPED,
-             "failed": COMPACTION_FAILED}
 
 # Hermes's own write of the compacted transcript failed (its commit, or its archive_and_compact)
 _NOT_WRITTEN = ("Hermes could not write the compacted transcript to state.db (see its warning); "
@@ -230,21 +213,21 @@ def guarded_compression(
     return op.run(lock or LockPolicy())
 
 
-class _Operation:
+class _Operation(CompactionReport):
     """One guarded compression of one session: every audit line names ``sid``."""
 
-    # Slots: an operation has more attributes (40) than CPython keeps in a shared-key instance
+    # Slots: an operation has more attributes than CPython keeps in a shared-key instance
     # dict (30); with a dict, building one took 0.76 ms median in bench_compression's setting,
     # with slots 0.25 ms (Python 3.11, docs/performance.md).
     __slots__ = (
         "runtime", "strategy", "agent", "sid", "messages", "call_host", "system_message",
         "native_summary_key", "behaviour", "op_id", "audit", "pm",
         "before", "started", "cooldown_before", "db_path", "store", "grant", "lock_fields", "done",
-        "persisted", "written_ahead", "phase_error", "phase_warned", "last", "produced",
+        "persisted", "written_ahead", "produced",
         "engine_returned_at", "lock_acquired_at", "summary_started_at", "summary_ended_at", "error_type",
-        "end_emitted", "live_ids", "live_digest", "live_is_before", "_mine", "started_wall", "begun",
-        "outcome_written", "steps",
-    )
+        "live_ids", "live_digest", "live_is_before", "_mine", "started_wall",
+        "steps",
+    )  # and CompactionReport's
 
     def __init__(
         self,
@@ -302,146 +285,6 @@ class _Operation:
         self.live_is_before = False  # ... and those rows hold exactly ``before`` (roles and texts)
         self._mine: Keyed | None = None
         self.steps = STEPS[strategy](self)  # what the row's Hermes design does at each step
-
-    # -- audit ----------------------------------------------------------------------
-    def record_phase(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """Write the durable op row; a failure here must not fail the compression. Said
-        once per operation: in the outcome event when it is still to come and reports a
-        problem itself, otherwise in one WARNING line."""
-        with failing_open("recording the compression phase", "the compression goes on", level=None) as failed:
-            write(*args, **kwargs)
-        if failed and self.phase_error is None:
-            self.phase_error = failed.reason
-
-    def begin(self, **steps: float) -> None:
-        """The phase row (``started``), written before the operation waits for anything or
-        calls Hermes, with the step times known by then (one write); once written, later
-        ``steps`` update it. An operation that ends before either writes it with its outcome
-        (write_outcome)."""
-        if self.begun:
-            if steps:
-                self.record_phase(self.store.mark_compression_steps, self.op_id, **steps)
-            return
-        self.record_phase(self._insert_row, steps)
-
-    def _insert_row(self, steps: dict[str, float]) -> None:
-        """The phase row, ``started`` at the operation's start (tried once: a failure is the caller's)."""
-        self.write_row(steps)
-        self.begun = True
-
-    def write_row(self, steps: dict[str, float]) -> None:
-        self.store.begin_compression(self.op_id, self.sid, len(self.before), holder=holder_id(self.op_id),
-                                     strategy=self.strategy, started_at=self.started_wall, steps=steps)
-
-    def summary_steps(self) -> dict[str, float]:
-        """The step times known when Hermes's compression is called."""
-        assert self.summary_started_at is not None
-        return {"summary_started_at": self.summary_started_at,
-                **({"lock_acquired_at": self.lock_acquired_at} if self.lock_acquired_at else {})}
-
-    def final_steps(self) -> dict[str, float]:
-        """The step times not written yet, written with the outcome."""
-        steps: dict[str, float] = {}
-        if self.lock_acquired_at and self.summary_started_at is None:  # ended before the summary
-            steps["lock_acquired_at"] = self.lock_acquired_at
-        if self.summary_ended_at is not None:
-            steps["summary_finished_at"] = self.engine_returned_at or self.summary_ended_at
-        return steps
-
-    def write_outcome(self, last: CompressionOutcome | None) -> None:
-        """The phase row's end: ``last``'s status and what it knows (``failed``, interrupted,
-        when no outcome was recorded). In the caller's transaction when there is one."""
-        with self.store.transaction():
-            if not self.begun:
-                self._insert_row({})
-            self.store.set_compression_phase(
-                self.op_id, last.status if last else "failed",
-                snapshot_id=last.snapshot_id if last else None,
-                messages_after=last.messages_after if last else None,
-                detail=(last.reason or None) if last else "interrupted",
-                summary_chars=last.summary_chars if last else None, finished=True, steps=self.final_steps(),
-            )
-        self.outcome_written = last
-
-    def warn_phase(self) -> None:
-        if self.phase_warned:
-            if self.phase_error is not None:
-                log.debug("session guard: compression phase not recorded (%s)", self.phase_error)
-            return
-        self.phase_warned = True
-        log.warning("session guard: could not record the compression phase in session_guard_compressions "
-                    "(%s); compression continues", self.phase_error)
-
-    def finish(self, outcome: CompressionOutcome, level: str = "info", **extra: Any) -> None:
-        self.last = outcome
-        if level != "info":
-            # This outcome reports a problem: a phase row that fails to record it is the
-            # same fault, and is not said again.
-            self.phase_warned = True
-        if self.phase_error is not None:
-            extra.setdefault("phase_row", f"not recorded: {self.phase_error}")
-            self.warn_phase()  # no-op unless the outcome reports no problem
-        if self.written_ahead is not None and outcome.snapshot_id != self.written_ahead:
-            # Stored before the host's live write of an operation that then did not compact
-            # (or whose outcome cannot name it): it stays, a verbatim copy of a transcript still live.
-            extra.setdefault("snapshot_written_ahead", self.written_ahead)
-        self.emit(outcome)
-        getattr(self.audit, level)(
-            f"compression.{outcome.status}",
-            session_id_after=outcome.session_id_after,
-            messages_before=len(self.before),
-            messages_after=outcome.messages_after,
-            snapshot_id=outcome.snapshot_id,
-            summary_chars=outcome.summary_chars,
-            duration_ms=round((time.perf_counter() - self.started) * 1000, 2),
-            reason=outcome.reason or None,
-            **self.lock_fields,
-            **extra,
-        )
-
-    def emit(self, outcome: CompressionOutcome | None) -> None:
-        """The compaction event for clients, traces and metrics (hook
-        ``session_guard_compaction_event``): at the start (``outcome`` None) and once at the end."""
-        if outcome is not None:
-            if self.end_emitted:
-                return
-            self.end_emitted = True
-        # a subscriber's failure never reaches the compaction
-        with failing_open("a compaction event subscriber", "the compaction goes on", level=logging.DEBUG,
-                          advice=None):
-            event = CompactionEvent(name=COMPACTION_STARTED, session_id=self.sid, op_id=self.op_id,
-                                    strategy=self.strategy, release=self.runtime.host_version,
-                                    messages_before=len(self.before))
-            if outcome is not None:
-                summary_ms = None
-                if self.summary_started_at is not None:
-                    ended = self.engine_returned_at or self.summary_ended_at or time.time()
-                    summary_ms = round((ended - self.summary_started_at) * 1000, 2)
-                reason = outcome.reason
-                if self.error_type and f"{self.error_type}:" in reason:
-                    # an exception's message may quote anything: the event names its type only
-                    reason = reason.split(f"{self.error_type}:", 1)[0] + self.error_type
-                waited = self.lock_fields.get("waited_ms")
-                event = replace(
-                    event, name=_EVENT_OF.get(outcome.status, COMPACTION_FAILED), messages_after=outcome.messages_after,
-                    summary_chars=outcome.summary_chars, snapshot_id=outcome.snapshot_id, outcome=outcome.status,
-                    reason=mask_secrets(reason)[:300] if reason else None, error_type=self.error_type,
-                    duration_ms=round((time.perf_counter() - self.started) * 1000, 2), summary_ms=summary_ms,
-                    lock_wait_ms=float(waited) if isinstance(waited, int | float) else None,
-                    messages_buffered=self.buffered_meanwhile(),
-                )
-            self.pm.hook.session_guard_compaction_event(event=event, agent=self.agent)
-
-    def buffered_meanwhile(self) -> int | None:
-        with failing_open("counting the messages buffered meanwhile", "the event leaves the count out",
-                          level=logging.DEBUG, advice=None):
-            return Inbox(self.store).buffered_during(self.op_id)
-        return None
-
-    def outcome(self, status: str, reason: str = "", *, after: int | None = None,
-                snapshot_id: str | None = None, summary_chars: int | None = None) -> CompressionOutcome:
-        return CompressionOutcome(host.session_id(self.agent), status, snapshot_id,
-                                  len(self.before) if after is None else after, reason, summary_chars)
 
     def leave_unchanged(self, status: str, reason: str, level: str = "info", *,
                         system_prompt: str | None = None, **extra: Any) -> tuple[list[Any], str]:
@@ -703,22 +546,19 @@ class _Operation:
         steps.announce_boundary()
         if snapshot_id is not None:
             self.runtime.note_snapshot(sid, self.db_path)
-        # In one commit, with the outcome's phase row. On failure the tags stay on the live list
-        # (only a reload loses them) and the next contender falls back to comparing summary
-        # positions; the phase row is written on its own once the operation ends.
+        # One commit: the summary tags, the generation and the outcome's phase row. On failure the
+        # tags stay on the live list (only a reload loses them) and the next contender falls back
+        # to comparing summary positions.
         summary_chars = sum(len(message_text(compressed[i]) or "") for i, _ in marks if i < len(compressed))
         outcome = self.outcome("done", after=len(final), snapshot_id=snapshot_id, summary_chars=summary_chars)
         generation: int | None = None
         with failing_open("recording the summaries and the generation", "said in the audit", level=None) as failed:
             first, last = span or (None, None)
-            digest = block_digest(keys_of(block))
-            with store.transaction():
-                store.record_summaries(sid, snapshot_id, [(i, h, first, last) for i, h in marks], created_at)
-                generation = store.record_generation(sid, block_len=len(block), block_digest=digest,
-                                                     op_id=self.op_id, snapshot_id=snapshot_id).generation
-                self.record_phase(self.write_outcome, outcome)  # its failure is its own (record_phase)
-        if failed:
-            self.outcome_written = None
+            rows = CompactionRows(sid, snapshot_id, created_at, tuple((i, h, first, last) for i, h in marks),
+                                  len(block), block_digest(keys_of(block)), self.outcome_row(outcome))
+            generation = store.record_compaction(rows).generation
+            self.begun, self.outcome_written = True, outcome
+        if failed:  # none of them written: the phase row is written on its own once the operation ends
             generation = None
             self.audit.warning("summaries.record_failed", reason=failed.reason)
             self.audit.warning("generation.failed", reason=failed.reason)

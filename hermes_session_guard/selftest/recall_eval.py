@@ -65,8 +65,28 @@ class EvalResult:
 
     @property
     def outside(self) -> list[dict[str, Any]]:
-        """Planted items the host did not compact (a fixture or host-change problem)."""
+        """Planted items the host did not compact (a longer tail kept live, as on 0.22.2)."""
         return [r for r in self.rows if not r["compacted"]]
+
+
+def verdict(result: EvalResult, target: float = TARGET) -> tuple[bool, str]:
+    """``(passed, why)``: recall over every planted item and over the ones the host compacted
+    at least ``target``, and the host compacted at least one (so recall of compacted turns was
+    measured at all). Planted turns a host leaves outside its compacted span (0.22.2 keeps a
+    longer tail) are reported, not counted against it."""
+    rows = result.rows
+    inside = [r for r in rows if r["compacted"]]
+    if not rows:
+        return False, "nothing planted"
+    if not inside:
+        return False, "the host compacted none of the planted turns: recall of compacted turns was not measured"
+    score = sum(1 for r in rows if r["hit"]) / len(rows)
+    inside_score = sum(1 for r in inside if r["hit"]) / len(inside)
+    if score < target or inside_score < target:
+        return False, f"recall {score:.1%}, {inside_score:.1%} of the compacted ones (target {target:.0%})"
+    outside = len(rows) - len(inside)
+    return True, (f"{len(inside)} compacted planted turns recalled at {inside_score:.1%}"
+                  + (f"; {outside} left outside the host's compacted span, recalled too" if outside else ""))
 
 
 def _header_range(messages: list[Any]) -> tuple[int, int] | None:

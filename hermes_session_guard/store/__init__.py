@@ -11,6 +11,7 @@ gave state.db), so it works whether or not an agent has a SessionDB.
   working through ``transaction()``/``reading()``: :mod:`.snapshots`,
   :mod:`.text_index` (the one full-text index, for recall and search), :mod:`.summaries`, :mod:`.compressions`
   (compressions and repairs), :mod:`.handoffs`, :mod:`.leases`, :mod:`.generations`;
+  :mod:`.compaction` (one compaction's summaries, generation and outcome rows, in one commit);
   the inbox's queries live in :mod:`hermes_session_guard.inbox` over the same
   ``transaction()``;
 - :mod:`.rows`: how a message is stored in a row, and text hashes.
@@ -20,9 +21,10 @@ gave state.db), so it works whether or not an agent has a SessionDB.
 
 from __future__ import annotations
 
-from .compressions import CompressionRepository
+from .compaction import CompactionRepository, CompactionRows
+from .compressions import CompressionEnd, CompressionStart
 from .connection import database_key
-from .generations import GenerationRecord, GenerationRepository
+from .generations import GenerationRecord
 from .handoffs import HandoffRepository
 from .leases import LeaseRepository
 from .rows import _row_message, message_text, text_hash
@@ -38,17 +40,14 @@ from .snapshots import (
     reference_problem,
     snapshots_recorded,
 )
-from .summaries import SummaryRepository
 from .text_index import RecallDoc, index_body
 
 
 class GuardStore(
     SnapshotRepository,
-    SummaryRepository,
-    CompressionRepository,
+    CompactionRepository,
     HandoffRepository,
     LeaseRepository,
-    GenerationRepository,
 ):
     """Thread-safe access to the ``session_guard_*`` tables of one state.db: every
     repository over one :class:`StoreConnection` (one connection, one lock)."""
@@ -56,6 +55,9 @@ class GuardStore(
 
 __all__ = [
     "LOCK_TABLE",
+    "CompactionRows",
+    "CompressionEnd",
+    "CompressionStart",
     "GenerationRecord",
     "GuardStore",
     "RecallDoc",

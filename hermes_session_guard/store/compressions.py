@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..safe_text import json_text
@@ -25,6 +26,34 @@ def _step_assignments(steps: Mapping[str, float | None]) -> str:
     if unknown:
         raise ValueError(f"unknown compression step(s) {unknown!r}; known: {', '.join(STEP_COLUMNS)}")
     return "".join(f", {k} = ?" for k in steps)
+
+
+@dataclass(frozen=True)
+class CompressionStart:
+    """A compression's row as it starts (:meth:`CompressionRepository.begin_compression`)."""
+
+    op_id: str
+    session_id: str
+    messages_before: int
+    holder: str | None = None
+    strategy: str | None = None
+    started_at: float | None = None
+
+
+@dataclass(frozen=True)
+class CompressionEnd:
+    """A compression's outcome on its row (:meth:`CompressionRepository.end_compression`):
+    ``phase``, what the outcome knows, the step times (``STEP_COLUMNS``) not written yet;
+    ``start`` when the row was never written (it is inserted first, in the same write)."""
+
+    op_id: str
+    phase: str
+    snapshot_id: str | None = None
+    messages_after: int | None = None
+    detail: str | None = None
+    summary_chars: int | None = None
+    steps: Mapping[str, float] = field(default_factory=dict)
+    start: CompressionStart | None = None
 
 
 class CompressionRepository(StoreConnection):
@@ -97,6 +126,18 @@ class CompressionRepository(StoreConnection):
                 (phase, snapshot_id, messages_after, detail, summary_chars, finished, time.time(), *steps.values(),
                  op_id),
             )
+
+    def end_compression(self, end: CompressionEnd) -> None:
+        """The row's end (finished now), inserted first when ``end.start`` says it was never
+        written; one write, in the caller's transaction when there is one."""
+        with self.transaction():
+            if end.start is not None:
+                s = end.start
+                self.begin_compression(s.op_id, s.session_id, s.messages_before, holder=s.holder,
+                                       strategy=s.strategy, started_at=s.started_at)
+            self.set_compression_phase(end.op_id, end.phase, snapshot_id=end.snapshot_id,
+                                       messages_after=end.messages_after, detail=end.detail,
+                                       summary_chars=end.summary_chars, finished=True, steps=dict(end.steps))
 
     def _compression_rows(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         with self.reading() as conn:

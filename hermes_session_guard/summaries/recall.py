@@ -7,7 +7,7 @@ within a character budget. Nothing here knows where the session id comes from:
 the caller passes the one the host says is calling, and everything read is
 filtered by that session's lineage, in SQL and again in Python.
 
-Why one module of ~420 lines: the search (words and turn ranges), the lineage filter and
+Why one module: the search (words and turn ranges), the lineage filter and
 the budgeted answer are one algorithm; the tool around it is :mod:`.recall_tool`.
 """
 

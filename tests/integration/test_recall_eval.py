@@ -1,6 +1,7 @@
-"""The recall eval on the real host: every planted specific of the fixture conversation
-is compacted away, and recall brings back the exact string for at least 98 % of the
-queries a model would send."""
+"""The recall eval on the real host: the planted specifics of the fixture conversation are
+compacted away (all of them on most releases; 0.22.2 keeps a longer tail live), and recall
+brings back the exact string for at least 98 % of the queries a model would send, over every
+planted item and over the compacted ones (``recall_eval.verdict``, as scripts/eval_recall.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def test_recall_returns_the_exact_planted_string(guard: Any, llm: FakeLLMServer,
     result = recall_eval.run_recall_eval(home, llm.base_url, fixture)
 
     assert result.compacted is not None
-    assert result.outside == []  # the host compacted every planted turn
+    # Recall over every planted turn and over the ones the host compacted; turns a release
+    # leaves outside its compacted span (0.22.2 keeps a longer tail) are not held against it.
+    ok, why = recall_eval.verdict(result)
     misses = [(r["id"], r["query"]) for r in result.rows if not r["hit"]]
-    assert result.score >= recall_eval.TARGET, misses
+    assert ok, (why, misses)

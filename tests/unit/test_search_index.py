@@ -5,6 +5,7 @@ another process) found by the next search, the window around a hit."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -243,3 +244,50 @@ def test_an_earlier_layouts_two_indexes_are_dropped(tmp_path: Path) -> None:
     conn.close()
     assert not {n for n in names if n.startswith(("session_guard_recall", "session_guard_search"))}
     assert {"session_guard_text_docs", "session_guard_text_fts", "messages"} <= names
+
+
+def _fts_tables(conn: sqlite3.Connection, schema: str = "main") -> set[str]:
+    """The full-text (FTS5) tables of one schema of the connection."""
+    return {str(r[0]) for r in conn.execute(
+        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'"
+        " AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5(%'")}
+
+
+def test_recall_and_search_query_the_one_index_and_no_other(home: HermesLikeHome) -> None:
+    """The guard keeps one full-text index over the snapshot text (ADR 0025): state.db holds
+    no other guard FTS5 table, and every full-text query of Hermes's search seam and of
+    recall names that table. A second index (a table of its own, or a query of another)
+    fails here. The one other table a search matches is the per-connection ``temp`` table
+    holding only the hits' text while FTS5's ``snippet()`` reads it, empty afterwards."""
+    from hermes_session_guard.store.schema import TEXT_FTS, TEXT_VOCAB
+    from hermes_session_guard.summaries.recall import Recall
+
+    store = GuardStore(home.db_path)
+    _snapshot(store, "a", "a.snapshot.1", ["alpha", TOKEN, "gamma"])
+    with store.reading() as conn:
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            assert [h["session_id"] for h in search_index.search(store, TOKEN)] == ["a"]
+            # (FTS5's own statements inside a query are traced too, as "-- ...")
+            searched = [s for s in statements if " MATCH " in s and not s.startswith("--")]
+            statements.clear()
+            answer = Recall(store=store, session_id="a", lineage=["a"], max_chars=4000).run({"query": TOKEN})
+            recalled = [s for s in statements if " MATCH " in s and not s.startswith("--")]
+        finally:
+            conn.set_trace_callback(None)
+        guard_fts = {t for t in _fts_tables(conn) if t.startswith("session_guard_")}
+        vocabularies = {str(r[0]) for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%USING fts5vocab(%'")}
+        snippets = _fts_tables(conn, "temp")
+        leftover = [conn.execute(f"SELECT COUNT(*) FROM temp.{t}").fetchone()[0] for t in snippets]
+    assert f"turn 1 {TOKEN}" in answer
+    assert guard_fts == {TEXT_FTS} and vocabularies == {TEXT_VOCAB}
+    assert snippets == {"session_guard_snippets"} and leftover == [0]
+    assert searched and recalled
+    for sql in searched + recalled:
+        matched = set(re.findall(r"(\w+) MATCH ", sql))
+        assert matched <= {TEXT_FTS, "session_guard_snippets"}, sql
+    assert any(f"{TEXT_FTS} MATCH" in sql for sql in searched)
+    assert all(f"{TEXT_FTS} MATCH" in sql for sql in recalled), recalled
+    store.close()
