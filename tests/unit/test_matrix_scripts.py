@@ -162,15 +162,19 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
         assert "tests/integration/test_operator_commands.py" in set(paths) - set(default)
 
 
-def test_a_changed_install_runs_its_releases_host_files_or_one_or_two_per_promise_by_default() -> None:
+def test_a_changed_install_runs_its_releases_host_files_or_the_tests_of_each_promise_by_default() -> None:
     root = Path(__file__).resolve().parents[2]
     assert matrix.base_release("0.22.2+relabelled") == "0.22.2" and matrix.base_release("0.22.2") == "0.22.2"
     for pseudo in {*matrix.DRIFT_RELEASES_DEFAULT, *matrix.DRIFT_RELEASES_FULL}:
         assert matrix.host_tests_for(pseudo) == matrix.host_tests_for(matrix.base_release(pseudo))
         default = matrix.host_tests_for(pseudo, default_run=True)
         assert default[:2] == ["-m", "not slow and not mode_repeat"]
-        assert all((root / path).is_file() for path in default[2:]) and len(default) > 2
-        assert set(default[2:]) < set(matrix.host_tests_for(pseudo))
+        files = {path.partition("::")[0] for path in default[2:]}
+        assert all((root / path).is_file() for path in files) and files
+        assert files < set(matrix.host_tests_for(pseudo))
+        for path in default[2:]:  # each named test is in its file
+            name = path.partition("::")[2]
+            assert f"def {name}(" in (root / path.partition("::")[0]).read_text(encoding="utf-8"), path
     assert set(matrix.DRIFT_RELEASES_DEFAULT) <= set(matrix.DRIFT_RELEASES_FULL)
     assert set(matrix.DRIFT_RELEASES_DEFAULT) <= set(matrix.LAST_SECONDS)
     assert matrix.dist_release(["0.14.0", "0.22.2+relabelled"]) == "0.22.2"
