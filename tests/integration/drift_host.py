@@ -66,6 +66,18 @@ def make_venv(venv: Path, edits: dict[str, Edit], version: str = RELABEL) -> Pat
         assert after != before, f"the edit of {path} changed nothing"
         target.write_text(after, encoding="utf-8")
     (site / "zz_release_site.pth").write_text(f"import site; site.addsitedir({str(source)!r})\n", encoding="utf-8")
+    # the release's console scripts (hermes, hermes-session-guard, ...), run by this venv's python
+    release_python = Path(sys.executable)
+    for script in sorted(release_python.parent.iterdir()):
+        target = venv / "bin" / script.name
+        if target.exists() or not script.is_file():
+            continue
+        with open(script, "rb") as fh:
+            first = fh.readline()
+        if first.startswith(b"#!") and first[2:].strip() == str(release_python).encode():
+            rest = script.read_bytes()[len(first):]
+            target.write_bytes(f"#!{python}\n".encode() + rest)
+            target.chmod(0o755)
     return python
 
 
