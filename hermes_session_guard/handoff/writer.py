@@ -284,7 +284,7 @@ def _fork(
         finally:
             undo.append(lambda: host.discard_session(db, child))
         stage = "turn_lease"
-        release = host.carry_turn_lease(db, agent, child)
+        release = host.carry_turn_lease(db, agent, child, given_back=runtime.seam_patched("turn_history"))
         if release is not None:
             undo.append(release)
         stage = "routing"

@@ -155,18 +155,24 @@ def discard_session(db: Any, sid: str) -> None:
 _carried_leases: dict[int, list[tuple[Any, str, str]]] = {}
 
 
-def carry_turn_lease(db: Any, agent: Any, child: str) -> Callable[[], None] | None:
+def carry_turn_lease(db: Any, agent: Any, child: str, *, given_back: bool = True) -> Callable[[], None] | None:
     """Hermes 0.20+ fences every transcript write of a turn with the turn's lease on its
     conversation, keyed by the lineage root through *compression* parents only: a hand-off
     child (its parent ended ``handoff``) is a conversation of its own. The turn that hands
     off takes the child's lease under its own holder, so its answer is written there;
     :func:`release_carried_turn_leases` gives it back when the turn ends (Hermes releases
     the lease it took, the parent's). ``None`` where no turn holds a lease (an earlier
-    release, or a compression outside a turn). Raises when another holder has the child's."""
+    release, or a compression outside a turn). Raises when another holder has the child's, and
+    when nothing will give it back at the turn's end (``given_back`` false: the seam that does,
+    ``turn_history``, is not patched on this install), since the child's next turns would then
+    wait until the lease expired."""
     holder = getattr(agent, "_active_session_turn_lease_holder", None)
     acquire = getattr(db, "try_acquire_session_turn_lease", None)
     if not holder or acquire is None:
         return None
+    if not given_back:
+        raise RuntimeError(f"nothing gives the turn lease of the new session {child} back when this turn ends "
+                           "(seam turn_history not patched on this install)")
     ttl = float(getattr(agent, "_active_session_turn_lease_ttl_seconds", None) or 300.0)
     if not acquire(child, holder, ttl_seconds=ttl):
         raise RuntimeError(f"another holder has the turn lease of the new session {child}")

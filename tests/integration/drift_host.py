@@ -38,7 +38,11 @@ def make_host(tmp: Path, edits: dict[str, Edit], version: str = RELABEL) -> Path
     """A venv at ``tmp/venv`` running the installed Hermes with ``edits`` (path under
     site-packages -> text edit) applied to copies, and ``hermes_cli.__version__`` set to
     ``version``. Returns its python."""
-    venv = tmp / "venv"
+    return make_venv(tmp / "venv", edits, version)
+
+
+def make_venv(venv: Path, edits: dict[str, Edit], version: str = RELABEL) -> Path:
+    """:func:`make_host` at the path ``venv`` (which must not exist yet)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -62,6 +66,18 @@ def make_host(tmp: Path, edits: dict[str, Edit], version: str = RELABEL) -> Path
         assert after != before, f"the edit of {path} changed nothing"
         target.write_text(after, encoding="utf-8")
     (site / "zz_release_site.pth").write_text(f"import site; site.addsitedir({str(source)!r})\n", encoding="utf-8")
+    # the release's console scripts (hermes, hermes-session-guard, ...), run by this venv's python
+    release_python = Path(sys.executable)
+    for script in sorted(release_python.parent.iterdir()):
+        target = venv / "bin" / script.name
+        if target.exists() or not script.is_file():
+            continue
+        with open(script, "rb") as fh:
+            first = fh.readline()
+        if first.startswith(b"#!") and first[2:].strip() == str(release_python).encode():
+            rest = script.read_bytes()[len(first):]
+            target.write_bytes(f"#!{python}\n".encode() + rest)
+            target.chmod(0o755)
     return python
 
 
@@ -218,3 +234,64 @@ def compact(python: Path, home: Path, mode: str) -> dict[str, Any]:
             found: dict[str, Any] = json.loads(line.split(" ", 1)[1])
             return found
     raise AssertionError(f"no result (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-4000:]}")
+
+
+# -- the drift cases ---------------------------------------------------------------------------
+
+# The promises selftest verifies (seams/verification.py PROMISES), in its order.
+PROMISES = ("compaction", "summary tags", "buffered delivery")
+# Each case: its edits (made when called: they read the release's files) and the promises
+# selftest verifies after it on 0.20.1 and 0.22.2.
+CASES: dict[str, tuple[Callable[[], dict[str, Edit]], tuple[str, ...]]] = {
+    "a_version_only": (dict, PROMISES),
+    "b_trailing_keyword": (lambda: {"agent/conversation_compression.py":
+                                    add_trailing_keyword("compress_context", "drift_reason")}, PROMISES),
+    "c_moved_and_reexported": (lambda: move_out("compress_context", "agent/conversation_compression.py",
+                                                "agent/compaction_entry.py"), PROMISES),
+    "d_renamed_throughout": (lambda: everywhere("gateway", "_promote_queued_event", "_promote_next_queued_event"),
+                             ("compaction", "summary tags")),
+    "e_commit_refuses_foreign_rows": (refuse_foreign_writes, ()),
+}
+
+# The host suite runs on a changed install as a pseudo-release ``<release>+<change>`` of
+# scripts/matrix.py: the release's venv, changed by one case, verified by selftest.
+PSEUDO_CHANGES = {"relabelled": "a_version_only", "trailing-kw": "b_trailing_keyword",
+                  "moved": "c_moved_and_reexported", "renamed": "d_renamed_throughout"}
+
+
+def pseudo_case(pseudo: str) -> str:
+    """The drift case of a pseudo-release name such as ``0.22.2+relabelled``."""
+    _, _, change = pseudo.partition("+")
+    if change not in PSEUDO_CHANGES:
+        raise SystemExit(f"error: unknown change {change!r} in {pseudo!r}; choose from {', '.join(PSEUDO_CHANGES)}")
+    return PSEUDO_CHANGES[change]
+
+
+def prepare(pseudo: str, venv: Path) -> int:
+    """Make ``venv`` afresh: this release's install changed by ``pseudo``'s case; then run
+    ``selftest`` there against an enabled home, so the install's verification record exists.
+    Prints selftest's verdict per promise; returns its exit code."""
+    import tempfile
+
+    from hermes_session_guard.selftest import probe
+
+    case = pseudo_case(pseudo)
+    if venv.exists():
+        shutil.rmtree(venv)
+    python = make_venv(venv, CASES[case][0]())
+    with tempfile.TemporaryDirectory(prefix="hsg-drift-home-") as tmp:
+        home = Path(tmp) / "home"
+        probe.write_config(home, "http://127.0.0.1:9/v1", plugin_enabled=True)
+        code, report, tail = selftest(python, home)
+    verification = report.get("verification", {})
+    for promise in verification.get("promises", []):
+        state = "verified" if promise.get("verified") else "NOT verified"
+        print(f"{pseudo}: {promise.get('name')}: {state} ({str(promise.get('why', ''))[:300]})")
+    print(f"{pseudo}: selftest exit {code}; record {verification.get('recorded') or 'NOT written'}")
+    if not verification.get("recorded"):
+        print(tail)
+    return code
+
+
+if __name__ == "__main__":  # python -m tests.integration.drift_host PSEUDO_RELEASE VENV (scripts/matrix.py)
+    raise SystemExit(prepare(sys.argv[1], Path(sys.argv[2])))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +31,8 @@ from .conftest import HERMES_VERSION, HOST_NATIVE_MODE
 pytestmark = [pytest.mark.host,
               pytest.mark.skipif(not HOST_NATIVE_MODE, reason="drift cases are made from the native-mode releases")]
 
-ALL = ("compaction", "summary tags", "buffered delivery")
-CASES: dict[str, tuple[Callable[[], dict[str, d.Edit]], tuple[str, ...]]] = {
-    "a_version_only": (dict, ALL),
-    "b_trailing_keyword": (lambda: {"agent/conversation_compression.py":
-                                    d.add_trailing_keyword("compress_context", "drift_reason")}, ALL),
-    "c_moved_and_reexported": (lambda: d.move_out("compress_context", "agent/conversation_compression.py",
-                                                  "agent/compaction_entry.py"), ALL),
-    "d_renamed_throughout": (lambda: d.everywhere("gateway", "_promote_queued_event", "_promote_next_queued_event"),
-                             ("compaction", "summary tags")),
-    "e_commit_refuses_foreign_rows": (d.refuse_foreign_writes, ()),
-}
+ALL = d.PROMISES
+CASES = d.CASES
 # 0.20.1 runs (a) and (e) in CI's default run; every case in the full matrix
 _SLOW_ON_0_20 = {"b_trailing_keyword", "c_moved_and_reexported", "d_renamed_throughout"}
 

@@ -501,10 +501,9 @@ def test_selftest_passes_and_reports_each_check(home: Path, discovered: Any, mon
 
 
 def _hermes_cannot_import(seam: str) -> bool:
-    from hermes_session_guard.hostinfo import parse_version
-    from hermes_session_guard.seams.table import select_row
+    from .conftest import host_row
 
-    row = select_row(seam, parse_version(HERMES_VERSION or "0"))
+    row = host_row(seam)
     if row is None or not row.lazy:
         return False
     done = subprocess.run([sys.executable, "-c", f"import {row.module}"], capture_output=True, text=True, timeout=300)

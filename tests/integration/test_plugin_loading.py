@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from hermes_session_guard.seam_behaviour import SeamKind
-from hermes_session_guard.seams.table import seam_names, select_row
+from hermes_session_guard.seams.table import seam_names
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer
 
-from .conftest import HOST
+from .conftest import host_row
 
 BIN = Path(sys.executable).parent
 
@@ -109,9 +109,9 @@ def test_selftest_passes_against_this_hermes(home: Path) -> None:
     # a lazy row stays pending where Hermes itself cannot import its module in this environment
     # (the dashboard's without fastapi, 0.22's TUI on Python 3.11)
     waiting = {s["name"] for s in report["seams"] if s["state"] == "pending"}
-    assert all((row := select_row(name, HOST)) is not None and row.lazy for name in waiting), waiting
+    assert all((row := host_row(name)) is not None and row.lazy for name in waiting), waiting
     expected = {name for name in seam_names()
-                if (row := select_row(name, HOST)) is not None and row.kind == SeamKind.INSTANCE_SHIM} - waiting
+                if (row := host_row(name)) is not None and row.kind == SeamKind.INSTANCE_SHIM} - waiting
     assert set(shims) == expected >= {"engine_compress_shim", "delivery_send_shim", "delivery_edit_shim",
                                       "delivery_draft_shim"}
     assert all(s["state"] == "patched" for s in shims.values()), shims

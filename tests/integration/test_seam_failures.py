@@ -28,14 +28,14 @@ from hermes_session_guard import audit, host
 from hermes_session_guard.inbox.repository import Inbox
 from hermes_session_guard.seams import buffering, compression, compression_entry
 from hermes_session_guard.seams import summaries as summary_seams
-from hermes_session_guard.seams.table import SeamRow, seam_names, select_row
+from hermes_session_guard.seams.table import SeamRow, seam_names
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import iter_message_text
 from hermes_session_guard.selftest.gateway import GatewayHarness, start_gateway
 from hermes_session_guard.summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE
 
 from ..fake_llm import ScriptedLLMServer, ToolCallReply
-from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, new_agent
+from .conftest import HOST, HOST_HAS_IN_PLACE, MODES, host_row, new_agent
 from .test_recall_tool import _reachable, recall_call, turn_requests
 from .tui_import import tui_server
 from .waiting import send_while_busy
@@ -743,7 +743,7 @@ def _tui_prompt_slot(ctx: Ctx) -> None:
 def _wrapped_here() -> list[Any]:
     params = []
     for name in seam_names():
-        row = select_row(name, HOST)
+        row = host_row(name)
         if row is None or row.wrapper is None:
             continue
         for mode in MODES if name in MODE_SENSITIVE else MODES[:1]:
@@ -756,7 +756,7 @@ def test_a_guard_failure_inside_a_seam_keeps_hermes_serving(
     seam: str, mode: str, guard: Any, db: Any, llm: ScriptedLLMServer, home: Path,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    row = select_row(seam, HOST)
+    row = host_row(seam)
     assert row is not None
     assert seam in CASES, f"seam {seam} wraps {row.target} on Hermes {HOST} but has no failure case here"
     policy, run_case = CASES[seam]

@@ -15,16 +15,15 @@ from typing import Any
 import pytest
 
 from hermes_session_guard.config import parse_config
-from hermes_session_guard.seams.table import select_row
 from hermes_session_guard.selftest import probe
 from hermes_session_guard.selftest.fake_llm import FakeLLMServer, iter_message_text
 from hermes_session_guard.selftest.gateway import start_gateway
 from hermes_session_guard.summaries.tags import is_summary_text
 
-from .conftest import HOST, MODES, new_agent
+from .conftest import HOST, MODES, host_row, new_agent
 from .tui_import import tui_server
 
-_API_ROW = select_row("api_session_messages", HOST)
+_API_ROW = host_row("api_session_messages")
 HAS_SESSION_MESSAGES_ENDPOINT = _API_ROW is not None and _API_ROW.wrapper is not None
 # 0.21+ projects a summary row on that endpoint as an empty row with display_kind "hidden"
 HOST_BLANKS_SUMMARY_ROWS = HOST >= (0, 21, 0)

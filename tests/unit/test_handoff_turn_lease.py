@@ -62,3 +62,13 @@ def test_a_child_lease_another_holder_has_refuses_the_hand_off() -> None:
         host.carry_turn_lease(db, agent, "child")
     host.release_carried_turn_leases(agent)
     assert db.rows == {"child": "someone-else"}
+
+
+def test_a_turn_whose_end_gives_no_lease_back_refuses_the_hand_off_and_takes_nothing() -> None:
+    """Outside the seam table ``turn_history`` (which gives the lease back) may stay off while
+    the compaction is verified: a carried lease would hold the child's next turns until it expired."""
+    db, agent = _Leases({"parent": "turn-1"}), _agent("turn-1")
+    with pytest.raises(RuntimeError, match="turn_history"):
+        host.carry_turn_lease(db, agent, "child", given_back=False)
+    assert db.rows == {"parent": "turn-1"}
+    assert host.carry_turn_lease(db, _agent(None), "child", given_back=False) is None  # outside a turn

@@ -109,10 +109,11 @@ THIRTEEN = ["0.13.0", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.16.0", "0.17.0"
 
 
 @pytest.mark.parametrize(("argv", "env", "expected"), [
-    ([], {}, DEFAULT),
-    ([], {"CI_FULL_MATRIX": "0"}, DEFAULT),
-    ([], {"CI_FULL_MATRIX": "1"}, THIRTEEN),
+    ([], {}, [*DEFAULT, "0.22.2+relabelled"]),
+    ([], {"CI_FULL_MATRIX": "0"}, [*DEFAULT, "0.22.2+relabelled"]),
+    ([], {"CI_FULL_MATRIX": "1"}, [*THIRTEEN, "0.22.2+relabelled", "0.22.2+trailing-kw"]),
     (["0.16.0", "--x"], {"CI_FULL_MATRIX": "1"}, ["0.16.0"]),
+    (["0.22.2+relabelled"], {}, ["0.22.2+relabelled"]),
 ])
 def test_ci_runs_one_release_per_range_by_default_and_all_thirteen_with_the_full_matrix(
     argv: list[str], env: dict[str, str], expected: list[str]
@@ -159,6 +160,24 @@ def test_releases_after_0_19_run_the_host_files_ported_there_and_the_rest_run_ev
         default = matrix.host_tests_for(release, default_run=True)[2:]
         assert set(default) < set(paths)  # the full matrix runs more files there
         assert "tests/integration/test_operator_commands.py" in set(paths) - set(default)
+
+
+def test_a_changed_install_runs_its_releases_host_files_or_the_tests_of_each_promise_by_default() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert matrix.base_release("0.22.2+relabelled") == "0.22.2" and matrix.base_release("0.22.2") == "0.22.2"
+    for pseudo in {*matrix.DRIFT_RELEASES_DEFAULT, *matrix.DRIFT_RELEASES_FULL}:
+        assert matrix.host_tests_for(pseudo) == matrix.host_tests_for(matrix.base_release(pseudo))
+        default = matrix.host_tests_for(pseudo, default_run=True)
+        assert default[:2] == ["-m", "not slow and not mode_repeat"]
+        files = {path.partition("::")[0] for path in default[2:]}
+        assert all((root / path).is_file() for path in files) and files
+        assert files < set(matrix.host_tests_for(pseudo))
+        for path in default[2:]:  # each named test is in its file
+            name = path.partition("::")[2]
+            assert f"def {name}(" in (root / path.partition("::")[0]).read_text(encoding="utf-8"), path
+    assert set(matrix.DRIFT_RELEASES_DEFAULT) <= set(matrix.DRIFT_RELEASES_FULL)
+    assert set(matrix.DRIFT_RELEASES_DEFAULT) <= set(matrix.LAST_SECONDS)
+    assert matrix.dist_release(["0.14.0", "0.22.2+relabelled"]) == "0.22.2"
 
 
 def test_the_default_run_leaves_the_operator_files_to_the_releases_bracketing_the_table() -> None:
