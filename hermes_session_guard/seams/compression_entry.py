@@ -15,6 +15,7 @@ from ..runtime import Runtime
 from ..seam_behaviour import FailurePolicy, LockMode
 from ..store.connection import arrived, carry, compaction_commit, take_riders
 from .compression import STEPS, LockPolicy, guarded_compression
+from .envelope import Hermes, fails_as
 from .row import HostCall, SeamRow, Wrapper, agent_call
 from .turns import held_for_compaction
 
@@ -35,22 +36,27 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     # Hermes alone keeps the id (in place): a guard error before it runs steps aside
     steps_aside = strategy in STEPS and STEPS[strategy].host_keeps_id
 
+    def refuse(exc: Exception, hermes: Hermes, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The row's ``closed`` policy (ADR 0008, ADR 0019): a guard error before the host ran
+        skips the compression, or steps aside where Hermes alone keeps the id; after the
+        host ran, :func:`guarded_compression` has said it and the host never runs twice."""
+        if hermes.ran:
+            raise exc
+        agent, messages, system_message = _compression_call(instance, args, kwargs)
+        if steps_aside:
+            return stepped_aside(runtime, row, agent, args, kwargs, exc, hermes.call)
+        return skipped_before_host(runtime, row, agent, messages, system_message, exc)
+
+    @fails_as("the compression is skipped", refuse=refuse)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_host = HostCall(wrapped, *args, **kwargs)
         agent, messages, system_message = _compression_call(instance, args, kwargs)
-        try:
-            with held_for_compaction(runtime, agent):  # a compaction outside any turn holds the session's turn
-                return guarded_compression(
-                    runtime, strategy, agent, messages, call_host,
-                    native_summary_key=row.behaviour.native_summary_key or None,
-                    system_message=system_message, lock=lock, behaviour=row.behaviour,
-                )
-        except Exception as exc:
-            if call_host.ran:
-                raise
-            if steps_aside:
-                return stepped_aside(runtime, row, agent, args, kwargs, exc, wrapped)
-            return skipped_before_host(runtime, row, agent, messages, system_message, exc)
+        with held_for_compaction(runtime, agent):  # a compaction outside any turn holds the session's turn
+            return guarded_compression(
+                runtime, strategy, agent, messages, call_host,
+                native_summary_key=row.behaviour.native_summary_key or None,
+                system_message=system_message, lock=lock, behaviour=row.behaviour,
+            )
 
     return wrapper
 

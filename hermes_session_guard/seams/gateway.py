@@ -13,11 +13,12 @@ from typing import Any
 
 from .. import host
 from ..contract.gateway_transcript import rebase_after_compaction
-from ..fail_open import failing_open, report
+from ..fail_open import failing_open
 from ..host import client_events
 from ..runtime import Runtime
 from ..seam_behaviour import GatewayTranscript
 from . import buffering
+from .envelope import fails_as
 from .row import HostCall, SeamRow, Wrapper, call_arg
 
 
@@ -125,17 +126,12 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """A message for a busy session: buffer it while the session compresses (see buffering)."""
 
+    @fails_as("Hermes handles this message as it would without the guard")
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_host = HostCall(wrapped, *args, **kwargs)  # Hermes's coroutine, awaited where it is made
-        try:
-            event = call_arg(args, kwargs, 0, "event")
-            session_key = call_arg(args, kwargs, 1, "session_key")
-            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
-        except Exception as exc:
-            if call_host.ran:
-                raise
-            report(row, exc, "Hermes handles this message as it would without the guard")
-            return await wrapped(*args, **kwargs)
+        event = call_arg(args, kwargs, 0, "event")
+        session_key = call_arg(args, kwargs, 1, "session_key")
+        return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
 
     return wrapper
 
@@ -227,19 +223,10 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     prompt for a busy session was queued, in the ``interrupt`` busy-input mode. While the
     session compacts the interrupt is left out (see buffering.interrupt_or_queue)."""
 
+    @fails_as("the running turn is interrupted as without the guard")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "the running turn is interrupted as without the guard") as failed:
-            agent = call_arg(args, kwargs, 2, "agent")
-        if failed:
-            return wrapped(*args, **kwargs)
         interrupt = HostCall(wrapped, *args, **kwargs)
-        try:
-            buffering.interrupt_or_queue(runtime, agent, interrupt)
-        except Exception as exc:
-            if interrupt.ran:  # the host's own interrupt failed: its error, not the guard's
-                raise
-            report(row, exc, "the running turn is interrupted as without the guard")
-            return wrapped(*args, **kwargs)
+        buffering.interrupt_or_queue(runtime, call_arg(args, kwargs, 2, "agent"), interrupt)
         return interrupt.result
 
     return wrapper
@@ -265,18 +252,13 @@ def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], 
     that lets ``place(runtime, session, enqueue)`` decide how the host's own call queues the prompt."""
 
     def factory(runtime: Runtime, row: SeamRow) -> Wrapper:
+        @fails_as("the prompt is queued as without the guard (merged into one already queued)")
         def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             enqueue = HostCall(wrapped, *args, **kwargs)
-            try:
-                session = call_arg(args, kwargs, 0, "session")
-                if not isinstance(session, dict):
-                    return enqueue()
-                return place(runtime, session, enqueue)
-            except Exception as exc:
-                if enqueue.ran:
-                    raise
-                report(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
-                return wrapped(*args, **kwargs)
+            session = call_arg(args, kwargs, 0, "session")
+            if not isinstance(session, dict):
+                return enqueue()
+            return place(runtime, session, enqueue)
 
         return wrapper
 

@@ -22,6 +22,7 @@ from typing import Any
 from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..summaries import search_index
+from .envelope import unguarded
 from .row import Wrapper
 
 _signatures: dict[Any, inspect.Signature] = {}
@@ -31,6 +32,7 @@ _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("sess
 
 def _bind(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by name, defaults filled in (only the release's own parameters)."""
+    wrapped = unguarded(wrapped)
     key = getattr(wrapped, "__func__", wrapped)
     signature = _signatures.get(key)
     if signature is None:

@@ -23,6 +23,7 @@ from ..summaries.recall_tool import RECALL_TOOL, SYSTEM_RULE, calling_session, h
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
+from .envelope import Hermes, fails_as
 from .row import Wrapper, agent_call, call_arg
 from .search import with_snapshots_in_search
 
@@ -106,18 +107,17 @@ def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     request that carries them (it is not sent); one without them has nothing to
     strip and goes out as Hermes built it."""
 
+    def refuse(exc: Exception, hermes: Hermes, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        messages = hermes.result
+        if carries_guard_keys(messages):
+            report(row, exc, "this request carries the guard's summary keys and is not sent", failing="closed")
+            raise exc
+        report(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
+        return messages
+
+    @fails_as("the request is not sent", refuse=refuse)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        messages = wrapped(*args, **kwargs)
-        try:
-            return provider_messages(messages)
-        except Exception as exc:
-            if carries_guard_keys(messages):
-                log.error("session guard: seam %s failed (%s: %s); failing closed: this request carries the guard's "
-                          "summary keys and is not sent. Run `hermes-session-guard selftest`.",
-                          row.target, type(exc).__name__, exc)
-                raise
-            report(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
-            return messages
+        return provider_messages(wrapped(*args, **kwargs))
 
     return wrapper
 
