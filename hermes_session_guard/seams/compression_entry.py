@@ -132,6 +132,8 @@ def host_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         riders = take_riders()
         if not riders:
             return wrapped(*args, **kwargs)
+        # a sub-step with a fallback of its own: the riders taken off this thread are told they
+        # did not ride, so they write on their own (test_commit_riders.py: riders that cannot board)
         with failing_open(row, "the guard writes its rows on its own", advice=None) as failed:
             call_args, call_kwargs = args, dict(kwargs)
             if args:
@@ -141,12 +143,12 @@ def host_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         if failed:
             arrived(riders, committed=False)
             return wrapped(*args, **kwargs)
+        committed = False
         try:
             result = wrapped(*call_args, **call_kwargs)
-        except BaseException:
-            arrived(riders, committed=False)
-            raise
-        arrived(riders, committed=True)
+            committed = True
+        finally:  # Hermes's transaction ended: its riders committed, or rolled back with it
+            arrived(riders, committed=committed)
         return result
 
     return wrapper
@@ -157,10 +159,9 @@ def compaction_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     Hermes commits on this thread is the compaction's own, and carries the snapshot
     reference waiting for it (``host_commit``), not an earlier commit of Hermes's."""
 
+    @fails_as("the snapshot reference is written after Hermes's commit")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with ExitStack() as marked:
-            with failing_open(row, "the snapshot reference is written after Hermes's commit", advice=None):
-                marked.enter_context(compaction_commit())
+        with compaction_commit():
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -171,11 +172,11 @@ def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     without touching the table when this thread's guarded operation already holds
     the lock on that session; otherwise Hermes's own acquire, unchanged."""
 
+    @fails_as("Hermes's own lock decides")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "Hermes's own lock decides", advice=None):
-            sid = args[0] if args else kwargs.get("session_id")
-            if host.native_lock_held_here(instance, sid):
-                return True
+        sid = args[0] if args else kwargs.get("session_id")
+        if host.native_lock_held_here(instance, sid):
+            return True
         return wrapped(*args, **kwargs)
 
     return wrapper
