@@ -22,7 +22,7 @@ from typing import Any
 from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..summaries import search_index
-from .envelope import unguarded
+from .envelope import fails_as, unguarded
 from .row import Wrapper
 
 _signatures: dict[Any, inspect.Signature] = {}
@@ -129,17 +129,21 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     state.db that match the same query under the same filters. A query that needs a
     term no snapshot holds goes to Hermes alone, without a second full-text query."""
 
+    @fails_as("this search returns Hermes's own rows only (compacted turns are not searched)", advice="doctor",
+              once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # two sub-steps that degrade alone (DEBUG): an unreadable vocabulary searches the snapshots
+        # in full, and unranked Hermes hits still merge with the snapshot hits
+        hopeless = False  # Hermes's call stays outside the handler: its own error is never swallowed
         with failing_open(row, "the snapshots are searched in full", when="reading the snapshot vocabulary",
                           level=logging.DEBUG, advice=None):
-            if no_snapshot_can_match(runtime, instance, args, kwargs):
-                return wrapped(*args, **kwargs)
-        with failing_open(row, "this search returns Hermes's own rows only (compacted turns are not searched)",
-                          advice="doctor", once=True) as failed:
-            call = _bind(wrapped, args, kwargs)
-            limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
-            hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
-        if failed or not hits:
+            hopeless = no_snapshot_can_match(runtime, instance, args, kwargs)
+        if hopeless:
+            return wrapped(*args, **kwargs)
+        call = _bind(wrapped, args, kwargs)
+        limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
+        hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
+        if not hits:
             return wrapped(*args, **kwargs)
         host = wrapped(**{**call, "limit": limit + offset, "offset": 0})
         with failing_open(row, "snapshot hits follow Hermes's own", when="ranking Hermes's own hits",
@@ -172,14 +176,14 @@ def export_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.export_session`` / ``export_all``: each exported session carries its
     snapshots (``session_guard_snapshots``: id, time, turns, the messages verbatim)."""
 
+    @fails_as("the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` lists the compacted "
+              "history", advice="doctor", once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        with failing_open(row, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` lists "
-                               "the compacted history", advice="doctor", once=True):
-            if isinstance(result, dict):
-                _with_snapshots(runtime, instance, [result])
-            elif isinstance(result, list):
-                _with_snapshots(runtime, instance, result)
+        if isinstance(result, dict):
+            _with_snapshots(runtime, instance, [result])
+        elif isinstance(result, list):
+            _with_snapshots(runtime, instance, result)
         return result
 
     return wrapper
@@ -193,12 +197,9 @@ def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``tools.session_search_tool.session_search``: while it runs, the conversation
     it reads for a hit includes the session's snapshots (:func:`with_snapshots_in_search`)."""
 
+    @fails_as("session_search reads the live transcript of a hit only", advice="doctor", once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "session_search reads the live transcript of a hit only", advice="doctor",
-                          once=True) as failed:
-            token = _mark_whole_conversation()
-        if failed:
-            return wrapped(*args, **kwargs)
+        token = _mark_whole_conversation()
         try:
             return wrapped(*args, **kwargs)
         finally:
@@ -229,16 +230,16 @@ def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     a snapshot hit's negative id opens the snapshot around it, verbatim, when the
     snapshot belongs to ``session_id``. Hermes's own ids go to Hermes unchanged."""
 
+    @fails_as("a snapshot hit opens to an empty window, as Hermes answers for an unknown id", advice="doctor",
+              once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id",
-                          advice="doctor", once=True):
-            call = _bind(wrapped, args, kwargs)
-            anchor = call.get("around_message_id")
-            if isinstance(anchor, int) and anchor < 0:
-                view = search_index.snapshot_window(runtime.store_for(instance.db_path), str(call["session_id"]),
-                                                    anchor, _as_int(call.get("window"), 5))
-                if view is not None:
-                    return view
+        call = _bind(wrapped, args, kwargs)
+        anchor = call.get("around_message_id")
+        if isinstance(anchor, int) and anchor < 0:
+            view = search_index.snapshot_window(runtime.store_for(instance.db_path), str(call["session_id"]),
+                                                anchor, _as_int(call.get("window"), 5))
+            if view is not None:
+                return view
         return wrapped(*args, **kwargs)
 
     return wrapper
