@@ -201,3 +201,25 @@ def test_apply_installs_each_wrapper_inside_its_rows_policy(runtime: Runtime, mo
         with pytest.raises(outcome):
             module.target(3)
         assert host.calls == 0
+
+
+def test_a_search_no_snapshot_can_match_calls_hermes_once_and_passes_its_error(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The vocabulary read's handler once held Hermes's call too: Hermes's own error was caught
+    there (DEBUG) and the search ran Hermes a second time."""
+    from hermes_session_guard.seams import search
+
+    monkeypatch.setattr(search, "no_snapshot_can_match", lambda *a: True)
+    error = HermesError("no such table: messages_fts")
+    calls: list[Any] = []
+
+    def search_messages(query: str, limit: int = 20, offset: int = 0) -> Any:
+        calls.append(query)
+        raise error
+
+    row = _row("open")
+    with caplog.at_level(logging.DEBUG, logger="hermes_session_guard"), pytest.raises(HermesError) as raised:
+        enveloped(row, search.search_wrapper(runtime, row))(search_messages, None, ("needle",), {})
+    assert raised.value is error and calls == ["needle"]
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
