@@ -43,6 +43,7 @@ import re
 import secrets
 import shutil
 import time
+from contextlib import ExitStack, suppress
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -140,33 +141,28 @@ def stage(home: Path) -> Path:
         if _STAGED.match(leftover) and _older_than(plugins / leftover, LEFTOVER_SECONDS):
             _remove_tree(plugins / leftover)
     staged = plugins / f".{DIR_NAME}.{secrets.token_hex(6)}.new"
+    written = False
     try:
         write_private_tree(staged, FILES, owner=home_owner(home))
-    except BaseException:
-        try:
-            _remove_tree(staged)
-        except OSError:
-            pass
-        raise
+        written = True
+    finally:
+        if not written:
+            with suppress(OSError):
+                _remove_tree(staged)
     return staged
 
 
 def commit(home: Path, staged: Path) -> Path:
     """Put a directory made by :func:`stage` in place of the old one (which is removed)."""
     root = plugin_dir(home)
-    try:
+    with ExitStack() as undo:  # on any failure, newest first: the old directory back, the staged one gone
+        undo.callback(discard, staged)
         check(home)
-    except BaseException:
-        discard(staged)
-        raise
-    aside = detach(home)
-    try:
-        os.rename(staged, root)
-    except BaseException:
+        aside = detach(home)
         if aside is not None:
-            reattach(home, aside)
-        discard(staged)
-        raise
+            undo.callback(reattach, home, aside)
+        os.rename(staged, root)
+        undo.pop_all()  # in place: nothing to undo
     if aside is not None:
         discard(aside)
     return root

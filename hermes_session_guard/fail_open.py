@@ -2,13 +2,12 @@
 
 Ruff's blind-except rule (BLE001) holds everywhere else in the package, and it lets through
 only a broad handler that re-raises (or logs the traceback). Those few sit where an error
-must be told apart or undone, not swallowed: the seams' wrappers
-(``seams/compression_entry.py``, ``seams/gateway.py``, ``seams/buffering.py``,
-``seams/summaries.py``) re-raise Hermes's own error unchanged and decide the guard's by the
-row's failure policy (re-raised where it fails closed, else :func:`report` and the
-fallback); ``locks/session_lock.py`` turns a failed acquire into ``LockUnavailable``; and
-``except BaseException: ...; raise`` blocks undo a half-done step (a file, a connection, a
-shim). ``grep -rnE "except (Exception|BaseException)" hermes_session_guard`` lists them all.
+must be told apart or undone, not swallowed: the seam envelope (``seams/envelope.py``) tells
+Hermes's own error (passed on unchanged) from the guard's and applies the row's failure
+policy to the latter, with :func:`report`; ``locks/session_lock.py`` turns a failed acquire
+into ``LockUnavailable``; and a few ``except BaseException: ...; raise`` blocks undo a
+half-done step only when it fails (a file, a connection, a shim).
+``grep -rnE "except (Exception|BaseException)" hermes_session_guard`` lists them all.
 
 A guard step that hits an unexpected error lets the host go on
 as it would without the guard and says so, always in the same shape: what failed, the
@@ -87,9 +86,10 @@ class failing_open:  # lower case: read as a statement, ``with failing_open(...)
 
 
 def report(what: Any, exc: BaseException, consequence: str, *, when: str = "", advice: str | None = "selftest",
-           once: bool = False, level: int = logging.ERROR) -> None:
+           once: bool = False, level: int = logging.ERROR, failing: str = "open") -> None:
     """Log that ``what`` (a seam row or a description) failed with ``exc`` and the guard
-    failed open with ``consequence``; ``when`` says at which step ("before the turn").
+    failed open (``failing="closed"``: closed) with ``consequence``; ``when`` says at which
+    step ("before the turn").
     For an exception the caller already holds (a thread's result, a background task)."""
     name = _name(what)
     if once:
@@ -100,5 +100,5 @@ def report(what: Any, exc: BaseException, consequence: str, *, when: str = "", a
             _reported.add(key)
     step = f" {when}" if when else ""
     tail = f" Run `hermes-session-guard {advice}`." if advice else ""
-    log.log(level, "session guard: %s failed%s (%s: %s); failing open: %s.%s", name, step, type(exc).__name__, exc,
-            consequence, tail)
+    log.log(level, "session guard: %s failed%s (%s: %s); failing %s: %s.%s", name, step, type(exc).__name__, exc,
+            failing, consequence, tail)

@@ -14,7 +14,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 PRIVATE_FILE = 0o600
@@ -112,6 +112,7 @@ def create_private_file(path: Path | str, data: bytes, *, owner: tuple[int, int]
     (uid, gid) when given. A file left half-written by an error is removed again."""
     fd = os.open(path, EXCL_FLAGS, PRIVATE_FILE, dir_fd=dir_fd) if dir_fd is not None else \
         os.open(path, EXCL_FLAGS, PRIVATE_FILE)
+    written = False
     try:
         if dir_fd is None and not hasattr(os, "O_NOFOLLOW"):
             _check_not_link(Path(path), directory=False)
@@ -122,14 +123,12 @@ def create_private_file(path: Path | str, data: bytes, *, owner: tuple[int, int]
         if hasattr(os, "fchmod"):
             os.fchmod(fd, PRIVATE_FILE)
         chown_fd(fd, owner)
-    except BaseException:
+        written = True
+    finally:
         os.close(fd)
-        try:
-            os.unlink(path, dir_fd=dir_fd) if dir_fd is not None else os.unlink(path)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
+        if not written:  # half-written: removed again
+            with suppress(OSError):
+                os.unlink(path, dir_fd=dir_fd) if dir_fd is not None else os.unlink(path)
     if not hasattr(os, "fchmod"):
         chmod_quietly(path, PRIVATE_FILE)
 

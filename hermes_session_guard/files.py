@@ -23,6 +23,7 @@ import secrets
 import stat
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 from .file_modes import (
@@ -71,6 +72,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None, home
         owner = (old.st_uid, old.st_gid) if old is not None and os.name == "posix" else d.owner
         tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
         fd = d.open(tmp, EXCL_FLAGS, PRIVATE_FILE)
+        replaced = False
         try:
             try:
                 with os.fdopen(fd, "wb", closefd=False) as fh:
@@ -87,12 +89,11 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None, home
             if before_replace is not None:
                 before_replace()
             d.replace(tmp, path.name)
-        except BaseException:
-            try:
-                d.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            replaced = True
+        finally:
+            if not replaced:  # the temporary file, never ``path``
+                with suppress(OSError):
+                    d.unlink(tmp)
         d.fsync()
 
 

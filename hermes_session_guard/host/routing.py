@@ -73,13 +73,15 @@ def move_gateway_routing(parent: str, child: str) -> RoutingMove | None:
         for _, entry, _ in moved:
             entry.session_id = child
             entry.last_prompt_tokens = 0
+        saved = False
         try:
             store._save()
-        except BaseException:
-            for _, entry, tokens in moved:
-                entry.session_id = parent
-                entry.last_prompt_tokens = tokens
-            raise
+            saved = True
+        finally:
+            if not saved:  # the entries point at the parent again, as the file still says
+                for _, entry, tokens in moved:
+                    entry.session_id = parent
+                    entry.last_prompt_tokens = tokens
     recorder = getattr(store, "_record_gateway_session_peer", None)
     if callable(recorder):
         for key, entry, _ in moved:

@@ -33,6 +33,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,7 @@ def backup_state_db(db_path: Path, target: Path) -> Path:
     (:func:`~hermes_session_guard.files.create_file`: never a link followed, ``0600``
     whatever state.db's mode, the home's owner's when root runs the repair)."""
     create_file(target, b"", home=Path(db_path).parent)
+    copied = False
     try:
         src = connect(db_path, read_only=True)
         try:
@@ -266,12 +268,11 @@ def backup_state_db(db_path: Path, target: Path) -> Path:
                 dst.close()
         finally:
             src.close()
-    except BaseException:
-        try:
-            target.unlink()
-        except OSError:
-            pass
-        raise
+        copied = True
+    finally:
+        if not copied:  # no half-made backup is left beside state.db
+            with suppress(OSError):
+                target.unlink()
     return target
 
 

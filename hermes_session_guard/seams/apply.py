@@ -43,6 +43,7 @@ from ..hostinfo import installed_version, parse_version
 from ..runtime import Runtime, SeamStatus, current_runtime, set_current_runtime
 from ..seam_behaviour import Effect, SeamKind, SeamState
 from . import verification
+from .envelope import enveloped
 from .table import (
     TESTED_RELEASES,
     SeamRow,
@@ -180,7 +181,8 @@ def _apply(row: SeamRow, runtime: Runtime, reason: str) -> SeamStatus:
         return SeamStatus(row.seam, row.target, SeamState.FAILED, f"{row.target} is already wrapped by seam {taken}",
                           row.failure_policy, row.range_text)
     original, own = _original_of(parent, name, current)
-    wrapt.wrap_function_wrapper(parent, name, row.wrapper(runtime, row))
+    # the row's failure policy is applied around its wrapper in one place (envelope.py)
+    wrapt.wrap_function_wrapper(parent, name, enveloped(row, row.wrapper(runtime, row)))
     _applied[row.seam] = _Applied(parent, name, original, own)
     return SeamStatus(row.seam, row.target, SeamState.PATCHED, reason, row.failure_policy, row.range_text)
 

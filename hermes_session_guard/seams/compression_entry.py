@@ -16,6 +16,7 @@ from ..seam_behaviour import FailurePolicy, LockMode
 from ..store.connection import arrived, carry, compaction_commit, take_riders
 from .compaction_steps import STEPS
 from .compression import LockPolicy, guarded_compression
+from .envelope import Hermes, fails_as
 from .row import HostCall, SeamRow, Wrapper, agent_call
 from .turns import held_for_compaction
 
@@ -36,22 +37,27 @@ def compression_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     # Hermes alone keeps the id (in place): a guard error before it runs steps aside
     steps_aside = strategy in STEPS and STEPS[strategy].host_keeps_id
 
+    def refuse(exc: Exception, hermes: Hermes, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The row's ``closed`` policy (ADR 0008, ADR 0019): a guard error before the host ran
+        skips the compression, or steps aside where Hermes alone keeps the id; after the
+        host ran, :func:`guarded_compression` has said it and the host never runs twice."""
+        if hermes.ran:
+            raise exc
+        agent, messages, system_message = _compression_call(instance, args, kwargs)
+        if steps_aside:
+            return stepped_aside(runtime, row, agent, args, kwargs, exc, hermes.call)
+        return skipped_before_host(runtime, row, agent, messages, system_message, exc)
+
+    @fails_as("the compression is skipped", refuse=refuse)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_host = HostCall(wrapped, *args, **kwargs)
         agent, messages, system_message = _compression_call(instance, args, kwargs)
-        try:
-            with held_for_compaction(runtime, agent):  # a compaction outside any turn holds the session's turn
-                return guarded_compression(
-                    runtime, strategy, agent, messages, call_host,
-                    native_summary_key=row.behaviour.native_summary_key or None,
-                    system_message=system_message, lock=lock, behaviour=row.behaviour,
-                )
-        except Exception as exc:
-            if call_host.ran:
-                raise
-            if steps_aside:
-                return stepped_aside(runtime, row, agent, args, kwargs, exc, wrapped)
-            return skipped_before_host(runtime, row, agent, messages, system_message, exc)
+        with held_for_compaction(runtime, agent):  # a compaction outside any turn holds the session's turn
+            return guarded_compression(
+                runtime, strategy, agent, messages, call_host,
+                native_summary_key=row.behaviour.native_summary_key or None,
+                system_message=system_message, lock=lock, behaviour=row.behaviour,
+            )
 
     return wrapper
 
@@ -127,6 +133,8 @@ def host_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         riders = take_riders()
         if not riders:
             return wrapped(*args, **kwargs)
+        # a sub-step with a fallback of its own: the riders taken off this thread are told they
+        # did not ride, so they write on their own (test_commit_riders.py: riders that cannot board)
         with failing_open(row, "the guard writes its rows on its own", advice=None) as failed:
             call_args, call_kwargs = args, dict(kwargs)
             if args:
@@ -136,12 +144,12 @@ def host_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
         if failed:
             arrived(riders, committed=False)
             return wrapped(*args, **kwargs)
+        committed = False
         try:
             result = wrapped(*call_args, **call_kwargs)
-        except BaseException:
-            arrived(riders, committed=False)
-            raise
-        arrived(riders, committed=True)
+            committed = True
+        finally:  # Hermes's transaction ended: its riders committed, or rolled back with it
+            arrived(riders, committed=committed)
         return result
 
     return wrapper
@@ -152,10 +160,9 @@ def compaction_commit_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     Hermes commits on this thread is the compaction's own, and carries the snapshot
     reference waiting for it (``host_commit``), not an earlier commit of Hermes's."""
 
+    @fails_as("the snapshot reference is written after Hermes's commit")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with ExitStack() as marked:
-            with failing_open(row, "the snapshot reference is written after Hermes's commit", advice=None):
-                marked.enter_context(compaction_commit())
+        with compaction_commit():
             return wrapped(*args, **kwargs)
 
     return wrapper

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fail_open import failing_open
 from ..runtime import Runtime
 from ..summaries import snapshot_export
+from .envelope import fails_as
 from .row import Wrapper
 
 
@@ -31,14 +31,14 @@ def export_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``SessionDB.export_session`` / ``export_all``: each exported session carries its
     snapshots (``session_guard_snapshots``: id, time, turns, the messages verbatim)."""
 
+    @fails_as("the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` lists the compacted "
+              "history", advice="doctor", once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        with failing_open(row, "the export holds Hermes's rows only; `hermes-session-guard snapshots SESSION` lists "
-                               "the compacted history", advice="doctor", once=True):
-            if isinstance(result, dict):
-                _with_snapshots(runtime, instance, [result])
-            elif isinstance(result, list):
-                _with_snapshots(runtime, instance, result)
+        if isinstance(result, dict):
+            _with_snapshots(runtime, instance, [result])
+        elif isinstance(result, list):
+            _with_snapshots(runtime, instance, result)
         return result
 
     return wrapper

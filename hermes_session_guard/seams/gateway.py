@@ -12,10 +12,11 @@ from contextlib import ExitStack
 from typing import Any
 
 from .. import host
-from ..fail_open import failing_open, report
+from ..fail_open import failing_open
 from ..host import client_events
 from ..runtime import Runtime
 from . import buffering
+from .envelope import fails_as
 from .row import HostCall, SeamRow, Wrapper, call_arg
 
 # After a gateway turn: (runtime, row, runner, session id, the compaction log's mark before the turn, result).
@@ -31,29 +32,27 @@ def gateway_turn_wrapper(runtime: Runtime, row: SeamRow, rebase: Rebase | None =
     :mod:`.legacy.gateway_transcript`), brings the gateway's transcript bookkeeping in
     line after the guard compacted in place."""
 
+    @fails_as("this turn runs as Hermes routed it, without the guard's notices or transcript re-base")
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        sid: Any = None
-        source: Any = None
-        with failing_open(row, "this turn runs as Hermes routed it, without the guard's notices or transcript "
-                               "re-base") as failed:
-            sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
-            source = kwargs["source"] if "source" in kwargs else args[3]
-            target = runtime.compactions.fork_target(sid) if sid else sid
-            if target != sid:
-                # A turn still addressed to a handed-off session (the host drains queued
-                # follow-ups with the id the turn started on): run it in the child.
-                runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
-                if "session_id" in kwargs:
-                    kwargs = {**kwargs, "session_id": target}
-                else:
-                    args = (*args[:4], target, *args[5:])
-                sid = target
-            mark = runtime.compactions.mark()
-            notices = runtime.notices.pop(sid) if sid else []
-        if failed:
-            sid, notices = None, []
+        sid = kwargs["session_id"] if "session_id" in kwargs else args[4]
+        source = kwargs["source"] if "source" in kwargs else args[3]
+        target = runtime.compactions.fork_target(sid) if sid else sid
+        if target != sid:
+            # A turn still addressed to a handed-off session (the host drains queued
+            # follow-ups with the id the turn started on): run it in the child.
+            runtime.audit.operation(sid).info("handoff.redirected", child_session_id=target)
+            if "session_id" in kwargs:
+                kwargs = {**kwargs, "session_id": target}
+            else:
+                args = (*args[:4], target, *args[5:])
+            sid = target
+        mark = runtime.compactions.mark()
+        notices = runtime.notices.pop(sid) if sid else []
         await _deliver(instance, source, sid, notices)
         result = await wrapped(*args, **kwargs)
+        # after the turn, two sub-steps that each degrade alone and keep Hermes's result: notices
+        # that cannot be read still let the transcript be re-based, and a re-base that fails names
+        # the JSONL it left (for `doctor`) rather than the turn
         if sid:
             with failing_open(row, "guard notices decided during this turn are not sent", when="after the turn",
                               level=logging.DEBUG, advice=None) as failed:
@@ -118,17 +117,12 @@ def gateway_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """A message for a busy session: buffer it while the session compresses (see buffering)."""
 
+    @fails_as("Hermes handles this message as it would without the guard")
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call_host = HostCall(wrapped, *args, **kwargs)  # Hermes's coroutine, awaited where it is made
-        try:
-            event = call_arg(args, kwargs, 0, "event")
-            session_key = call_arg(args, kwargs, 1, "session_key")
-            return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
-        except Exception as exc:
-            if call_host.ran:
-                raise
-            report(row, exc, "Hermes handles this message as it would without the guard")
-            return await wrapped(*args, **kwargs)
+        event = call_arg(args, kwargs, 0, "event")
+        session_key = call_arg(args, kwargs, 1, "session_key")
+        return await buffering.on_busy_message(runtime, instance, event, session_key, call_host)
 
     return wrapper
 
@@ -136,12 +130,10 @@ def busy_message_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """Where a finished turn picks its follow-up: the oldest buffered message when Hermes has none."""
 
+    @fails_as("buffered messages wait for the next turn or restart")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         picked = wrapped(*args, **kwargs)
-        with failing_open(row, "buffered messages wait for the next turn or restart"):
-            session_key = call_arg(args, kwargs, 0, "session_key")
-            return buffering.on_drain(runtime, instance, session_key, picked)
-        return picked
+        return buffering.on_drain(runtime, instance, call_arg(args, kwargs, 0, "session_key"), picked)
 
     return wrapper
 
@@ -149,10 +141,10 @@ def buffer_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
 def buffer_replay_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """Gateway startup (and 0.19 platform reconnect): replay what an earlier runner left buffered."""
 
+    @fails_as("buffered messages stay in session_guard_inbox for the next start")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        with failing_open(row, "buffered messages stay in session_guard_inbox for the next start"):
-            buffering.replay(runtime, instance, call_arg(args, kwargs, 0, "platform"))
+        buffering.replay(runtime, instance, call_arg(args, kwargs, 0, "platform"))
         return result
 
     return wrapper
@@ -163,15 +155,14 @@ def run_events_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     also passes the guard's compaction events (``compaction.*``, docs/events.md) to the
     run's ``/v1/runs/{id}/events`` stream; every other event goes to Hermes's callback."""
 
+    @fails_as("this run's event stream carries no compaction events", once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         callback = wrapped(*args, **kwargs)
-        with failing_open(row, "this run's event stream carries no compaction events", once=True) as failed:
-            run_id = call_arg(args, kwargs, 0, "run_id")
-            loop = call_arg(args, kwargs, 1, "loop")
-        if failed:
-            return callback
+        run_id = call_arg(args, kwargs, 0, "run_id")
+        loop = call_arg(args, kwargs, 1, "loop")
 
         def with_compaction_events(event_type: str, *cb_args: Any, **cb_kwargs: Any) -> Any:
+            # called by Hermes later, outside the envelope: its own handler
             with failing_open(row, "the event goes to Hermes's own callback (a compaction event is dropped there)",
                               once=True):
                 event = client_events.run_event(run_id, event_type, cb_kwargs)
@@ -195,21 +186,22 @@ def stream_comments_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     (``: session_guard compaction.started ...``) reach that stream in order and nothing a
     client parses as data does (docs/events.md)."""
 
+    @fails_as("this stream carries no compaction comment line", once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "this stream carries no compaction comment line", once=True):
-            request = call_arg(args, kwargs, 0, "request")
-            index, name = _STREAM_QUEUE
-            inner = call_arg(args, kwargs, index, name)
+        request = call_arg(args, kwargs, 0, "request")
+        index, name = _STREAM_QUEUE
+        inner = call_arg(args, kwargs, index, name)
 
-            async def write(line: bytes) -> None:
-                with failing_open(row, "this comment line is left out; the stream goes on", once=True):
-                    await request.writer.write(line)
+        async def write(line: bytes) -> None:
+            # called while the stream is written, outside the envelope: its own handler
+            with failing_open(row, "this comment line is left out; the stream goes on", once=True):
+                await request.writer.write(line)
 
-            commenting = client_events.CommentingQueue(inner, write, asyncio.get_running_loop())
-            if name in kwargs:
-                kwargs = {**kwargs, name: commenting}
-            else:
-                args = (*args[:index], commenting, *args[index + 1:])
+        commenting = client_events.CommentingQueue(inner, write, asyncio.get_running_loop())
+        if name in kwargs:
+            kwargs = {**kwargs, name: commenting}
+        else:
+            args = (*args[:index], commenting, *args[index + 1:])
         return wrapped(*args, **kwargs)
 
     return wrapper
@@ -220,19 +212,10 @@ def tui_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     prompt for a busy session was queued, in the ``interrupt`` busy-input mode. While the
     session compacts the interrupt is left out (see buffering.interrupt_or_queue)."""
 
+    @fails_as("the running turn is interrupted as without the guard")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "the running turn is interrupted as without the guard") as failed:
-            agent = call_arg(args, kwargs, 2, "agent")
-        if failed:
-            return wrapped(*args, **kwargs)
         interrupt = HostCall(wrapped, *args, **kwargs)
-        try:
-            buffering.interrupt_or_queue(runtime, agent, interrupt)
-        except Exception as exc:
-            if interrupt.ran:  # the host's own interrupt failed: its error, not the guard's
-                raise
-            report(row, exc, "the running turn is interrupted as without the guard")
-            return wrapped(*args, **kwargs)
+        buffering.interrupt_or_queue(runtime, call_arg(args, kwargs, 2, "agent"), interrupt)
         return interrupt.result
 
     return wrapper
@@ -244,9 +227,9 @@ def cli_busy_interrupt_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     ``interrupt`` busy-input mode) is made to hold such input back while the session
     compacts (see buffering.defer_cli_interrupts)."""
 
+    @fails_as("input typed while this turn compacts interrupts it as without the guard")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "input typed while this turn compacts interrupts it as without the guard"):
-            buffering.defer_cli_interrupts(runtime, instance)
+        buffering.defer_cli_interrupts(runtime, instance)
         return wrapped(*args, **kwargs)
 
     return wrapper
@@ -258,18 +241,13 @@ def _tui_enqueue_wrapper(place: Callable[[Runtime, dict[str, Any], Callable[[], 
     that lets ``place(runtime, session, enqueue)`` decide how the host's own call queues the prompt."""
 
     def factory(runtime: Runtime, row: SeamRow) -> Wrapper:
+        @fails_as("the prompt is queued as without the guard (merged into one already queued)")
         def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             enqueue = HostCall(wrapped, *args, **kwargs)
-            try:
-                session = call_arg(args, kwargs, 0, "session")
-                if not isinstance(session, dict):
-                    return enqueue()
-                return place(runtime, session, enqueue)
-            except Exception as exc:
-                if enqueue.ran:
-                    raise
-                report(row, exc, "the prompt is queued as without the guard (merged into one already queued)")
-                return wrapped(*args, **kwargs)
+            session = call_arg(args, kwargs, 0, "session")
+            if not isinstance(session, dict):
+                return enqueue()
+            return place(runtime, session, enqueue)
 
         return wrapper
 
@@ -289,11 +267,11 @@ def tui_prompt_drain_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     """``tui_gateway.server._drain_queued_prompt(rid, sid, session)``: an empty slot first
     gets the oldest prompt held back during a compaction."""
 
+    @fails_as("held prompts wait for the next drain")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "held prompts wait for the next drain"):
-            session = call_arg(args, kwargs, 2, "session")
-            if isinstance(session, dict) and session.get(buffering.HELD_PROMPTS):
-                buffering.release_held_prompt(session, session["history_lock"])
+        session = call_arg(args, kwargs, 2, "session")
+        if isinstance(session, dict) and session.get(buffering.HELD_PROMPTS):
+            buffering.release_held_prompt(session, session["history_lock"])
         return wrapped(*args, **kwargs)
 
     return wrapper

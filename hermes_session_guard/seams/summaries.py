@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from ..summaries.recall_tool import (
 from ..summaries.tags import is_summary_text, strip_recall_header, tag_recorded
 from ..summaries.visibility import HIDDEN, display_messages, outgoing_text, tag_rendered
 from ..summaries.wire import carries_guard_keys, provider_messages
+from .envelope import Hermes, fails_as
 from .row import Wrapper, agent_call, call_arg
 
 log = logging.getLogger("hermes_session_guard")
@@ -45,11 +45,10 @@ def summary_strip_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``ContextCompressor._strip_summary_prefix``: the body the host carries into the
     next summarisation must not contain the guard's recall line."""
 
+    @fails_as("the recall line may reach the next summary prompt")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        with failing_open(row, "the recall line may reach the next summary prompt"):
-            return strip_recall_header(result) if isinstance(result, str) else result
-        return result
+        return strip_recall_header(result) if isinstance(result, str) else result
 
     return wrapper
 
@@ -64,6 +63,8 @@ def transcript_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
         sid = call_arg(args, kwargs, 0, "session_id")
+        # a sub-step: summaries that load untagged still get the session's snapshots inside a
+        # session_search call (the transcript_load case of tests/integration/test_seam_failures.py)
         with failing_open(row, "summaries load untagged"):
             if isinstance(result, list):
                 _tag_loaded(runtime, instance, sid, result, native_key)
@@ -78,13 +79,13 @@ def resume_load_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     put the summary tags back on both."""
     native_key = row.behaviour.native_summary_key or None
 
+    @fails_as("summaries load untagged")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        with failing_open(row, "summaries load untagged"):
-            sid = call_arg(args, kwargs, 0, "session_id")
-            for part in result if isinstance(result, tuple) else ():
-                if isinstance(part, list):
-                    _tag_loaded(runtime, instance, sid, part, native_key)
+        sid = call_arg(args, kwargs, 0, "session_id")
+        for part in result if isinstance(result, tuple) else ():
+            if isinstance(part, list):
+                _tag_loaded(runtime, instance, sid, part, native_key)
         return result
 
     return wrapper
@@ -114,18 +115,17 @@ def wire_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     request that carries them (it is not sent); one without them has nothing to
     strip and goes out as Hermes built it."""
 
+    def refuse(exc: Exception, hermes: Hermes, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        messages = hermes.result
+        if carries_guard_keys(messages):
+            report(row, exc, "this request carries the guard's summary keys and is not sent", failing="closed")
+            raise exc
+        report(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
+        return messages
+
+    @fails_as("the request is not sent", refuse=refuse)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        messages = wrapped(*args, **kwargs)
-        try:
-            return provider_messages(messages)
-        except Exception as exc:
-            if carries_guard_keys(messages):
-                log.error("session guard: seam %s failed (%s: %s); failing closed: this request carries the guard's "
-                          "summary keys and is not sent. Run `hermes-session-guard selftest`.",
-                          row.target, type(exc).__name__, exc)
-                raise
-            report(row, exc, "the request carries none of the guard's keys and is sent as Hermes built it")
-            return messages
+        return provider_messages(wrapped(*args, **kwargs))
 
     return wrapper
 
@@ -134,15 +134,12 @@ def request_tools_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``AIAgent._build_api_kwargs``: offer ``session_guard_recall`` only to sessions
     with compacted history; remember which state.db the session lives in."""
 
+    @fails_as("the recall tool is offered as the host configured it")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         agent = agent_call(instance, args, kwargs)[0]
-        with failing_open(row, "the recall tool is offered as the host configured it") as failed:
-            sid = host.session_id(agent)
-            runtime.remember_session(sid, host.db_path(agent))
-            hide = set() if RECALL_TOOL not in host.tool_names(agent) or offered(runtime, agent) \
-                else {RECALL_TOOL}
-        if failed:
-            return wrapped(*args, **kwargs)
+        sid = host.session_id(agent)
+        runtime.remember_session(sid, host.db_path(agent))
+        hide = set() if RECALL_TOOL not in host.tool_names(agent) or offered(runtime, agent) else {RECALL_TOOL}
         with host.tools_hidden(agent, hide):
             return wrapped(*args, **kwargs)
 
@@ -154,19 +151,19 @@ def system_prompt_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     compacted history (also while its first compaction runs: the host rebuilds
     the prompt before the snapshot is written)."""
 
+    @fails_as("the system prompt has no recall rule")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         prompt = wrapped(*args, **kwargs)
-        with failing_open(row, "the system prompt has no recall rule"):
-            from .compression import compressing_session
+        from .compression import compressing_session
 
-            agent = agent_call(instance, args, kwargs)[0]
-            sid = host.session_id(agent)
-            if (
-                isinstance(prompt, str) and SYSTEM_RULE not in prompt
-                and RECALL_TOOL in host.tool_names(agent) and runtime.config.recall.enabled
-                and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(agent)))
-            ):
-                return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
+        agent = agent_call(instance, args, kwargs)[0]
+        sid = host.session_id(agent)
+        if (
+            isinstance(prompt, str) and SYSTEM_RULE not in prompt
+            and RECALL_TOOL in host.tool_names(agent) and runtime.config.recall.enabled
+            and (compressing_session() == sid or has_compacted_history(runtime, sid, host.db_path(agent)))
+        ):
+            return f"{prompt.rstrip()}\n\n{SYSTEM_RULE}" if prompt.strip() else SYSTEM_RULE
         return prompt
 
     return wrapper
@@ -176,13 +173,11 @@ def tool_session_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``run_agent.handle_function_call(name, args, task_id, tool_call_id, session_id, ...)``:
     the host passes the calling agent's ``session_id``; recall reads that, never its arguments."""
 
+    @fails_as("the recall tool gets only the session id Hermes hands it (with none it reads nothing)")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if call_arg(args, kwargs, 0, "function_name") != RECALL_TOOL:
             return wrapped(*args, **kwargs)
-        with ExitStack() as stack:
-            with failing_open(row, "the recall tool gets only the session id Hermes hands it (with none it reads "
-                                   "nothing)"):
-                stack.enter_context(calling_session(call_arg(args, kwargs, 4, "session_id")))
+        with calling_session(call_arg(args, kwargs, 4, "session_id")):
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -238,15 +233,13 @@ def cli_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     of the lists they read (the agent keeps the real ones): ``conversation_history``, and
     on 0.20+ the resume recap's own lineage list ``_resume_display_history``."""
 
+    @fails_as("history is shown as the host renders it")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         swapped: list[tuple[str, list[Any], list[Any]]] = []
-        with failing_open(row, "history is shown as the host renders it") as failed:
-            for name in _CLI_HISTORY_LISTS:
-                history = getattr(instance, name, None)
-                if isinstance(history, list):
-                    swapped.append((name, history, display_messages(history, runtime.config.summaries.visible)))
-        if failed:
-            swapped = []
+        for name in _CLI_HISTORY_LISTS:
+            history = getattr(instance, name, None)
+            if isinstance(history, list):
+                swapped.append((name, history, display_messages(history, runtime.config.summaries.visible)))
         if not swapped:
             return wrapped(*args, **kwargs)
         for name, _history, shown in swapped:
@@ -269,21 +262,15 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``tui_gateway.server._history_to_messages(history)``: what the TUI shows on
     resume and ``session.history``."""
 
+    @fails_as("history is shown as the host renders it")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         mode = runtime.config.summaries.visible
-        shown: list[Any] | None = None
-        with failing_open(row, "history is shown as the host renders it"):
-            history = call_arg(args, kwargs, 0, "history")
-            if isinstance(history, list) and mode == HIDDEN:
-                shown = display_messages(history, mode)
-        if shown is not None:  # Hermes's own call stays outside the guard's handler: it runs once
-            return wrapped(shown)
+        history = call_arg(args, kwargs, 0, "history")
+        if isinstance(history, list) and mode == HIDDEN:
+            return wrapped(display_messages(history, mode))
         result = wrapped(*args, **kwargs)
-        with failing_open(row, "history is shown as the host renders it"):
-            history = call_arg(args, kwargs, 0, "history")
-            return tag_rendered(result, history if isinstance(history, list) else None) \
-                if isinstance(result, list) else result
-        return result
+        return tag_rendered(result, history if isinstance(history, list) else None) \
+            if isinstance(result, list) else result
 
     return wrapper
 
@@ -291,24 +278,23 @@ def tui_history_wrapper(runtime: Runtime, row: Any) -> Wrapper:
 def api_messages_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``APIServerAdapter._handle_session_messages`` (GET /api/sessions/{id}/messages)."""
 
+    @fails_as("session messages are returned as the host built them")
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         response = await wrapped(*args, **kwargs)
-        with failing_open(row, "session messages are returned as the host built them"):
-            if getattr(response, "status", None) != 200 or not getattr(response, "text", None):
-                return response
-            payload = json.loads(response.text)
-            data = payload.get("data") if isinstance(payload, dict) else None
-            if not isinstance(data, list):
-                return response
-            mode = runtime.config.summaries.visible
-            # the rows come straight from state.db, untagged: the guard's hashes for the session say which are summaries
-            sid, path = _requested_session(instance, args, payload)
-            payload["data"] = display_messages(data, mode, _recorded_hashes(runtime, path, sid, data)
-                                               if sid and path else set())
-            if mode != HIDDEN:
-                _tag_rows_the_host_hid(runtime, sid, path, payload["data"])
-            return host.json_response_like(response, payload)
-        return response
+        if getattr(response, "status", None) != 200 or not getattr(response, "text", None):
+            return response
+        payload = json.loads(response.text)
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            return response
+        mode = runtime.config.summaries.visible
+        # the rows come straight from state.db, untagged: the guard's hashes for the session say which are summaries
+        sid, path = _requested_session(instance, args, payload)
+        payload["data"] = display_messages(data, mode, _recorded_hashes(runtime, path, sid, data)
+                                           if sid and path else set())
+        if mode != HIDDEN:
+            _tag_rows_the_host_hid(runtime, sid, path, payload["data"])
+        return host.json_response_like(response, payload)
 
     return wrapper
 
@@ -371,10 +357,10 @@ def delivery_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``BasePlatformAdapter.set_message_handler``: every adapter the gateway wires up
     gets its outgoing text filtered (``send``, ``edit_message``, ``send_draft``)."""
 
+    @fails_as("this adapter delivers unfiltered")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        with failing_open(row, f"{type(instance).__name__} delivers unfiltered"):
-            host.shim_adapter(instance, lambda text: outgoing_text(text, runtime.config.summaries.visible))
+        host.shim_adapter(instance, lambda text: outgoing_text(text, runtime.config.summaries.visible))
         return result
 
     return wrapper

@@ -28,6 +28,7 @@ from ..locks.session_lock import LockUnavailable
 from ..locks.turn_lock import HOST_TURN_LEASES, TurnBusy, TurnLocks, TurnTicket, retry_after, turn_locks_for
 from ..runtime import Runtime
 from ..seam_behaviour import NO_BEHAVIOUR, SessionFrom
+from .envelope import fails_as
 from .row import Wrapper
 
 log = logging.getLogger("hermes_session_guard")
@@ -241,19 +242,18 @@ def api_turn_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     source = row.behaviour.session_from or SessionFrom.PATH
     lease_table = row.behaviour.lease_table
 
+    @fails_as("this turn runs without the per-session turn order")
     async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cfg = runtime.config.turns
-        ticket: TurnTicket | None = None
-        with failing_open(row, "this turn runs without the per-session turn order", when="before the request",
-                          advice=None):
-            request = args[0] if args else kwargs["request"]
-            sid = await _request_session(instance, request, source) if cfg.enabled else None
-            if sid:
-                locks = _locks(runtime, state_db_path(runtime.home), lease_table)
-                ticket = locks.enqueue(sid)
-        if ticket is None:  # a new session, turns off, or the guard failed: Hermes's handler, once
+        request = args[0] if args else kwargs["request"]
+        sid = await _request_session(instance, request, source) if cfg.enabled else None
+        if not sid:  # a new session, or turns off: Hermes's handler, once
             return await wrapped(*args, **kwargs)
+        locks = _locks(runtime, state_db_path(runtime.home), lease_table)
+        ticket = locks.enqueue(sid)
         try:
+            # a sub-step with a cleanup of its own: a lease that fails gives the queued place
+            # back before the handler runs unordered
             with failing_open(f"the turn lease of {sid}", "this turn runs without the per-session turn order",
                               advice=None, lets_through=(TurnBusy,)) as failed:
                 await locks.wait_async(ticket, cfg.wait_seconds, cfg.lease_seconds, retry_after(cfg.wait_seconds))

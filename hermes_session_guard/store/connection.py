@@ -220,14 +220,16 @@ class StoreConnection:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 self._depth = 1
+                committed = False
                 try:
                     yield conn
                     conn.execute("COMMIT")
-                except BaseException:
-                    # The error that failed the transaction is the one to report,
-                    # never a rollback's "no transaction is active".
-                    self._rollback(conn)
-                    raise
+                    committed = True
+                finally:
+                    if not committed:
+                        # The error that failed the transaction is the one to report,
+                        # never a rollback's "no transaction is active".
+                        self._rollback(conn)
             except sqlite3.Error as exc:
                 if _read_only_error(exc):
                     # A connection opened on a read-only file never writes again.
@@ -303,13 +305,14 @@ class Rider:
                           advice=None) as failed:
             conn.execute("SAVEPOINT session_guard")
             _riding.carrier = (self.store, conn)
+            wrote = False
             try:
                 self.write()
-            except BaseException:
-                conn.execute("ROLLBACK TO session_guard")
-                raise
+                wrote = True
             finally:
                 _riding.carrier = None
+                if not wrote:  # the guard's rows only; Hermes's transaction goes on
+                    conn.execute("ROLLBACK TO session_guard")
                 conn.execute("RELEASE session_guard")
             self.state = "aboard"
         if failed:

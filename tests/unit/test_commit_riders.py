@@ -116,6 +116,24 @@ def test_a_failing_guard_write_rolls_back_only_its_own_rows(store: GuardStore, t
     assert not rider.alight() and rider.state == "failed"
 
 
+def test_riders_that_cannot_board_hermes_write_are_told_so_and_hermes_writes_alone(
+    store: GuardStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host_commit wrapper's own fallback (not the envelope's): the riders it took off the
+    thread are rolled back, so their owner writes them on its own, and Hermes's write runs as given."""
+    from hermes_session_guard.seams import compression_entry
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("carrying failed")
+
+    monkeypatch.setattr(compression_entry, "carry", broken)
+    host, wrapper = Host(tmp_path / "state.db"), _wrapper()
+    rider = board(store, "a row", _begin(store, "op1"))
+    assert _write(wrapper, host, "a") == "a"
+    assert host.texts() == ["a"] and _ops(store) == []
+    assert not rider.alight() and rider.state == "rolled_back"
+
+
 def test_a_retried_host_transaction_writes_the_rows_once(store: GuardStore, tmp_path: Path) -> None:
     host, wrapper = Host(tmp_path / "state.db"), _wrapper()
     host.retry = True

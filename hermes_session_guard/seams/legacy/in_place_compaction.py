@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import host
-from ...fail_open import failing_open
+from ..envelope import fails_as
 from ...runtime import Runtime
 from ..in_place_compaction import InPlaceCompaction
 from ..row import SeamRow, Wrapper
@@ -30,11 +30,11 @@ def native_lock_reentry_wrapper(runtime: Runtime, row: SeamRow) -> Wrapper:
     without touching the table when this thread's guarded operation already holds
     the lock on that session; otherwise Hermes's own acquire, unchanged."""
 
+    @fails_as("Hermes's own lock decides")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "Hermes's own lock decides", advice=None):
-            sid = args[0] if args else kwargs.get("session_id")
-            if host.native_lock_held_here(instance, sid):
-                return True
+        sid = args[0] if args else kwargs.get("session_id")
+        if host.native_lock_held_here(instance, sid):
+            return True
         return wrapped(*args, **kwargs)
 
     return wrapper

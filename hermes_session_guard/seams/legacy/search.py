@@ -23,6 +23,7 @@ from typing import Any
 from ...fail_open import failing_open
 from ...runtime import Runtime
 from ...summaries import snapshot_export
+from ..envelope import fails_as, unguarded
 from ..row import Wrapper, call_arg
 from ..summaries import transcript_load_wrapper as tagging_transcript_load_wrapper
 from . import search_index
@@ -34,6 +35,7 @@ _whole_conversation: contextvars.ContextVar[bool] = contextvars.ContextVar("sess
 
 def _bind(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by name, defaults filled in (only the release's own parameters)."""
+    wrapped = unguarded(wrapped)
     key = getattr(wrapped, "__func__", wrapped)
     signature = _signatures.get(key)
     if signature is None:
@@ -130,17 +132,21 @@ def search_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     state.db that match the same query under the same filters. A query that needs a
     term no snapshot holds goes to Hermes alone, without a second full-text query."""
 
+    @fails_as("this search returns Hermes's own rows only (compacted turns are not searched)", advice="doctor",
+              once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # two sub-steps that degrade alone (DEBUG): an unreadable vocabulary searches the snapshots
+        # in full, and unranked Hermes hits still merge with the snapshot hits
+        hopeless = False  # Hermes's call stays outside the handler: its own error is never swallowed
         with failing_open(row, "the snapshots are searched in full", when="reading the snapshot vocabulary",
                           level=logging.DEBUG, advice=None):
-            if no_snapshot_can_match(runtime, instance, args, kwargs):
-                return wrapped(*args, **kwargs)
-        with failing_open(row, "this search returns Hermes's own rows only (compacted turns are not searched)",
-                          advice="doctor", once=True) as failed:
-            call = _bind(wrapped, args, kwargs)
-            limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
-            hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
-        if failed or not hits:
+            hopeless = no_snapshot_can_match(runtime, instance, args, kwargs)
+        if hopeless:
+            return wrapped(*args, **kwargs)
+        call = _bind(wrapped, args, kwargs)
+        limit, offset = max(_as_int(call["limit"], 20), 0), max(_as_int(call["offset"], 0), 0)
+        hits, fts_query = snapshot_hits(runtime, instance, call, limit + offset)
+        if not hits:
             return wrapped(*args, **kwargs)
         host = wrapped(**{**call, "limit": limit + offset, "offset": 0})
         with failing_open(row, "snapshot hits follow Hermes's own", when="ranking Hermes's own hits",
@@ -165,12 +171,9 @@ def search_tool_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     """``tools.session_search_tool.session_search``: while it runs, the conversation
     it reads for a hit includes the session's snapshots (:func:`with_snapshots_in_search`)."""
 
+    @fails_as("session_search reads the live transcript of a hit only", advice="doctor", once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "session_search reads the live transcript of a hit only", advice="doctor",
-                          once=True) as failed:
-            token = _mark_whole_conversation()
-        if failed:
-            return wrapped(*args, **kwargs)
+        token = _mark_whole_conversation()
         try:
             return wrapped(*args, **kwargs)
         finally:
@@ -201,16 +204,16 @@ def around_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     a snapshot hit's negative id opens the snapshot around it, verbatim, when the
     snapshot belongs to ``session_id``. Hermes's own ids go to Hermes unchanged."""
 
+    @fails_as("a snapshot hit opens to an empty window, as Hermes answers for an unknown id", advice="doctor",
+              once=True)
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with failing_open(row, "a snapshot hit opens to an empty window, as Hermes answers for an unknown id",
-                          advice="doctor", once=True):
-            call = _bind(wrapped, args, kwargs)
-            anchor = call.get("around_message_id")
-            if isinstance(anchor, int) and anchor < 0:
-                view = search_index.snapshot_window(runtime.store_for(instance.db_path), str(call["session_id"]),
-                                                    anchor, _as_int(call.get("window"), 5))
-                if view is not None:
-                    return view
+        call = _bind(wrapped, args, kwargs)
+        anchor = call.get("around_message_id")
+        if isinstance(anchor, int) and anchor < 0:
+            view = search_index.snapshot_window(runtime.store_for(instance.db_path), str(call["session_id"]),
+                                                anchor, _as_int(call.get("window"), 5))
+            if view is not None:
+                return view
         return wrapped(*args, **kwargs)
 
     return wrapper

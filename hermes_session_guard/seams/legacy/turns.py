@@ -15,6 +15,7 @@ from ...fail_open import failing_open
 from ...locks.turn_lock import TurnBusy, TurnTicket, retry_after
 from ...runtime import Runtime
 from .. import turns
+from ..envelope import fails_as
 from ..row import Wrapper
 
 log = logging.getLogger("hermes_session_guard")
@@ -25,32 +26,33 @@ def run_conversation_wrapper(runtime: Runtime, row: Any) -> Wrapper:
     Policy ``open``: a guard error before the turn starts runs it unguarded (ERROR log);
     only a turn that waited the whole ``turns.wait_seconds`` is refused (TurnBusy)."""
 
+    @fails_as("this turn runs without the per-session turn order")
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cfg = runtime.config.turns
         try:
             ticket: TurnTicket | None = None
-            with failing_open(row, "this turn runs without the per-session turn order", when="before the turn",
-                              lets_through=(TurnBusy,)):
-                sid = host.session_id(instance)
-                if cfg.enabled and sid and turns.is_conversation_agent(instance):
-                    locks = turns._locks(runtime, host.db_path(instance))
-                    if locks.held_by_thread(sid) is None:  # else a turn inside this thread's own turn
-                        # an API request's reservation is its own run's: a gateway or CLI turn that
-                        # starts before that run claims it queues behind it instead of taking it
-                        ticket = locks.claim_delegated(sid) if host.serves_api_server(instance) else None
-                        if ticket is None:
-                            ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
-                                                retry_after(cfg.wait_seconds))
+            sid = host.session_id(instance)
+            if cfg.enabled and sid and turns.is_conversation_agent(instance):
+                locks = turns._locks(runtime, host.db_path(instance))
+                if locks.held_by_thread(sid) is None:  # else a turn inside this thread's own turn
+                    # an API request's reservation is its own run's: a gateway or CLI turn that
+                    # starts before that run claims it queues behind it instead of taking it
+                    ticket = locks.claim_delegated(sid) if host.serves_api_server(instance) else None
+                    if ticket is None:
+                        ticket = locks.wait(locks.enqueue(sid), cfg.wait_seconds, cfg.lease_seconds,
+                                            retry_after(cfg.wait_seconds))
         except TurnBusy as busy:
             runtime.audit.operation(busy.session_id).warning("turn.refused", waited_ms=round(busy.waited * 1000),
                                                              scope=busy.scope)
             log.warning("session guard: %s", busy)
             raise
-        if ticket is None:  # unordered (off, no session, nested, or the guard failed): Hermes's call, once
+        if ticket is None:  # unordered (off, no session, nested): Hermes's call, once
             return wrapped(*args, **kwargs)
         try:
             # the lines below carry this session's [session] tag, whatever the thread served last
             with host.pinned_log_context(sid):
+                # a sub-step: the turn keeps its place in the order and runs on the history its
+                # caller passed (the envelope would run it unordered)
                 with failing_open(row, f"the turn of {sid} runs on the history its caller passed",
                                   when="reading the live transcript before the turn", advice=None):
                     args, kwargs = turns._with_live_history(runtime, instance, sid, ticket, args, kwargs)
