@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import host
-from ..envelope import fails_as
 from ...runtime import Runtime
+from ..envelope import fails_as
 from ..in_place_compaction import InPlaceCompaction
 from ..row import SeamRow, Wrapper
 from .held_lock import HeldNativeLock
