@@ -208,7 +208,7 @@ def test_a_search_no_snapshot_can_match_calls_hermes_once_and_passes_its_error(
 ) -> None:
     """The vocabulary read's handler once held Hermes's call too: Hermes's own error was caught
     there (DEBUG) and the search ran Hermes a second time."""
-    from hermes_session_guard.seams import search
+    from hermes_session_guard.seams.legacy import search
 
     monkeypatch.setattr(search, "no_snapshot_can_match", lambda *a: True)
     error = HermesError("no such table: messages_fts")
