@@ -1,7 +1,8 @@
 """Who holds a lock, and whether that process is provably dead.
 
 A holder string the guard writes carries the identity of its process as
-``key=value`` fields separated by ``:`` (``pid=…:tid=…:guard-op=…:nonce=…:host=…:boot=…:start=…``):
+``key=value`` fields separated by ``:`` (``pid=…:tid=…:guard-op=…:nonce=…:host=…:boot=…:start=…``,
+and on Linux ``pidns=…``, the PID namespace Hermes 0.22+ needs before it probes a pid):
 the host name, the machine's boot time, the pid and the process start time
 (``psutil``; Hermes depends on it on every release, and it works the same on
 Windows, Linux and macOS). Any process on the same machine can then tell a
@@ -57,7 +58,22 @@ class ProcessIdentity:
     start: float
 
     def fields(self) -> str:
-        return f"host={quote(self.host, safe='')}:boot={self.boot:.3f}:pid={self.pid}:start={self.start:.3f}"
+        return (f"host={quote(self.host, safe='')}:boot={self.boot:.3f}:pid={self.pid}:start={self.start:.3f}"
+                f"{_pid_namespace()}")
+
+
+@functools.lru_cache(maxsize=1)
+def _pid_namespace() -> str:
+    """``:pidns=<inode>`` of this process's PID namespace where the platform has one (Linux),
+    else ``""``. Hermes 0.22+ probes a lease holder's pid only when the holder names the
+    namespace it was written in (``hermes_state_pidns``): without it, a lease of a process that
+    died waits for its expiry instead of being taken over at once."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except (OSError, NotImplementedError):
+        return ""
+    inode = link[link.find("[") + 1:link.rfind("]")] if "[" in link else ""
+    return f":pidns={inode}" if inode.isdigit() else ""
 
 
 @functools.lru_cache(maxsize=1)
