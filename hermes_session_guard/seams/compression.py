@@ -25,7 +25,8 @@ other writers' turns; record tags, generation and outcome in one commit; release
 
 In every case the pre-compression transcript is kept verbatim as a snapshot
 ``<id>.snapshot.<UTC ts>`` in the guard's own tables, as its messages or as a reference
-to Hermes's rows holding them (it enters the recall index on the first recall after it),
+to Hermes's rows holding them (it enters the one text index, ``store/text_index.py``, on the
+first recall or search after it),
 and the audit log gets one ``compression.*`` event per step, all naming the same session id.
 The snapshot is written before the live transcript changes (write-ahead): detached, the
 guard writes both itself, in that order; in place, it is written when the context
